@@ -25,8 +25,7 @@ const (
 
 var syncNames = map[int]string{syncOff: "OFF", syncNormal: "NORMAL", syncFull: "FULL", syncExtra: "EXTRA"}
 
-// settings are a connection's settings that decide what a commit
-// survives.
+// settings are a connection's settings that decide what a commit survives.
 type settings struct {
 	journal     string // lower case
 	synchronous int
@@ -80,23 +79,14 @@ func readSettings(ctx context.Context, conn interface {
 	return c, nil
 }
 
-// check refuses settings that lose acknowledged claims or cannot work,
-// naming every refused setting at once, each with its fix, so that a DSN
-// is fixed in one pass.
-func (c settings) check(allowNormal bool) error {
-	return configFaults(c.faults(allowNormal))
-}
-
-// faults are the settings check refuses, each with its fix.
+// faults names each setting that loses claims or cannot work, with its fix.
 func (c settings) faults(allowNormal bool) []string {
 	const how = " (set it on every connection, in the DSN: see the package documentation)"
 	var faults []string
 	if c.path == "" {
 		faults = append(faults, "an in-memory or temporary database forgets every claim when it closes: open a file")
 	}
-	// An in-memory database's journal is MEMORY whatever the DSN asks:
-	// opening a file is the fix, not the journal_mode, nor a synchronous
-	// level judged against it.
+	// An in-memory database's journal is MEMORY whatever the DSN asks.
 	ownJournal := c.path == "" && c.journal == "memory"
 	if !ownJournal && (c.journal == "off" || c.journal == "memory") {
 		faults = append(faults, fmt.Sprintf("journal_mode=%s loses or corrupts commits in a crash: use WAL"+how, strings.ToUpper(c.journal)))
@@ -105,11 +95,6 @@ func (c settings) faults(allowNormal bool) []string {
 	case c.synchronous == syncOff:
 		faults = append(faults, "synchronous=OFF acknowledges commits that a crash of the machine loses: use FULL"+how)
 	case c.journal == "delete" && c.synchronous == syncFull && !ownJournal:
-		// A commit in DELETE mode is the unlink of the rollback journal,
-		// and FULL does not sync the directory after it: a power cut can
-		// bring the journal back, and the next open rolls the
-		// acknowledged commit back (measured: TestPowerCut's lazy-unlink
-		// model, 0-3 acknowledged IDs accepted again per run).
 		faults = append(faults, "synchronous=FULL with journal_mode=DELETE can lose the last acknowledged commit in a power cut (the journal's deletion is not synced): use WAL, or synchronous=EXTRA"+how)
 	case c.synchronous >= syncFull || ownJournal:
 	case !c.wal():
@@ -126,13 +111,8 @@ func (c settings) faults(allowNormal bool) []string {
 	return faults
 }
 
-// checkLocks refuses a database whose connections do not lock the file
-// (a URI's nolock=1, vfs=unix-none, a VFS without locking): SQLite's write
-// lock is what makes a claim atomic across processes, and without it two
-// processes on the file both accept an ID. conn takes the write lock
-// (BEGIN IMMEDIATE, rolled back); a second connection of the pool, its
-// busy_timeout set to 0 (and discarded after, so no connection of the
-// pool keeps that setting), must be refused it.
+// checkLocks refuses a database opened without locks: with conn holding
+// the write lock, a second connection must be refused it.
 func checkLocks(ctx context.Context, db *sql.DB, conn *sql.Conn) error {
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return unavailable(ctx, fmt.Errorf("taking the write lock: %w", err))
@@ -157,11 +137,7 @@ func checkLocks(ctx context.Context, db *sql.DB, conn *sql.Conn) error {
 	return nil
 }
 
-// configFaults returns nil when there is no fault, ErrConfig naming the
-// fault when there is one, and when there are several ErrConfig naming each
-// in order ("2 configuration faults: a; b"), so that a user fixes the
-// Options and the DSN in one pass instead of meeting the next refused
-// setting after each fix.
+// configFaults names every fault in one ErrConfig, fixed in one pass.
 func configFaults(faults []string) error {
 	switch len(faults) {
 	case 0:
@@ -172,22 +148,15 @@ func configFaults(faults []string) error {
 	return fmt.Errorf("%w: %d configuration faults: %s", ErrConfig, len(faults), strings.Join(faults, "; "))
 }
 
-// guard keeps the evidence that the database still holds what the store
-// acknowledged: the marker row's incarnation and sequence, the file's
-// identity, and a refusal set when any of them fails.
-// guard keeps the evidence that the database still holds what the store
-// acknowledged: the marker row's incarnation and sequence, the file's
-// identity, and a refusal set when any of them fails.
+// guard keeps the evidence that the database holds what was acknowledged.
 type guard struct {
 	incarnation string
 	seq         atomic.Int64 // the highest sequence seen
 	info        os.FileInfo  // the database file as New found it
-	// wal is the WAL file while the store's writer holds a connection
-	// (SQLite deletes the WAL only when its last connection closes): nil
-	// otherwise, and cleared before that connection closes.
+	// wal is the WAL file while the writer's connection holds it open.
 	wal     atomic.Pointer[os.FileInfo]
 	refusal atomic.Pointer[error]
-	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
+	sticky  atomic.Bool // a loss: only Rearm and a new Store lift it
 
 	mu        sync.Mutex // persist
 	persisted sidecar
@@ -201,8 +170,7 @@ func (g *guard) refused() error {
 	return nil
 }
 
-// refuse makes every call return err; a loss (ErrForgotten) is never
-// lifted by a later check.
+// refuse makes every call return err; a loss is never lifted by a check.
 func (g *guard) refuse(err error) {
 	if errors.Is(err, ErrForgotten) {
 		g.sticky.Store(true)
@@ -218,21 +186,12 @@ func (g *guard) clear() {
 	}
 }
 
-// sidecar is what the store records beside the database file (see
-// sidecarFile): which database it is, the highest sequence any store saw
-// in it, and the states a crash of the machine turns into a loss. A
-// database at the path that is another one, or older, has forgotten
-// claims.
+// sidecar is what the store records beside the database file.
 type sidecar struct {
 	Incarnation string `json:"incarnation"`
 	Seq         int64  `json:"seq"`
-	// Boot is the kernel's boot id while a store with synchronous=NORMAL
-	// (Options.AllowNormalSync) runs on the database; a Close that put
-	// every commit on the disk clears it.
-	Boot string `json:"boot,omitempty"`
-	// Repair is the boot id (or "unknown") while a repair after an I/O
-	// error is unfinished (repair.go); the repair clears it.
-	Repair string `json:"repair,omitempty"`
+	Boot        string `json:"boot,omitempty"`   // while a store runs with synchronous=NORMAL
+	Repair      string `json:"repair,omitempty"` // while a repair is unfinished
 }
 
 // bootID is the kernel's boot id (Linux), "" where there is none.
@@ -244,12 +203,8 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// sidecarFile is the sidecar of table in the database file path: a
-// hidden file beside it, ".<name>-ctoken" for DefaultTable and
-// ".<name>-ctoken.<table>" for another table (a table name holds neither
-// '-' nor '.', so no two pairs share one). Hidden, so that the globs an
-// operator clears SQLite's files with ("rm replay.db-*") leave it, and the
-// store's WAL links (walLinkPrefix) beside it.
+// sidecarFile is ".<name>-ctoken", plus ".<table>" for another table than
+// DefaultTable, beside the database: hidden, so "rm replay.db-*" leaves it.
 func sidecarFile(path, table string) string {
 	name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"-ctoken")
 	if t := unquote(table); t != DefaultTable {
@@ -273,11 +228,8 @@ func readSidecar(file string) (sidecar, bool, error) {
 	return c, true, nil
 }
 
-// writeSidecar records c in file. Unless force, it merges what the file
-// holds of the same incarnation (another process's store may have seen
-// more): the higher sequence, and a Boot or Repair that c does not clear
-// (only a forced write does). The write is atomic (a renamed temporary
-// file) and synced, and skipped when it would change nothing.
+// writeSidecar records c atomically. Unless force, it merges what file
+// holds of the incarnation (another process may have seen more).
 func writeSidecar(file string, c sidecar, force bool) error {
 	if !force {
 		if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
@@ -316,8 +268,7 @@ func writeSidecar(file string, c sidecar, force bool) error {
 	return nil
 }
 
-// marker reads the marker row: the incarnation, the fence's end, the
-// sequence.
+// marker reads the marker row's incarnation, fence and sequence.
 func (s *Store) marker(q querier) (inc string, fence, seq int64, err error) {
 	err = q.queryRow(`SELECT token, until, seq FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &seq)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -333,13 +284,9 @@ var errNoTable = errors.New("no such table")
 
 func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
 
-// rearmHint ends every refusal for a loss: the one command that lifts it.
 const rearmHint = ": run Rearm once you have decided"
 
-// open is New's check of the database: the table and its marker, the
-// sidecar, the WALs kept by stores that did not close (wal.go), one
-// write. It reports whether a repair after an I/O error must run before
-// the store serves.
+// open is New's check, then one write; repair: one was unfinished.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool, err error) {
 	q := connQuerier{ctx, conn}
 	side, haveSide, err := readSidecar(sidecarFile(s.path, s.table))
@@ -376,14 +323,13 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	if g.info, err = os.Stat(s.path); err != nil {
 		return false, unavailable(ctx, err)
 	}
-	// One write, so a read-only file or a full disk fails here.
+	// One write: a read-only file or a full disk fails here.
 	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 		return false, unavailable(ctx, err)
 	}
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
 	if f := new(fenced); errors.As(err, f) {
-		// A fence set by Rearm: the store is built and its calls refuse
-		// until the fence ends.
+		// Rearm's fence: the store is built and refuses until it ends.
 		seq, err = f.seq, nil
 	}
 	if err == nil {
@@ -405,21 +351,12 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	return haveSide && side.Repair != "", nil
 }
 
-// step is the first statement of every write transaction: it checks, in
-// the same transaction, that the marker is there, of the store's
-// incarnation, not fenced, and not behind what the store saw. A durable
-// transaction (bump) also advances the marker's sequence and returns a
-// lower bound of the new one, for [guard.saw] once the transaction
-// committed, so the
-// sequence in a WAL kept after a crash tells whether the database holds
-// its last commit (wal.go). A transaction that commits without waiting
-// for the disk (a batch of lease steps) leaves it, so a power cut that
-// takes such a commit back never looks like an older copy of the file.
+// step opens every write transaction, checking the marker. A durable one
+// (bump) advances the sequence (wal.go) and returns a lower bound of it;
+// others leave it, so a power cut that takes them back is no older copy.
 func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	if bump {
-		// The common case in one statement that returns no row: the
-		// marker of the incarnation, not fenced, not behind. The new
-		// sequence is at least last+1 (other processes advance it too).
+		// The common case in one statement.
 		last := g.seq.Load()
 		res, err := q.exec(`UPDATE `+s.table+` SET seq = seq + 1 WHERE key = `+markerKey+` AND state = 'm' AND token = ? AND until <= ? AND seq >= ?`, g.incarnation, now, last)
 		if err != nil {
@@ -443,16 +380,12 @@ func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	return 0, fmt.Errorf("the marker's update changed no row, and the marker holds (sequence %d)", seq)
 }
 
-// missing refuses every call for a marker row not found (or not of the
-// store's incarnation) by a write transaction's first statement.
 func (g *guard) missing() error {
 	err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
 	g.refuse(err)
 	return err
 }
 
-// judge is step's verdict on the marker it read: not fenced, and not
-// behind the sequence the store saw.
 func (g *guard) judge(seq, fence, now int64) error {
 	if fence > now {
 		return fenced{time.Unix(0, fence), seq}
@@ -465,7 +398,6 @@ func (g *guard) judge(seq, fence, now int64) error {
 	return nil
 }
 
-// saw records a sequence committed by this store.
 func (g *guard) saw(seq int64) {
 	for {
 		last := g.seq.Load()
@@ -475,11 +407,8 @@ func (g *guard) saw(seq int64) {
 	}
 }
 
-// walGone reports that the WAL the store's writer keeps open is no longer
-// the file at its path. A writer closed meanwhile (after which SQLite may
-// delete the WAL as its last connection closes) makes the answer no: the
-// file is compared only when the same record was in force before and
-// after the look.
+// walGone reports that the WAL the writer holds is no longer at its path;
+// no when the writer closed meanwhile, after which SQLite may delete it.
 func (g *guard) walGone(path string) bool {
 	before := g.wal.Load()
 	if before == nil {
@@ -493,7 +422,7 @@ func (g *guard) walGone(path string) bool {
 // fenced refuses calls while a fence set by Rearm lasts.
 type fenced struct {
 	end time.Time
-	seq int64 // the sequence the fenced step read or wrote
+	seq int64 // the sequence the fenced step read
 }
 
 func (f fenced) Error() string {
@@ -502,8 +431,7 @@ func (f fenced) Error() string {
 func (f fenced) Unwrap() error      { return ErrUnavailable }
 func (f fenced) RetryAt() time.Time { return f.end }
 
-// persist records in the sidecar the highest sequence seen, NORMAL's
-// boot and a pending repair, when they changed.
+// persist records the sidecar when it changed.
 func (g *guard) persist(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -524,8 +452,7 @@ func (g *guard) persist(s *Store) {
 	g.persisted = c
 }
 
-// clearMarks records the sidecar without a pending repair, and without
-// NORMAL's boot unless keepBoot (a store still running with NORMAL).
+// clearMarks records the sidecar without Repair and, unless keepBoot, Boot.
 func (g *guard) clearMarks(s *Store, keepBoot bool, what string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -544,13 +471,8 @@ func (g *guard) clearMarks(s *Store, keepBoot bool, what string) {
 	g.persisted = c
 }
 
-// settle is Close's last step in WAL mode: a checkpoint (FULL), which
-// syncs the WAL before it copies it and the database file after, puts
-// every acknowledged commit in the database file. When it completes, the
-// link to the WAL kept for New's look (wal.go) is removed, and for
-// synchronous=NORMAL the sidecar's Boot is cleared. Without a complete
-// checkpoint both stay; an I/O error leaves the repair to the next New.
-// The caller holds writeMu.
+// settle is Close's checkpoint: when it copies the whole WAL, the WAL
+// link and NORMAL's Boot go. The caller holds writeMu.
 func (g *guard) settle(s *Store) {
 	normal := s.normal && s.boot != ""
 	if !s.wal && !normal || g.sticky.Load() || g.incarnation == "" || s.repairing.Load() {
@@ -558,9 +480,7 @@ func (g *guard) settle(s *Store) {
 	}
 	ctx, cancel := s.bound(context.Background())
 	defer cancel()
-	// PASSIVE waits for no other connection (a reader's snapshot leaves
-	// the checkpoint incomplete, and the link stays); NORMAL's Boot is
-	// worth the wait of FULL.
+	// PASSIVE waits for no reader; NORMAL's Boot is worth FULL's wait.
 	mode := "PASSIVE"
 	if normal {
 		mode = "FULL"
@@ -587,7 +507,6 @@ func (g *guard) settle(s *Store) {
 	}
 }
 
-// checker repeats New's checks every RecheckInterval.
 func (s *Store) checker(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.recheck)
@@ -602,9 +521,6 @@ func (s *Store) checker(ctx context.Context) {
 	}
 }
 
-// check is one recheck: a failed write-back of the database file
-// (repair.go), the settings of a pooled connection, the marker, the
-// file's identity, no trigger on the store's table; then the sidecar.
 func (s *Store) check(parent context.Context) {
 	s.lookForWritebackFailure()
 	ctx, cancel := s.bound(parent)
@@ -638,7 +554,7 @@ func (s *Store) check(parent context.Context) {
 }
 
 func (s *Store) checkOnce(ctx context.Context) error {
-	// The files first: a connection's reads may fail once they are gone.
+	// The files first: reads may fail once they are gone.
 	info, err := os.Stat(s.path)
 	if err != nil || !os.SameFile(info, s.guard.info) {
 		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
@@ -656,7 +572,7 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := set.check(s.allowNormal); err != nil {
+	if err := configFaults(set.faults(s.allowNormal)); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if set.path != s.path {

@@ -37,7 +37,7 @@ func TestSettingsCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := safe
 			tc.edit(&c)
-			err := c.check(tc.allowNormal)
+			err := configFaults(c.faults(tc.allowNormal))
 			if tc.fix == "" {
 				if err != nil {
 					t.Fatalf("check = %v; want accepted", err)
@@ -74,7 +74,7 @@ func TestSettingsCheckNamesEveryRefusedSetting(t *testing.T) {
 			[]string{"2 configuration faults", "forgets every claim when it closes: open a file", "synchronous=OFF"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.c.check(tc.allowNormal)
+			err := configFaults(tc.c.faults(tc.allowNormal))
 			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("check = %v; want ErrConfig", err)
 			}

@@ -11,24 +11,11 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// A lease is one row, and every step reads it and writes it in one
-// transaction of the writer (or of a Work):
-//
-//	free      no row, or a row whose until has passed
-//	leased    state 'l', token, until = now + lease when it was taken
-//	working   state 'w': a leased row inside the transaction of a Work
-//	          (never seen by others unless the work's transaction
-//	          escaped: see work.go)
-//	done      state 'd', token, until = the confirmed until
-//	claimed   state 'c' from Claim, which AcquireLease reports as done
-//
-// Every acquire writes fingerprint (NULL for AcquireLease) and clears
-// result, and every confirm writes both (NULL for ConfirmLease), so a row
-// never carries the record of an earlier holder.
+// A lease is one row: free (none, or expired), leased ('l'), working
+// ('w', in a Work), done ('d') or claimed ('c'). Every acquire and confirm
+// writes the record's columns, so no row carries an earlier holder's.
 
-// errEscaped reports a row left in state 'w' by a Work whose transaction
-// committed without its Commit: the work's outcome is unknown, so the ID
-// is refused until an operator releases it.
+// errEscaped reports a row left 'w' by a Work committed without Commit.
 var errEscaped = errors.New("sqlitestore: the work guarded by this ID committed outside its Work (its transaction escaped); its outcome is unknown: refused until an operator runs Release for the ID")
 
 func newToken() string {
@@ -38,15 +25,13 @@ func newToken() string {
 }
 
 // AcquireLease takes id for the given lease if nobody holds it
-// ([replay.Leaser]). The lease is committed before it is answered; in WAL
-// mode without waiting for the disk (see the package documentation).
+// ([replay.Leaser]); committed, in WAL mode without an fsync.
 func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
 	r, err := s.acquire(ctx, id, lease, nil, false)
 	return r.Lease, err
 }
 
-// AcquireRecord is AcquireLease that keeps fingerprint with the lease
-// ([replay.Recorder]).
+// AcquireRecord is AcquireLease keeping fingerprint ([replay.Recorder]).
 func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, error) {
 	if err := replay.CheckFingerprint(fingerprint); err != nil {
 		return replay.Record{}, err
@@ -55,17 +40,13 @@ func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duratio
 }
 
 func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fp []byte, record bool) (replay.Record, error) {
-	if err := s.ready(); err != nil {
-		return replay.Record{}, err
-	}
-	if err := checkID(id); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return replay.Record{}, err
 	}
 	if err := s.checkLease(lease); err != nil {
 		return replay.Record{}, err
 	}
-	// An ID a Work of AcquireWork holds is busy at once: the writer is
-	// the Work's until it ends.
+	// An ID a Work holds is busy, answered without the writer.
 	if r, ok := s.heldRecord(s.key(id), record); ok {
 		return r, nil
 	}
@@ -119,14 +100,12 @@ func (s *Store) acquireStep(q querier, now int64, id, token string, lease time.D
 }
 
 // ConfirmLease records id as done until the given time, ending the
-// caller's lease ([replay.Leaser]). It is answered once the done row is on
-// the disk.
+// caller's lease ([replay.Leaser]), once the row is on the disk.
 func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
 	return s.confirm(ctx, id, token, until, nil, nil)
 }
 
-// ConfirmRecord is ConfirmLease that stores fingerprint and result with
-// the done row ([replay.Recorder]).
+// ConfirmRecord is ConfirmLease keeping fingerprint, result ([replay.Recorder]).
 func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error {
 	if err := replay.CheckRecord(fingerprint, result); err != nil {
 		return err
@@ -135,10 +114,7 @@ func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.
 }
 
 func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if err := checkID(id); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return err
 	}
 	if token == "" {
@@ -150,9 +126,7 @@ func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, 
 	})
 }
 
-// confirmStep turns token's lease (state from: 'l', or 'w' inside a
-// Work) into a done row. A done row of the same token is a resend: nil,
-// keeping what the first confirmation wrote.
+// confirmStep turns token's lease (state from) into a done row.
 func (s *Store) confirmStep(q querier, now int64, id, token string, until int64, fp, result []byte, from string) error {
 	e, err := s.row(q, s.key(id), now)
 	if err != nil {
@@ -161,8 +135,6 @@ func (s *Store) confirmStep(q querier, now int64, id, token string, until int64,
 	return s.confirmRow(q, e, now, id, token, until, fp, result, from)
 }
 
-// confirmRow is confirmStep on e, id's row as read at now in the same
-// transaction.
 func (s *Store) confirmRow(q querier, e entry, now int64, id, token string, until int64, fp, result []byte, from string) error {
 	if err := s.checkUntil(now, until); err != nil {
 		return err
@@ -172,9 +144,7 @@ func (s *Store) confirmRow(q querier, e entry, now int64, id, token string, unti
 	case e.found && e.token == token && e.state == "d" && e.live:
 		return nil // a resend after a lost reply
 	case e.found && e.token == token && e.state == from:
-		// The caller's lease, live or ended with nobody taking the ID.
-	case !e.found:
-		// Ended and swept: recorded afresh.
+	case !e.found: // ended and swept
 	default:
 		return fmt.Errorf("%w: id is held by another holder, done or claimed", replay.ErrLeaseLost)
 	}
@@ -187,18 +157,10 @@ func (s *Store) confirmRow(q querier, e entry, now int64, id, token string, unti
 	return err
 }
 
-// RenewLease implements [replay.Renewer]: token's live lease on id ends
-// lease from now by the store's clock, in one UPDATE (not durable, as a
-// lease is not: a crash ends it). It fails with [replay.ErrLeaseLost] when
-// token holds no live lease on id — among them the lease of a Work, which
-// only the Work's transaction writes — and with [ErrInvalidClaim] for a
-// lease that is not positive (matching [replay.ErrExpired]) or longer than
-// the horizon.
+// RenewLease makes token's live lease on id end lease from now, without
+// an fsync ([replay.Renewer]); else [replay.ErrLeaseLost].
 func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if err := checkID(id); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return err
 	}
 	if err := s.checkLease(lease); err != nil {
@@ -208,16 +170,11 @@ func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Dur
 		return fmt.Errorf("%w: empty lease token", replay.ErrLeaseLost)
 	}
 	if _, held := s.heldRecord(s.key(id), false); held {
-		// A Work of AcquireWork holds id: its lease is its transaction's,
-		// which holds the writer until it ends; answered at once.
 		return fmt.Errorf("%w: the ID is held by a Work", replay.ErrLeaseLost)
 	}
 	return s.do(ctx, false, func(q querier, now int64) error {
-		res, err := q.exec(`UPDATE `+s.table+` SET until = ? WHERE key = ? AND state = 'l' AND token = ? AND until > ?`, now+int64(lease), s.key(id), token, now)
+		n, err := execN(q, `UPDATE `+s.table+` SET until = ? WHERE key = ? AND state = 'l' AND token = ? AND until > ?`, now+int64(lease), s.key(id), token, now)
 		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n != 1 {
 			return fmt.Errorf("%w: the lease ended, or is another holder's", replay.ErrLeaseLost)
@@ -226,13 +183,9 @@ func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Dur
 	})
 }
 
-// ReleaseLease frees id if the caller's lease on it is still live
-// ([replay.Leaser]); otherwise it changes nothing and returns nil.
+// ReleaseLease frees id if token's lease on it is live ([replay.Leaser]).
 func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if err := checkID(id); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return err
 	}
 	return s.do(ctx, false, func(q querier, now int64) error {

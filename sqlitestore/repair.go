@@ -9,44 +9,18 @@ import (
 	"time"
 )
 
-// An I/O error is a loss until proven otherwise. Linux reports a failed
-// write-back once, at the next fsync of each descriptor, and marks the
-// failed pages clean: the page cache keeps bytes the disk never got, and
-// a later fsync succeeds. In WAL mode a checkpoint that cannot copy the
-// whole WAL (a reader holds an older snapshot) writes pages into the
-// database file without syncing it and counts them as copied; when the
-// sync of a later checkpoint fails, those pages are dropped too, and no
-// checkpoint copies them again: once the WAL restarts, the disk holds
-// their old images. The same holds for a write-back the kernel makes on
-// its own, and for WAL frames of a lease batch that commits without an
-// fsync (TestFsyncErrorThenPowerCut).
-//
-// So, as PostgreSQL does, the store acknowledges nothing from the error
-// on, and repairs: it writes every page of the database again, through
-// SQLite, with the bytes the page cache holds, then checkpoints the WAL
-// whole into the database file (which syncs it) and restarts it. The error
-// is found in the store's own writes and checkpoints (SQLITE_IOERR), and,
-// for every other connection's checkpoint (SQLite drops the error of the
-// automatic one), by an fsync of the database file at each check through a
-// descriptor held for the process's life (heldfile.go). The repair runs on
-// a goroutine of its own, bounded by nothing but Close, and rewrites
-// repairPages pages per transaction (sqlite_dbpage), so the application's
-// writes wait for one such transaction at most; a driver whose SQLite
-// lacks sqlite_dbpage gets one VACUUM instead, which holds the write lock
-// for its whole length. While the repair is unfinished the sidecar says so
-// (Repair): New after a crash of the process repairs before serving, and
-// after a crash of the machine, whose page cache held the only good copy,
-// refuses with ErrForgotten. Outside WAL mode every commit syncs the
-// database file itself, and a commit whose sync fails is rolled back from
-// its journal: nothing to repair.
+// An I/O error is a loss until proven otherwise: Linux reports a failed
+// write-back once and marks the pages clean, so the page cache holds bytes
+// the disk never got. As PostgreSQL does, the store acknowledges nothing
+// from the error on and rewrites every page from the page cache,
+// repairPages per transaction so the application's writes go on. The
+// sidecar marks an unfinished repair: New repairs first, or after a crash
+// of the machine refuses. Outside WAL mode a journal rolls it back.
 
-// repairPages is how many pages one transaction of the repair rewrites.
-const repairPages = 256
+const repairPages = 256 // pages per transaction of the repair
 
-// errRepairing refuses every call while the repair runs.
 var errRepairing = fmt.Errorf("%w: an I/O error of the database file was found: the store acknowledges nothing until it has rewritten the database and synced it (in progress, logged)", ErrUnavailable)
 
-// repairErr is errRepairing while a repair is due or running.
 func (s *Store) repairErr() error {
 	if s.repairing.Load() {
 		return errRepairing
@@ -54,15 +28,12 @@ func (s *Store) repairErr() error {
 	return nil
 }
 
-// isIOError reports an error of SQLite's I/O family (SQLITE_IOERR and its
-// extended codes, a failed fsync among them), as the three drivers word
-// it (SQLite's own message). A full disk (SQLITE_FULL) is not one: the
-// write that failed put nothing in the page cache.
+// isIOError reports SQLITE_IOERR, by SQLite's message; not SQLITE_FULL,
+// whose write put nothing in the page cache.
 func isIOError(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "disk I/O error")
 }
 
-// sawIOError starts the repair when err is an I/O error of SQLite.
 func (s *Store) sawIOError(err error) {
 	if isIOError(err) {
 		s.startRepair("a write failed with an I/O error", err)
@@ -70,10 +41,8 @@ func (s *Store) sawIOError(err error) {
 }
 
 // lookForWritebackFailure fsyncs the held database file, and starts the
-// repair when the fsync, or another Store's on the same file since this
-// one's last look, reported a failed write-back (EIO, ENOSPC, EDQUOT). Any
-// other error of the fsync (a file system without it) is logged once and
-// ends the looks.
+// repair when this or another Store's fsync reported a failed write-back
+// since its last look. Another fsync error ends the looks.
 func (s *Store) lookForWritebackFailure() {
 	h := s.file
 	if h == nil {
@@ -99,8 +68,6 @@ func isWritebackFailure(err error) bool {
 	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
-// startRepair makes the store refuse every call and starts the repair,
-// once, in WAL mode.
 func (s *Store) startRepair(why string, err error) {
 	if !s.wal || s.bg == nil || !s.repairing.CompareAndSwap(false, true) {
 		return
@@ -112,8 +79,7 @@ func (s *Store) startRepair(why string, err error) {
 	go s.repair(s.bg)
 }
 
-// repair rewrites the file until a pass succeeds or the store closes,
-// waiting longer after each failed pass (30 s at most).
+// repair rewrites the file until a pass succeeds or the store closes.
 func (s *Store) repair(ctx context.Context) {
 	defer s.wg.Done()
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
@@ -138,10 +104,7 @@ func (s *Store) repair(ctx context.Context) {
 	s.observe(Event{Kind: EventServing})
 }
 
-// rewriteFile is one pass of the repair: every page rewritten, then a
-// checkpoint that copies the whole WAL into the database file, syncs it
-// and truncates the WAL. A failed write-back found meanwhile by any
-// Store's look fails the pass.
+// rewriteFile is one pass; a failed write-back found meanwhile fails it.
 func (s *Store) rewriteFile(ctx context.Context) error {
 	var before int64
 	if s.file != nil {
@@ -171,7 +134,7 @@ func (s *Store) rewriteFile(ctx context.Context) error {
 		if busy == 0 && done == log {
 			break
 		}
-		select { // readers kept it from copying the whole WAL
+		select { // a reader kept it from copying the whole WAL
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -183,10 +146,8 @@ func (s *Store) rewriteFile(ctx context.Context) error {
 	return nil
 }
 
-// rewritePages rewrites, in one transaction of the store's writer, the
-// repairPages pages after pgno, and returns the last page rewritten and
-// the database's page count. Without sqlite_dbpage it rewrites the whole
-// database (VACUUM).
+// rewritePages rewrites the pages after pgno in one transaction (without
+// sqlite_dbpage, VACUUM) and returns the last one and the page count.
 func (s *Store) rewritePages(parent context.Context, pgno int64) (next, total int64, err error) {
 	ctx, cancel := context.WithTimeout(parent, time.Minute)
 	defer cancel()

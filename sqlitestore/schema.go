@@ -9,37 +9,15 @@ import (
 	"time"
 )
 
-// markerKey is the marker row's key: two zero bytes, the length of an
-// empty prefix, which no store has.
-const markerKey = `x'0000'`
-
-// maxIdentBytes bounds a table name, so that its index's name stays short.
-const maxIdentBytes = 48
+const (
+	markerKey     = `x'0000'` // an empty prefix, which no store has
+	maxIdentBytes = 48
+)
 
 // Schema returns the SQL that creates the store's table (DefaultTable when
-// table is empty), for teams that run their own migrations:
-//
-//	CREATE TABLE "ctoken_replay" (
-//		key   BLOB PRIMARY KEY,
-//		state TEXT NOT NULL CHECK (state IN ('m', 'c', 'l', 'w', 'd')),
-//		token TEXT NOT NULL,
-//		until INTEGER NOT NULL,
-//		fingerprint BLOB,
-//		result      BLOB,
-//		seq   INTEGER NOT NULL DEFAULT 0
-//	) WITHOUT ROWID;
-//	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
-//	INSERT INTO "ctoken_replay" (key, state, token, until)
-//		VALUES (x'0000', 'm', '<incarnation>', 0);
-//
-// A row's key is the prefix's length in two bytes (big-endian), the
-// prefix, then the ID. until is in Unix nanoseconds by the machine's
-// clock. The last statement writes the marker row: its token is the
-// database's incarnation (random, made once), its until the instant from
-// which the table accepts claims (0: always), and its seq counts the
-// store's write transactions. Schema writes the incarnation in the SQL it
-// returns, so run its SQL once per database, in one transaction; [Migrate]
-// does that for you and also records the incarnation beside the file.
+// table is empty) and its marker row with a new incarnation, for teams
+// that run their own migrations: run it once per database, in one
+// transaction. [Migrate] does, and records the incarnation beside the file.
 func Schema(table string) (string, error) {
 	stmts, err := schema(table, newToken(), 0)
 	if err != nil {
@@ -69,7 +47,6 @@ func schema(table, incarnation string, fence int64) ([]string, error) {
 	}, nil
 }
 
-// quoteTable validates a table name and quotes it.
 func quoteTable(table string) (string, error) {
 	t, fault := tableName(table)
 	if fault != "" {
@@ -78,8 +55,7 @@ func quoteTable(table string) (string, error) {
 	return t, nil
 }
 
-// tableName is quoteTable's check: the quoted name, or what is wrong with
-// it ("" for nothing).
+// tableName is the quoted name, or what is wrong with it.
 func tableName(table string) (quoted, fault string) {
 	if table == "" {
 		table = DefaultTable
@@ -98,31 +74,20 @@ func tableName(table string) (quoted, fault string) {
 	return `"` + table + `"`, ""
 }
 
-// unquote is the table's name, quoted or not, in the main schema or not.
+// unquote is the table's bare name.
 func unquote(t string) string { return strings.Trim(strings.TrimPrefix(t, "main."), `"`) }
 
 // Migrate creates the store's table (DefaultTable when table is empty)
-// with its marker row if it does not exist, in one IMMEDIATE transaction,
-// so processes starting together may all call it, and records the
-// database's incarnation beside the file (its path plus "-ctoken"). It
-// leaves an existing table alone, but refuses with [ErrForgotten]: a table
-// without its marker row (it was emptied), and a missing table in a
-// database beside whose file a store recorded an incarnation (the file
-// was deleted, or replaced by another one). Re-arming after a loss is an
-// operator's decision ([Rearm]), never a side effect of a deployment. A
-// Store never calls Migrate itself.
+// and its marker row if they do not exist; every process may call it. It
+// refuses a database that lost claims with [ErrForgotten]: re-arming is
+// an operator's decision ([Rearm]), never a deployment's.
 func Migrate(ctx context.Context, db *sql.DB, table string) error {
 	return migrate(ctx, db, table, false, 0)
 }
 
-// Rearm makes the table serve again after a loss ([ErrForgotten]): it
-// creates the table if it is missing, or writes a new marker row, with a
-// new incarnation, whose fence refuses every claim until fence from now,
-// and records it beside the file. Choose fence at least as long as the
-// longest claim the lost data could have held (the stores' Horizon, by
-// default 25 hours); zero accepts at once whatever the lost claims were.
-// Stores that were running refuse until they are built again with [New].
-// It keeps every row still in the table.
+// Rearm makes the table serve again after a loss ([ErrForgotten]), keeping
+// its rows; it refuses every claim for fence, at least the stores' Horizon
+// if the lost claims matter. Running stores refuse until rebuilt by [New].
 func Rearm(ctx context.Context, db *sql.DB, table string, fence time.Duration) error {
 	if fence < 0 {
 		return fmt.Errorf("%w: negative fence", ErrConfig)
@@ -134,9 +99,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	if db == nil {
 		return fmt.Errorf("%w: nil *sql.DB", ErrConfig)
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	t, err := quoteTable(table)
 	if err != nil {
 		return err
@@ -209,8 +172,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	}
 	done = true
 	if rearm {
-		// The loss is decided: a WAL kept for New's look (wal.go) no
-		// longer refuses.
+		// The loss is decided: kept WALs no longer refuse.
 		if err := removeWALLinks(set.path, t); err != nil {
 			return fmt.Errorf("%w: removing the WALs kept beside %s: %w", ErrUnavailable, set.path, err)
 		}

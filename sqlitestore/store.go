@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -15,82 +16,49 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// DefaultPrefix is the key prefix used when Options.Prefix is empty.
-const DefaultPrefix = "ctoken:replay:"
+// The Options defaults and limits.
+const (
+	// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+	DefaultPrefix = "ctoken:replay:"
+	// DefaultTable is the table used when Options.Table is empty.
+	DefaultTable = "ctoken_replay"
+	// DefaultTimeout bounds each call when Options.Timeout is zero.
+	DefaultTimeout = 2 * time.Second
+	// DefaultHorizon is Options.Horizon's default: the middleware's day + 1h.
+	DefaultHorizon = 25 * time.Hour
+	// DefaultRecheckInterval is Options.RecheckInterval's default.
+	DefaultRecheckInterval = time.Second
+	// DefaultSweepInterval is Options.SweepInterval's default.
+	DefaultSweepInterval = 30 * time.Second
+	// MaxIDBytes is the longest ID the store accepts.
+	MaxIDBytes = 512
+	// MaxPrefixBytes is the longest Options.Prefix New accepts.
+	MaxPrefixBytes = 256
 
-// DefaultTable is the table used when Options.Table is empty.
-const DefaultTable = "ctoken_replay"
-
-// DefaultTimeout bounds each call when Options.Timeout is zero.
-const DefaultTimeout = 2 * time.Second
-
-// DefaultHorizon is the longest a claim, a confirmation or a lease may
-// last when Options.Horizon is zero: a day for idempotency keys (the
-// middleware's default retention), plus an hour.
-const DefaultHorizon = 25 * time.Hour
-
-// DefaultRecheckInterval is how often a Store repeats New's checks of the
-// database when Options.RecheckInterval is zero.
-const DefaultRecheckInterval = time.Second
-
-// DefaultSweepInterval is how often a Store deletes expired rows when
-// Options.SweepInterval is zero.
-const DefaultSweepInterval = 30 * time.Second
-
-// MaxIDBytes is the longest ID the store accepts. Longer IDs are refused
-// with ErrInvalidClaim before anything is written.
-const MaxIDBytes = 512
-
-// MaxPrefixBytes is the longest Options.Prefix New accepts.
-const MaxPrefixBytes = 256
-
-// maxBatch bounds how many calls one group commit carries.
-const maxBatch = 256
+	maxBatch = 256 // the most calls one group commit carries
+)
 
 // Sentinel errors, usable with errors.Is.
 var (
-	// ErrUnavailable reports that the store could not decide: the database
-	// is locked by another process beyond its busy_timeout, read-only,
-	// full, unreadable, being repaired after an I/O error, or answered
-	// anything unexpected, or the call's deadline passed. When the caller's context had ended, the error also
-	// matches the context's error. The claim may or may not have been
-	// recorded; the caller must refuse the request. Resending it is safe.
-	// It matches [replay.ErrUnavailable].
+	// ErrUnavailable reports that the store could not decide (the database
+	// locked, read-only, full, unreadable or under repair, or the deadline
+	// passed; then it also matches the context's error): refuse the
+	// request; resending it is safe. It matches [replay.ErrUnavailable].
 	ErrUnavailable error = &sentinel{"sqlitestore: replay store unavailable", replay.ErrUnavailable}
-
-	// ErrInvalidClaim reports a call refused without recording anything:
-	// an empty ID or one over MaxIDBytes, a lease that is not positive or
-	// longer than the horizon, or an until that is not after the store's
-	// clock (these two also match [replay.ErrExpired]) or past the
-	// horizon. It matches [replay.ErrInvalidClaim].
+	// ErrInvalidClaim reports a call refused without recording anything
+	// (a bad ID, a lease or until out of range; an expired one also
+	// matches [replay.ErrExpired]). It matches [replay.ErrInvalidClaim].
 	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
-
-	// ErrForgotten reports that the database no longer remembers the
-	// claims it acknowledged: the table lost its marker row (emptied or
-	// dropped), the database file was deleted and made again, it was
-	// replaced by an older copy (a restored backup), or its WAL was
-	// deleted with commits the file lacks. Every call then
-	// refuses (the error also matches ErrUnavailable) until an operator
-	// runs [Rearm] and its fence has passed.
+	// ErrForgotten reports that the database no longer holds claims it
+	// acknowledged: every call refuses until an operator runs [Rearm].
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
-
-	// ErrConfig reports a store that cannot be built as configured: a nil
-	// database, an in-memory or temporary database, a journal that loses
-	// commits (journal_mode OFF or MEMORY), synchronous below FULL without
-	// AllowNormalSync, busy_timeout 0, a pool limited to one connection,
-	// a read-only connection, a missing table (run [Migrate]), an invalid
-	// table name, a Prefix over MaxPrefixBytes, or a negative option; and
-	// a running store's refusal of a connection a handler lowered. It
-	// matches [replay.ErrConfig], so the middlewares answer it as a
-	// refusal only an operator can lift.
+	// ErrConfig reports a store that cannot run as configured (the error
+	// names each fault and its fix), or a connection a handler lowered. It
+	// matches [replay.ErrConfig]: only an operator can lift it.
 	ErrConfig error = &sentinel{"sqlitestore: invalid configuration", replay.ErrConfig}
 )
 
-// sentinel is one of the store's errors: its own text, and it matches
-// its counterpart in package replay (ErrConfig, ErrUnavailable,
-// ErrInvalidClaim), so code written against replay's vocabulary, the
-// middlewares' answer to a refusal only an operator can lift among it,
-// holds on every store.
+// sentinel is a store error that matches its counterpart in replay.
 type sentinel struct {
 	msg    string
 	shared error
@@ -102,173 +70,106 @@ func (e *sentinel) Is(target error) bool { return target == e.shared }
 // Options configures a Store. The zero value is ready to use with a
 // database opened as the package documentation shows.
 type Options struct {
-	// Table is the table's name: a lower-case SQL identifier
-	// ([a-z_][a-z0-9_]*, at most 48 bytes). Empty means DefaultTable.
+	// Table is the table's name, [a-z_][a-z0-9_]* of at most 48 bytes.
+	// Empty means DefaultTable.
 	Table string
-
-	// Prefix, with its length, is prepended to every ID to form the row's
-	// key, so several stores can share one table without seeing each
-	// other's claims. Empty means DefaultPrefix; longer than
-	// MaxPrefixBytes is refused with ErrConfig.
+	// Prefix, with its length, starts every row's key, so stores can share
+	// a table. Empty means DefaultPrefix; at most MaxPrefixBytes.
 	Prefix string
-
-	// Timeout bounds every call: the effective deadline is the earlier of
-	// the caller's context deadline and now + Timeout. Zero means
-	// DefaultTimeout; a negative value means only the caller's context
-	// bounds the call.
+	// Timeout bounds every call, within the caller's deadline. Zero means
+	// DefaultTimeout; negative, the caller's context alone.
 	Timeout time.Duration
-
-	// Horizon is the longest a claim or a confirmation may be held, and
-	// the longest lease: a longer one is refused with ErrInvalidClaim
-	// ([replay.Bounded]). It is also the fence [Rearm] suggests after a
-	// loss. Zero means DefaultHorizon; negative is refused.
+	// Horizon is the longest claim, confirmation or lease ([replay.Bounded]).
+	// Zero means DefaultHorizon.
 	Horizon time.Duration
-
-	// AllowNormalSync lets New accept a database in WAL mode whose
-	// connections run with synchronous=NORMAL. SQLite then acknowledges a
-	// commit before it is on the disk: a crash of the process loses
-	// nothing, but a power cut or a crash of the machine forgets the last
-	// acknowledged claims, which may then be accepted again. Without it
-	// New refuses synchronous below FULL with ErrConfig. While it is in
-	// force, New logs a Warn naming this option. A power cut that takes
-	// back commits the store recorded beside the file (see the package
-	// documentation) is then found as a loss: New refuses with
-	// ErrForgotten until an operator runs Rearm.
+	// AllowNormalSync accepts synchronous=NORMAL in WAL mode: a power cut
+	// or a crash of the machine may then forget the last acknowledged
+	// claims, and New refuses with ErrForgotten after one until Rearm.
 	AllowNormalSync bool
-
-	// RecheckInterval is how often the store repeats New's checks (the
-	// connection's settings, the marker row, the database file's identity
-	// and sequence) on a goroutine of its own, and records the sequence it
-	// saw beside the database (see the package documentation). Zero means
-	// DefaultRecheckInterval; negative is refused.
+	// RecheckInterval is how often the store repeats New's checks and
+	// records the sequence it saw. Zero means DefaultRecheckInterval.
 	RecheckInterval time.Duration
-
 	// SweepInterval is how often the store deletes expired rows. Zero
-	// means DefaultSweepInterval; a negative value runs no sweeper (call
-	// [Store.Sweep] yourself).
+	// means DefaultSweepInterval; negative runs no sweeper ([Store.Sweep]).
 	SweepInterval time.Duration
-
-	// Observer, when not nil, is called with every [Event]: the risk
-	// AllowNormalSync accepts, a check or a repair after an I/O error that
-	// starts or stops refusing. It is called synchronously (from New, the
-	// checker, the repair or the call that met the error) and must not
-	// block.
+	// Observer, if set, receives every [Event] synchronously; it must not block.
 	Observer func(Event)
-
-	// Logger receives the store's warnings. Nil means slog.Default(). Lines
-	// hold no ID, token or key.
+	// Logger receives the store's lines (no ID, token or key); nil: slog's.
 	Logger *slog.Logger
 }
 
-// Store is a [replay.Store] on one SQLite database, for servers on one
-// machine (one process or several sharing the file) that must accept each
-// single-use ID exactly once, across restarts of the process and of the
-// machine. It implements [replay.Releaser], [replay.Leaser],
-// [replay.Recorder], [replay.Bounded], [replay.Transactor] and
-// [replay.WorkAcquirer]. It is safe for concurrent use. A zero Store refuses every call with ErrConfig.
+// Store is a [replay.Store] on one SQLite database, safe for concurrent
+// use. A zero Store refuses every call with ErrConfig.
 type Store struct {
 	db          *sql.DB
-	table       string // quoted, in the main schema: main."name" (a temporary table of the name never shadows it)
+	table       string // main."name": a temporary table of the name never shadows it
 	prefix      string
 	timeout     time.Duration
 	horizon     time.Duration
-	normal      bool // a connection ran synchronous=NORMAL at New (AllowNormalSync)
+	normal      bool // synchronous=NORMAL at New
 	allowNormal bool
 	wal         bool
 	journal     string // journal_mode at New, lower case
 	boot        string // the kernel's boot id at New ("" where there is none)
 	path        string // the main database file
-	walLink     string // this Store's link to the WAL its writer holds (see wal.go)
+	walLink     string // this Store's link to the WAL (wal.go)
 	log         *slog.Logger
 	observer    func(Event)
 	now         func() time.Time
 	recheck     time.Duration
 	sweepInt    time.Duration
 
-	// writeMu is the store's one writer inside the process: the group
-	// commit and every Work take it, so they never wait on SQLite's busy
-	// handler for each other (busy_timeout is left to other processes).
-	writeMu chan struct{}
-	ops     chan *op
-	wc      *wconn // the writer's connection, under writeMu (writer.go)
-	// file is the database file, held open for the process's life
-	// (heldfile.go) in WAL mode: the checker's fsync of it finds failed
-	// write-backs of other connections (repair.go). failuresSeen is
-	// the checker's count of failures acted on; repairing refuses every
-	// call while a repair is due or runs; bg is the context of the
-	// store's goroutines.
-	file         *heldFile
-	failuresSeen int64
-	repairing    atomic.Bool
+	// writeMu is the store's one writer, which the group commit and every
+	// Work take, so they never wait on SQLite's busy handler for each other.
+	writeMu      chan struct{}
+	ops          chan *op
+	wc           *wconn      // the writer's connection, under writeMu
+	file         *heldFile   // held open in WAL mode (heldfile.go)
+	failuresSeen int64       // the failed write-backs the checker acted on
+	repairing    atomic.Bool // a repair is due or runs (repair.go)
 	bg           context.Context
-	// closedConn is a closed connection: a Tx's statement after its Work
-	// ended runs on it and fails with sql.ErrConnDone.
-	closedConn *sql.Conn
-	// savepoint is the name of the savepoint a Work opens inside its
-	// transaction (random per store, so no handler's statement names it).
-	savepoint string
-
-	guard guard // marker, file identity, refusal (checks.go)
-	holds holds // IDs held by Works of AcquireWork (acquirework.go)
-
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
-	done   chan struct{}
+	closedConn   *sql.Conn // closed: a Tx's statement after its Work fails on it
+	savepoint    string    // random per store, so no handler names it
+	guard        guard     // marker, file identity, refusal (checks.go)
+	holds        holds     // IDs held by Works of AcquireWork
+	stop         context.CancelFunc
+	wg           sync.WaitGroup
+	closed       sync.Once
+	done         chan struct{}
 }
 
 var (
-	_ replay.Store      = (*Store)(nil)
-	_ replay.Releaser   = (*Store)(nil)
-	_ replay.Leaser     = (*Store)(nil)
-	_ replay.Recorder   = (*Store)(nil)
-	_ replay.Bounded    = (*Store)(nil)
-	_ replay.Transactor = (*Store)(nil)
+	_ replay.Store        = (*Store)(nil)
+	_ replay.Releaser     = (*Store)(nil)
+	_ replay.Leaser       = (*Store)(nil)
+	_ replay.Recorder     = (*Store)(nil)
+	_ replay.Bounded      = (*Store)(nil)
+	_ replay.Transactor   = (*Store)(nil)
+	_ replay.WorkAcquirer = (*Store)(nil)
 )
 
-// New returns a Store on db, which must be a file database opened with
-// every connection's settings as the package documentation shows. It
-// checks, on a connection of db, that the database is a file (not
-// :memory: or temporary), that journal_mode keeps commits (WAL, DELETE,
-// TRUNCATE or PERSIST), that synchronous is FULL or EXTRA (NORMAL only
-// with Options.AllowNormalSync, and only in WAL mode), that busy_timeout
-// is positive and the connection is not query_only, that db may open at
-// least two connections, that the table exists with its marker row (else
-// ErrConfig or ErrForgotten: run [Migrate]), and that the database is not
-// older than the one the store last saw at this path (else ErrForgotten).
-// Invalid Options and refused settings are named in one ErrConfig, every
-// one with its fix, so that a DSN and Options are fixed in one pass.
-// It writes once (so a read-only file is refused with ErrUnavailable),
-// then starts its writer, checker and sweeper goroutines, which
-// [Store.Close] stops. db stays the caller's: Close does not close it.
+// New returns a Store on db, a file database opened as the package
+// documentation shows. It refuses invalid Options and settings that lose
+// claims in one ErrConfig, a database that forgot claims with
+// ErrForgotten, and one it cannot write with ErrUnavailable; then it
+// starts the goroutines [Store.Close] stops. Close does not close db.
 func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	return newStore(ctx, db, opts, time.Now)
 }
 
 func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Time) (*Store, error) {
-	// Every fault of the options and of the connection's settings is
-	// named in one error (configFaults), so a user fixes them in one pass.
 	var faults []string
 	if db == nil {
 		faults = append(faults, "nil *sql.DB: pass the database sql.Open returned")
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	s := &Store{db: db, now: now, done: make(chan struct{})}
 	table, fault := tableName(opts.Table)
 	if fault != "" {
 		faults = append(faults, fault)
 	}
-	// Every statement of the store names the table in the main schema: a
-	// temporary table of the same name (which an unqualified name would
-	// find first), made by a handler in its Work or on the connection of
-	// a WithTx transaction, never receives the store's rows.
 	s.table = "main." + table
-	s.prefix = opts.Prefix
-	if s.prefix == "" {
-		s.prefix = DefaultPrefix
-	}
+	s.prefix = cmp.Or(opts.Prefix, DefaultPrefix)
 	if len(s.prefix) > MaxPrefixBytes {
 		faults = append(faults, fmt.Sprintf("Prefix of %d bytes, over %d: choose a shorter one", len(s.prefix), MaxPrefixBytes))
 	}
@@ -284,10 +185,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.horizon = orDefault(opts.Horizon, DefaultHorizon)
 	s.recheck = orDefault(opts.RecheckInterval, DefaultRecheckInterval)
 	s.sweepInt = orDefault(opts.SweepInterval, DefaultSweepInterval)
-	s.log, s.observer = opts.Logger, opts.Observer
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	s.log, s.observer = cmp.Or(opts.Logger, slog.Default()), opts.Observer
 	if db == nil {
 		return nil, configFaults(faults)
 	}
@@ -299,24 +197,17 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	defer cancel()
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		if len(faults) > 0 {
-			return nil, configFaults(faults)
-		}
-		return nil, unavailable(ctx, err)
+		return nil, cmp.Or(configFaults(faults), unavailable(ctx, err))
 	}
 	defer conn.Close()
 	set, err := readSettings(ctx, conn)
 	if err != nil {
-		if len(faults) > 0 {
-			return nil, configFaults(faults)
-		}
-		return nil, err
+		return nil, cmp.Or(configFaults(faults), err)
 	}
 	if err := configFaults(append(faults, set.faults(opts.AllowNormalSync)...)); err != nil {
 		return nil, err
 	}
-	// New's writes wait for other processes as long as the DSN's
-	// busy_timeout lets them, on top of the store's own timeout.
+	// New's writes may wait for other processes up to busy_timeout.
 	if s.timeout >= 0 {
 		var wcancel context.CancelFunc
 		ctx, wcancel = context.WithTimeout(parent, s.timeout+time.Duration(set.busyTimeout)*time.Millisecond)
@@ -370,10 +261,9 @@ func orDefault(v, def time.Duration) time.Duration {
 	return v
 }
 
-// Close stops the store's goroutines, records the sequence it last saw
-// beside the database, and refuses every later call with ErrUnavailable.
-// It does not close the *sql.DB. Calling it again does nothing. It
-// returns nil (the signature is io.Closer's, as every store's).
+// Close stops the store's goroutines, records the sequence it saw, and
+// refuses every later call with ErrUnavailable. It does not close the
+// *sql.DB, and returns nil.
 func (s *Store) Close() error {
 	if s == nil || s.stop == nil {
 		return nil
@@ -383,33 +273,28 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		close(s.done)
 		s.guard.persist(s)
-		// The writer's connection goes back to the pool now, or, while a
-		// Work is open, when it ends.
-		select {
-		case s.writeMu <- struct{}{}:
+		// Now, or when an open Work ends.
+		settle := func() {
 			s.closeWriter()
 			s.guard.settle(s)
 			<-s.writeMu
+		}
+		select {
+		case s.writeMu <- struct{}{}:
+			settle()
 		default:
-			go func() {
-				s.writeMu <- struct{}{}
-				s.closeWriter()
-				s.guard.settle(s)
-				<-s.writeMu
-			}()
+			go func() { s.writeMu <- struct{}{}; settle() }()
 		}
 	})
 	return nil
 }
 
-// Prefix returns the key prefix in use (Options.Prefix, or DefaultPrefix).
+// Prefix returns the key prefix in use.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Horizon returns the longest a claim, confirmation or lease may last
-// ([replay.Bounded]).
+// Horizon returns Options.Horizon ([replay.Bounded]).
 func (s *Store) Horizon() time.Duration { return s.horizon }
 
-// bound returns ctx limited by the store's timeout.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout < 0 {
 		return context.WithCancel(ctx)
@@ -417,7 +302,20 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-// ready refuses a zero or closed Store.
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
+func (s *Store) readyFor(id string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return checkID(id)
+}
+
 func (s *Store) ready() error {
 	if s == nil || s.db == nil || s.ops == nil {
 		return fmt.Errorf("%w: Store not built with New", ErrConfig)
@@ -433,8 +331,7 @@ func (s *Store) ready() error {
 	return s.guard.refused()
 }
 
-// key is the row key of id: the prefix's length (two bytes, big-endian),
-// the prefix, then id, so no two prefixes share a key.
+// key is the prefix's length, the prefix, then id: no two prefixes share one.
 func (s *Store) key(id string) []byte {
 	k := make([]byte, 2, 2+len(s.prefix)+len(id))
 	binary.BigEndian.PutUint16(k, uint16(len(s.prefix)))
@@ -452,8 +349,7 @@ func checkID(id string) error {
 	return nil
 }
 
-// nanos is t in Unix nanoseconds, held at the int64 range's ends (a time
-// past 2262 is held forever, not wrapped into the past).
+// nanos is t in Unix nanoseconds, clamped to the int64 range.
 func nanos(t time.Time) int64 {
 	switch {
 	case t.After(maxTime):
@@ -469,7 +365,6 @@ var (
 	minTime = time.Unix(0, math.MinInt64)
 )
 
-// checkUntil refuses an until not after now or past the horizon.
 func (s *Store) checkUntil(now, until int64) error {
 	if until <= now {
 		return fmt.Errorf("%w: %w: until is not after the store's clock", ErrInvalidClaim, replay.ErrExpired)
@@ -490,8 +385,7 @@ func (s *Store) checkLease(lease time.Duration) error {
 	return nil
 }
 
-// unavailable wraps err in ErrUnavailable, and in ctx's error when ctx
-// has ended.
+// unavailable wraps err in ErrUnavailable, and ctx's error if it ended.
 func unavailable(ctx context.Context, err error) error {
 	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConfig) || errors.Is(err, ErrInvalidClaim) ||
 		errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrTooLarge) {
@@ -503,30 +397,22 @@ func unavailable(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// Claim records id until the given time and reports whether this was the
-// first live claim of id ([replay.Store]). It is acknowledged only once
-// SQLite committed it (see the package documentation for what that
-// survives). With a context carrying a transaction ([WithTx], or a
-// [replay.Work]'s of this store), the claim is written in that
-// transaction and holds only if it commits.
+// Claim records id until the given time and reports, once committed,
+// whether this was its first live claim ([replay.Store]). With a context
+// carrying a transaction ([WithTx], a [replay.Work]'s), it holds only if
+// that commits.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
-	if err := s.ready(); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return false, err
 	}
-	if err := checkID(id); err != nil {
-		return false, err
-	}
-	// An ID a Work of AcquireWork holds is not first, at once, as a live
-	// lease is.
+	// An ID a Work holds is not first, answered without the writer.
 	if _, _, ok := s.holds.busy(s.key(id)); ok {
 		if err := s.checkUntil(s.now().UnixNano(), nanos(until)); err != nil {
 			return false, err
 		}
 		return false, nil
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	var first bool
 	err := s.do(ctx, true, func(q querier, now int64) error {
 		var err error
@@ -539,23 +425,16 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	return first, nil
 }
 
-// claim is Claim's step in the writer's (or a caller's) transaction: one
-// statement for a first claim. The upsert writes only when id has no row,
-// or an expired row that is not a Work's ('w'); otherwise it changes
-// nothing, and the row is read to tell a live row (not first) from an
-// expired Work's (errEscaped).
+// claim is Claim's step: the upsert writes over no row or an expired one
+// not a Work's; otherwise the row tells live from escaped.
 func (s *Store) claim(q querier, now int64, id string, until int64) (bool, error) {
 	if err := s.checkUntil(now, until); err != nil {
 		return false, err
 	}
 	key := s.key(id)
-	res, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'c', '', ?, NULL, NULL)`+
+	n, err := execN(q, `INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'c', '', ?, NULL, NULL)`+
 		` ON CONFLICT (key) DO UPDATE SET state = 'c', token = '', until = excluded.until, fingerprint = NULL, result = NULL`+
 		` WHERE until <= ? AND state <> 'w'`, key, until, now)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
 	if err != nil || n == 1 {
 		return n == 1, err
 	}
@@ -570,13 +449,9 @@ func (s *Store) claim(q querier, now int64, id string, until int64) (bool, error
 }
 
 // Release forgets a claim of id, so a later Claim of id is first again
-// ([replay.Releaser]). Releasing an id that is not claimed is not an
-// error.
+// ([replay.Releaser]); an unclaimed id is no error.
 func (s *Store) Release(ctx context.Context, id string) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if err := checkID(id); err != nil {
+	if err := s.readyFor(id); err != nil {
 		return err
 	}
 	return s.do(ctx, true, func(q querier, now int64) error {
@@ -585,7 +460,6 @@ func (s *Store) Release(ctx context.Context, id string) error {
 	})
 }
 
-// entry is a row as a step reads it.
 type entry struct {
 	found, live bool
 	state       string
@@ -595,7 +469,7 @@ type entry struct {
 	result      []byte
 }
 
-// row reads id's row; live is whether its until is after now.
+// row reads key's row; live is whether its until is after now.
 func (s *Store) row(q querier, key []byte, now int64) (entry, error) {
 	var e entry
 	err := q.queryRow(`SELECT state, token, until, fingerprint, result FROM `+s.table+` WHERE key = ?`, key).

@@ -14,31 +14,11 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// The group commit. SQLite has one writer per database, and a durable
-// commit costs one fsync of the journal whatever it carries, so the store
-// does not give every call a transaction of its own: calls queue for the
-// store's writer goroutine, which takes every call waiting (up to
-// maxBatch) into one IMMEDIATE transaction on the store's own connection
-// (see writerConn), runs
-// their steps one after the other (each step reads its row and writes it,
-// alone in the transaction, so each is atomic per ID), commits once, and
-// only then answers each call. While one batch commits, the next one
-// gathers, so 64 concurrent callers share a handful of fsyncs instead of
-// queueing for 64.
-//
-// A step refused for a reason of its own (an expired until, a lost lease)
-// wrote nothing and is answered with its error; the others commit. A step
-// that failed in SQLite aborts the whole batch: every call in it gets
-// ErrUnavailable, and nothing of the batch is kept.
-//
-// A batch holding only lease acquisitions and releases commits without
-// waiting for the disk in WAL mode (synchronous=NORMAL for that commit):
-// a lease lost in a power cut ends early, which is safe, since the work it
-// guarded was not recorded as done either (a later durable commit writes
-// the WAL up to and including it). Every claim and confirmation commits
-// with FULL.
+// The group commit: a durable commit costs one fsync whatever it carries,
+// so the writer commits every call waiting in one transaction. A batch of
+// lease steps alone commits without an fsync in WAL mode: a lease a power
+// cut takes back only ends early, and its work was not recorded as done.
 
-// op is one call waiting for the writer.
 type op struct {
 	ctx     context.Context
 	durable bool
@@ -47,8 +27,7 @@ type op struct {
 	done    chan struct{}
 }
 
-// querier runs a step's statements on the writer's connection or in a
-// caller's transaction.
+// querier runs a step's statements on the writer's or a caller's connection.
 type querier interface {
 	exec(query string, args ...any) (sql.Result, error)
 	queryRow(query string, args ...any) *sql.Row
@@ -62,6 +41,15 @@ type connQuerier struct {
 	}
 }
 
+// execN runs a statement and returns how many rows it changed.
+func execN(q querier, query string, args ...any) (int64, error) {
+	res, err := q.exec(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 func (q connQuerier) exec(query string, args ...any) (sql.Result, error) {
 	return q.conn.ExecContext(q.ctx, query, args...)
 }
@@ -70,23 +58,18 @@ func (q connQuerier) queryRow(query string, args ...any) *sql.Row {
 	return q.conn.QueryRowContext(q.ctx, query, args...)
 }
 
-// do runs fn as one step: in the transaction ctx carries for this store,
-// or else in the writer's next group commit. durable says whether the
-// step must be on the disk before it is answered.
+// do runs fn in the transaction ctx carries for s, or else in a group
+// commit; durable: on the disk before it is answered.
 func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int64) error) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = orBackground(ctx)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if tx := s.txOf(ctx); tx != nil {
 		return tx.step(ctx, s, fn)
 	}
 	o := &op{ctx: ctx, durable: durable, fn: fn}
-	// An idle writer: the step commits on the caller's goroutine, saving
-	// the two hand-offs to the writer goroutine and back. A step that
-	// finds others queued, or a commit under way, queues, so concurrent
-	// steps still share a commit.
+	// An idle writer: commit on the caller's goroutine, saving two
+	// hand-offs; otherwise queue, to share a commit.
 	if len(s.ops) == 0 {
 		select {
 		case s.writeMu <- struct{}{}:
@@ -110,14 +93,11 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 	case <-s.done:
 		return fmt.Errorf("%w: store closed", ErrUnavailable)
 	case <-ctx.Done():
-		// The step may still run: its outcome is unknown, as after a lost
-		// reply.
+		// The step may still run: its outcome is unknown.
 		return unavailable(ctx, errors.New("no answer from the writer"))
 	}
 }
 
-// writer is the store's one goroutine that writes outside transactions
-// of callers.
 func (s *Store) writer(ctx context.Context) {
 	defer s.wg.Done()
 	for {
@@ -142,7 +122,6 @@ func (s *Store) writer(ctx context.Context) {
 	}
 }
 
-// drainOps answers every call still queued when the store closes.
 func (s *Store) drainOps() {
 	for {
 		select {
@@ -155,7 +134,6 @@ func (s *Store) drainOps() {
 	}
 }
 
-// run commits one batch and answers its calls.
 func (s *Store) run(parent context.Context, batch []*op) {
 	live := batch[:0:0]
 	for _, o := range batch {
@@ -178,9 +156,7 @@ func (s *Store) run(parent context.Context, batch []*op) {
 	}
 }
 
-// direct commits o alone on the caller's goroutine, as the writer would.
-// Like the writer's, its statements run to their end even if the caller's
-// context ends (within the store's timeout). The caller holds writeMu.
+// direct commits o alone on the caller's goroutine, holding writeMu.
 func (s *Store) direct(ctx context.Context, o *op) error {
 	select {
 	case <-s.done:
@@ -196,9 +172,7 @@ func (s *Store) direct(ctx context.Context, o *op) error {
 	return o.err
 }
 
-// commit runs the batch in one transaction on the writer's connection.
-// It returns an error for the whole batch; a step's own refusal is left
-// in its op.
+// commit returns the batch's error; a step's own refusal stays in its op.
 func (s *Store) commit(parent context.Context, batch []*op) error {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
@@ -211,7 +185,6 @@ func (s *Store) commit(parent context.Context, batch []*op) error {
 	return s.commitLocked(parent, batch)
 }
 
-// commitLocked is commit with writeMu held.
 func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
@@ -226,7 +199,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	if err != nil {
 		return err
 	}
-	clean := false // no transaction open, settings as the connection was opened
+	clean := false // no transaction open, settings as opened
 	defer func() {
 		if !clean {
 			s.dropWriter()
@@ -237,8 +210,6 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 		durable = durable || o.durable
 	}
 	q := stmtQuerier{ctx, wc}
-	// In WAL mode a batch of lease steps alone commits without an fsync
-	// (see above), and the connection gets its own setting back after.
 	if !durable && level > syncNormal {
 		if _, err := q.exec(`PRAGMA synchronous = NORMAL`); err != nil {
 			return unavailable(ctx, err)
@@ -263,10 +234,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	now := s.now().UnixNano()
 	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
-		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
-			return err
-		}
-		return unavailable(ctx, err)
+		return unavailable(ctx, err) // a loss or a fence passes as it is
 	}
 	for _, o := range batch {
 		if err := o.fn(q, now); err != nil {
@@ -278,8 +246,6 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	}
 	committed = true
 	if _, err := q.exec(`COMMIT`); err != nil {
-		// The outcome is unknown to the callers. The connection is kept,
-		// rolled back (see commitFailed).
 		clean = s.commitFailed(ctx, err)
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
@@ -290,12 +256,9 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	return nil
 }
 
-// checkpoint runs, on the writer's connection, the checkpoint SQLite
-// would run after a commit (PASSIVE) when it is due: every ckptEvery
-// writes. SQLite drops the error of the checkpoint it runs after a commit
-// (wal_autocheckpoint), so the store turns that one off on its connection
-// and runs this one, whose I/O error starts the repair (repair.go). The
-// caller holds writeMu.
+// checkpoint runs a PASSIVE checkpoint every ckptEvery writes, in place of
+// SQLite's automatic one, whose error SQLite drops: this one's I/O error
+// starts the repair. The caller holds writeMu.
 func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 	if wc.ckptEvery == 0 {
 		return
@@ -308,17 +271,12 @@ func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 	if err == nil {
 		wc.sinceCkpt = 0
 	}
-	s.sawIOError(err) // any other error: tried again at the next write
+	s.sawIOError(err)
 }
 
-// commitFailed ends the transaction of a COMMIT that failed (or of a
-// write in autocommit), whose outcome is unknown. The connection is
-// kept, not discarded: a connection opened in its place may rebuild the
-// WAL index from the frames of the failed commit, which the page cache
-// holds but the disk may not (see above). It reports whether the
-// connection is clean: no transaction left open; when ROLLBACK fails
-// otherwise than for no transaction, the connection is discarded. The
-// caller holds writeMu.
+// commitFailed rolls back after a failed COMMIT, keeping the connection:
+// one opened in its place could rebuild the WAL index from frames the
+// page cache holds but the disk may not. The caller holds writeMu.
 func (s *Store) commitFailed(ctx context.Context, err error) bool {
 	s.sawIOError(err)
 	if s.wc == nil {
@@ -331,20 +289,9 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 	return true
 }
 
-// writerConn is the store's writer connection: one connection of the pool
-// that the store holds for its life, with its statements prepared once,
-// so a commit neither checks a connection out of the pool nor compiles
-// its statements again. It is opened at the first write (and again after
-// a commit or a Work left it in doubt, which closes it). Its synchronous
-// and journal_mode settings are read when it is opened and again at the
-// first use after each Work (a handler's statements are the only ones but
-// the store's that reach it): a lowered synchronous or another journal
-// refuses the write and closes the connection, so nothing is ever
-// committed on it. A connection holding
-// temporary objects (a handler's temporary trigger on the store's table
-// would fire for the store's statements) or attached databases is closed
-// then too, and replaced by another; a trigger on the store's table in
-// main refuses the write. The caller holds writeMu.
+// writerConn is the connection the store holds for its writes, its
+// settings checked when opened and after each Work. The caller holds
+// writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	wc, level, err := s.openWriter(ctx, false)
 	if err != nil {
@@ -357,8 +304,7 @@ func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	return wc, level, nil
 }
 
-// openWriter is writerConn; fresh says the connection is a second one,
-// taken after the first held a handler's objects.
+// openWriter is writerConn without the checkpoint; fresh: a second try.
 func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error) {
 	if s.wc == nil {
 		conn, err := s.db.Conn(ctx)
@@ -367,8 +313,7 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		}
 		s.wc = &wconn{conn: conn, stmts: make(map[string]*sql.Stmt)}
 		if s.wal {
-			// The checkpoint after a commit is the store's (see
-			// checkpoint), at the pace the connection's setting asks.
+			// The store checkpoints at the pace the DSN asks.
 			var pages int
 			if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
 				s.dropWriter()
@@ -383,23 +328,16 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	if s.wc.level != 0 {
 		return s.wc, s.wc.level, nil
 	}
-	// Set on a new connection, and again after a Work that ended
-	// otherwise than by its commit (which sets it back: see untriggered):
-	// a handler's statements run on this connection. With the DSN's 0
-	// too: the application checkpoints, and a handler's value would
-	// bring SQLite's own checkpoints back.
+	// Again after a Work: a handler's value would bring SQLite's own
+	// checkpoints back.
 	if s.wal {
 		if err := setPragma(stmtQuerier{ctx, s.wc}, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 			s.dropWriter()
 			return nil, 0, unavailable(ctx, err)
 		}
 	}
-	// One statement reads what a handler's statements could have left on
-	// the connection (writerCheck).
-	var (
-		level, objects, triggers int
-		journal                  string
-	)
+	var level, objects, triggers int
+	var journal string
 	if err := (stmtQuerier{ctx, s.wc}).queryRow(writerCheck, unquote(s.table)).Scan(&level, &journal, &objects, &triggers); err != nil {
 		s.dropWriter()
 		return nil, 0, unavailable(ctx, err)
@@ -408,16 +346,14 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs synchronous=%s: set FULL in the DSN, for every connection, and never lower it in a handler", ErrUnavailable, ErrConfig, syncNames[level])
 	}
-	// The journal too: a handler's PRAGMA journal_mode = OFF (after its
-	// ROLLBACK) would make every later rollback of the connection keep
-	// what it was to undo.
+	// A handler's journal_mode = OFF would make later rollbacks keep what
+	// they undo.
 	if j := strings.ToLower(journal); j != s.journal {
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs journal_mode=%s, not the %s it was opened with: set it in the DSN, for every connection, and never change it in a handler", ErrUnavailable, ErrConfig, strings.ToUpper(j), strings.ToUpper(s.journal))
 	}
-	// A handler's temporary objects (a temporary trigger on the store's
-	// table fires for the store's own statements) and attached databases
-	// never outlive its Work: the connection is replaced by a clean one.
+	// A handler's temporary objects (a temporary trigger fires for the
+	// store's statements) never outlive its Work: take a clean connection.
 	if objects != 0 {
 		s.dropWriter()
 		if fresh {
@@ -431,30 +367,21 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	}
 	s.wc.level = level
 	if s.wal && s.guard.wal.Load() == nil {
-		// The WAL exists now (the trigger count read the database), and
-		// SQLite keeps it while this connection is open: the checker
-		// refuses when the path no longer names this file (see
-		// guard.walGone).
+		// The WAL exists now, and SQLite keeps it while this connection is
+		// open: record it for guard.walGone, and link it (wal.go).
 		if info, err := os.Stat(s.path + "-wal"); err == nil {
 			s.guard.wal.Store(&info)
-			// Kept for New's look after a restart (wal.go); never
-			// after a loss, whose WAL stays linked for the next New.
 			s.relinkWAL()
 		}
 	}
 	return s.wc, level, nil
 }
 
-// writerCheck reads, in one statement, the writer connection's
-// synchronous level and journal_mode, its temporary schema objects and
-// attached databases (none on a connection as the pool opened it), and
-// the triggers on the store's table in main (its name the argument).
+// writerCheck reads what a handler could have left on the writer's
+// connection; the argument is the table's name.
 const writerCheck = `SELECT ` + connSettingsSQL + `, ` + connObjectsSQL + `, ` + mainTriggersSQL
 
-// The parts of writerCheck that commitCheck and stepIn read too: a
-// connection's synchronous level and journal_mode; its temporary schema
-// objects and attached databases; the triggers on the store's table (its
-// name the argument) in main and in temp.
+// The parts of writerCheck, commitCheck and stepIn.
 const (
 	connSettingsSQL = `(SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode)`
 	connObjectsSQL  = `(SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
@@ -462,11 +389,8 @@ const (
 	tempTriggersSQL = `(SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
 )
 
-// dropWriter closes the writer's connection and its statements, and makes
-// the pool drop the connection rather than reuse it. A handler's Rows
-// left open on the connection make closing it wait until they are
-// closed: the store's writer waits for that a second at most, and the
-// connection closes when they do. The caller holds writeMu.
+// dropWriter discards the writer's connection, waiting a second at most
+// for a handler's Rows left open. The caller holds writeMu.
 func (s *Store) dropWriter() {
 	if s.wc == nil {
 		return
@@ -491,8 +415,7 @@ func (s *Store) dropWriter() {
 	}
 }
 
-// closeWriter gives the writer's connection back to the pool when the
-// store closes. The caller holds writeMu.
+// closeWriter gives the writer's connection back at Close, under writeMu.
 func (s *Store) closeWriter() {
 	if s.wc == nil {
 		return
@@ -501,8 +424,6 @@ func (s *Store) closeWriter() {
 	for _, st := range s.wc.stmts {
 		st.Close()
 	}
-	// The pool gets the connection back with its own checkpoints, or
-	// not at all.
 	if s.wal {
 		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(s.wc.autockpt)); err != nil {
 			discard(s.wc.conn)
@@ -514,38 +435,25 @@ func (s *Store) closeWriter() {
 	s.wc = nil
 }
 
-// wconn is the writer's connection and its prepared statements, keyed by
-// their text (the store's own statements: a bounded set).
+// wconn is the writer's connection and its prepared statements, by text.
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
-	level int // synchronous as last read; 0: to be read (new, or after a Work)
-	// autockpt is the connection's wal_autocheckpoint as the pool opened
-	// it (given back at closeWriter); the store checkpoints every
-	// ckptEvery writes (0: never; the application does), sinceCkpt since
-	// the last.
+	level int // synchronous as last read; 0: to be read
+	// autockpt is the DSN's wal_autocheckpoint; ckptEvery 0: the
+	// application checkpoints.
 	autockpt, ckptEvery, sinceCkpt int
 }
 
-// stmtQuerier runs the store's statements on the writer's connection,
-// each prepared at its first use.
+// stmtQuerier runs statements on the writer's connection, prepared once.
 type stmtQuerier struct {
 	ctx context.Context
 	wc  *wconn
 }
 
-// inTx is the querier of the statements that follow a BEGIN IMMEDIATE on
-// wc. In WAL mode they run to their end whatever ctx does: the connection
-// holds SQLite's write lock, so they wait for no other connection (COMMIT
-// appends to the WAL), and an interrupt would only leave the
-// transaction, and at COMMIT its outcome, in doubt. A context that cannot
-// end also spares each statement the driver's and database/sql's watch
-// of it (a goroutine and its allocations per statement on modernc: 189 →
-// 150 allocations per transactional request, BENCHMARKS.md). In the
-// rollback-journal modes a COMMIT (or a spill of the page cache) waits
-// for other connections' readers to take the exclusive lock, a wait the
-// caller's context bounds on drivers whose busy handler heeds it
-// (ncruces): there ctx is kept.
+// inTx is the querier after BEGIN IMMEDIATE. In WAL mode its statements
+// wait for no one, so they run to their end: an interrupt would only
+// leave the outcome in doubt. In other modes COMMIT waits for readers.
 func (s *Store) inTx(ctx context.Context, wc *wconn) stmtQuerier {
 	if !s.wal {
 		return stmtQuerier{ctx, wc}
@@ -569,17 +477,13 @@ func (q stmtQuerier) exec(query string, args ...any) (sql.Result, error) {
 	if st := q.stmt(query); st != nil {
 		return st.ExecContext(q.ctx, args...)
 	}
-	// Not prepared: run it unprepared, which reports the error.
+	// Unprepared, which reports the error.
 	return q.wc.conn.ExecContext(q.ctx, query, args...)
 }
 
-// setPragma runs a PRAGMA that sets a value and answers it in a row, as
-// wal_autocheckpoint does, and reads the row. Run with exec, the
-// statement would stay on its row, in progress, on mattn/go-sqlite3
-// (whose Exec of a prepared statement does not reset it), and a VACUUM on
-// the connection would fail ("SQL statements in progress"): the rewrite
-// after an I/O error never finished on that driver
-// (TestSQLiteWritebackErrorThenPowerCut in .ci/powerloss).
+// setPragma runs a PRAGMA that answers a row and reads it: run with exec,
+// mattn/go-sqlite3 leaves the statement in progress, and a later VACUUM
+// on the connection fails.
 func setPragma(q querier, query string) error {
 	var v any
 	return q.queryRow(query).Scan(&v)
@@ -592,22 +496,18 @@ func (q stmtQuerier) queryRow(query string, args ...any) *sql.Row {
 	return q.wc.conn.QueryRowContext(q.ctx, query, args...)
 }
 
-// discard closes conn and makes the pool drop it rather than reuse it: a
-// connection whose transaction or settings are in doubt never serves
-// another caller.
+// discard closes conn and makes the pool drop it.
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	conn.Close()
 }
 
-// decided reports a step's refusal that wrote nothing and leaves the rest
-// of the batch to commit.
+// decided reports a step's refusal that wrote nothing.
 func decided(err error) bool {
 	return errors.Is(err, ErrInvalidClaim) || errors.Is(err, replay.ErrLeaseLost) ||
 		errors.Is(err, replay.ErrTooLarge) || errors.Is(err, errEscaped)
 }
 
-// sweeper deletes expired rows every SweepInterval.
 func (s *Store) sweeper(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.sweepInt)
@@ -624,13 +524,9 @@ func (s *Store) sweeper(ctx context.Context) {
 	}
 }
 
-// Sweep deletes up to 1 000 expired rows and returns how many it
-// deleted, in steps of sweepStep rows, each a step of the writer of its
-// own: calls that arrive meanwhile are served between two steps, so a
-// sweep holds the writer for the deletion of sweepStep rows at most. An
-// expired row is already free for every operation; sweeping only
-// reclaims its space. The store's own sweeper calls it every
-// Options.SweepInterval.
+// Sweep deletes up to 1 000 expired rows, 100 per commit so calls are
+// served between them, and returns how many it deleted. An expired row is
+// already free; sweeping only reclaims its space.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	if err := s.ready(); err != nil {
 		return 0, err
@@ -638,12 +534,9 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for total < sweepMax {
 		var n int64
-		err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) error {
-			res, err := q.exec(`DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
+		err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) (err error) {
+			n, err = execN(q, `DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
 				` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT `+strconv.Itoa(sweepStep)+`)`, now)
-			if err == nil {
-				n, err = res.RowsAffected()
-			}
 			return err
 		})
 		if err != nil {
@@ -657,8 +550,6 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// A sweep deletes sweepMax rows at most, sweepStep in each step of the
-// writer.
 const (
 	sweepMax  = 1000
 	sweepStep = 100

@@ -332,7 +332,7 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 	}
 	got := map[string]string{}
 	for pgno, off := range last {
-		entries, _, err := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
+		entries, err := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
 		if err != nil {
 			t.Fatalf("page %d: %v", pgno, err)
 		}

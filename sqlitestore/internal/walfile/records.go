@@ -5,13 +5,8 @@ import (
 	"errors"
 )
 
-// The b-tree page and record formats
-// (https://www.sqlite.org/fileformat2.html#b_tree_pages and #record_format),
-// as far as reading the entries of an index b-tree — where a WITHOUT
-// ROWID table keeps its rows — takes.
-
-// Page types of an index b-tree: its interior and leaf pages both hold
-// entries.
+// The b-tree page and record formats, as far as an index b-tree (a WITHOUT
+// ROWID table's rows) needs: https://www.sqlite.org/fileformat2.html.
 const (
 	indexInterior = 0x02
 	indexLeaf     = 0x0a
@@ -19,23 +14,20 @@ const (
 
 var errMalformed = errors.New("walfile: malformed page")
 
-// IndexEntries returns the payloads of the entries on page, an image of
-// page number pgno, when it is a page of an index b-tree (nil for any
-// other page), as far as the page itself holds them, and whether each is
-// whole: an entry too large for its page keeps its tail on overflow
-// pages, which are not followed. usable is the page's usable size (the
-// page size less the database header's reserved bytes).
-func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, whole []bool, err error) {
+// IndexEntries returns the payloads of the entries on page pgno of an
+// index b-tree (nil for another page), without their overflow. usable is
+// the page size less reserved bytes.
+func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, err error) {
 	off := 0
 	if pgno == 1 {
 		off = 100 // the database header
 	}
 	if len(page) < off+12 || usable < 480 || usable > len(page) {
-		return nil, nil, errMalformed
+		return nil, errMalformed
 	}
 	kind := page[off]
 	if kind != indexInterior && kind != indexLeaf {
-		return nil, nil, nil
+		return nil, nil
 	}
 	be := binary.BigEndian
 	cells := int(be.Uint16(page[off+3:]))
@@ -44,7 +36,7 @@ func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, whol
 		ptrs = off + 12
 	}
 	if ptrs+2*cells > usable {
-		return nil, nil, errMalformed
+		return nil, errMalformed
 	}
 	maxLocal := (usable-12)*64/255 - 23
 	minLocal := (usable-12)*32/255 - 23
@@ -54,11 +46,11 @@ func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, whol
 			c += 4 // the left child's page number
 		}
 		if c <= ptrs || c >= usable {
-			return nil, nil, errMalformed
+			return nil, errMalformed
 		}
 		size, n := sqliteVarint(page[c:usable])
 		if n == 0 {
-			return nil, nil, errMalformed
+			return nil, errMalformed
 		}
 		c += n
 		local := int(size)
@@ -70,25 +62,23 @@ func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, whol
 			}
 		}
 		if c+local > usable {
-			return nil, nil, errMalformed
+			return nil, errMalformed
 		}
 		payloads = append(payloads, page[c:c+local])
-		whole = append(whole, uint64(local) == size)
 	}
-	return payloads, whole, nil
+	return payloads, nil
 }
 
-// Value is one column of a record: Null, an Int, or Bytes (a BLOB or
-// TEXT; Text tells which). A float is neither Int nor Bytes.
+// Value is one column of a record: Null, an Int, or Bytes (TEXT if Text).
+// A float is neither.
 type Value struct {
 	Null, Text, IsInt bool
 	Int               int64
 	Bytes             []byte
 }
 
-// Record decodes the columns of a record, as far as payload holds them
-// (the rest lie on overflow pages): total is how many columns the
-// record's header lists. ok is false for a malformed header.
+// Record decodes a record's columns as far as payload holds them; total
+// is how many its header lists, ok false for a malformed header.
 func Record(payload []byte) (cols []Value, total int, ok bool) {
 	hsize, hn := sqliteVarint(payload)
 	if hn == 0 || hsize < uint64(hn) || hsize > uint64(len(payload)) {
@@ -140,8 +130,7 @@ func Record(payload []byte) (cols []Value, total int, ok bool) {
 	return cols, len(types), true
 }
 
-// sqliteVarint reads SQLite's big-endian varint (1 to 9 bytes; the ninth
-// holds 8 bits) and its length, 0 when b ends first.
+// sqliteVarint reads SQLite's varint and its length, 0 when b ends first.
 func sqliteVarint(b []byte) (uint64, int) {
 	var v uint64
 	for i := 0; i < 9; i++ {

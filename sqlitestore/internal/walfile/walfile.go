@@ -1,10 +1,6 @@
 // Package walfile reads SQLite's WAL file format
 // (https://www.sqlite.org/fileformat2.html#walformat) as SQLite's recovery
-// does: the frames whose salts are the header's and whose cumulative
-// checksums hold, up to the last commit frame. The store reads a WAL
-// that is no longer the database's, to tell whether the database file
-// holds its commits; the drivertest module checks it against SQLite's own
-// recovery.
+// does, and the index b-tree pages in it.
 package walfile
 
 import (
@@ -14,8 +10,7 @@ import (
 	"io"
 )
 
-// The format: a 32-byte header, then frames of a 24-byte header and a
-// page each.
+// A 32-byte header, then frames of a 24-byte header and a page each.
 const (
 	walMagic   = 0x377f0682 // the low bit: checksums of big-endian words
 	walVersion = 3007000
@@ -23,12 +18,9 @@ const (
 	frameHead  = 24
 )
 
-// Committed reads a WAL file's valid frames (their salts the header's,
-// their cumulative checksums right) up to the last commit frame and
-// returns the page size, the database's size in pages after that commit
-// (a checkpoint truncates the file to it), and, for each page, the offset
-// of its last committed image. A file with no valid header or no commit
-// holds no commit.
+// Committed reads a WAL's valid frames up to the last commit and returns
+// the page size, the database's pages after that commit, and each page's
+// offset of its last committed image.
 func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, err error) {
 	var hdr [headerSize]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
@@ -49,7 +41,6 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 		return 0, 0, nil, nil
 	}
 	if be.Uint32(hdr[4:]) != walVersion {
-		// SQLite refuses to open a database beside it.
 		return 0, 0, nil, errors.New("a WAL file of an unknown version")
 	}
 	type frame struct {
@@ -86,8 +77,7 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 	return size, pages, last, nil
 }
 
-// checksum continues SQLite's WAL checksum (s1, s2) over b, whose
-// length is a multiple of 8, read as 32-bit words of the WAL's byte order.
+// checksum continues SQLite's WAL checksum (s1, s2) over b.
 func checksum(bigEndian bool, s1, s2 uint32, b []byte) (uint32, uint32) {
 	var order binary.ByteOrder = binary.LittleEndian
 	if bigEndian {
