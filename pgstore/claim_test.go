@@ -27,7 +27,6 @@ func TestClaim(t *testing.T) {
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
 		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
 		{"first again after expiry", claimAfterExpiryByDatabaseClockIsFirstAgain},
-		{"refuses until not after database clock", claimRefusesUntilNotAfterDatabaseClock},
 		{"until rounded up to microseconds", claimStoresUntilRoundedUpToMicroseconds},
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
@@ -160,23 +159,6 @@ func claimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
 	}
 	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); first || err != nil {
 		t.Fatalf("claim after the retake = %v, %v; want false, nil", first, err)
-	}
-}
-
-func claimRefusesUntilNotAfterDatabaseClock(t *testing.T) {
-	s := newTestStore(t)
-	for _, until := range []time.Time{{}, time.Now().Add(-time.Second), time.Unix(0, 0)} {
-		first, err := s.Claim(bg(), "past", until)
-		if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
-		}
-	}
-	var n int
-	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE key = $1`, s.key("past")).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("an expired claim left %d rows (%v)", n, err)
-	}
-	if first, err := s.Claim(bg(), "past", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("Claim after refused ones = %v, %v; want first", first, err)
 	}
 }
 

@@ -103,7 +103,6 @@ func TestWork(t *testing.T) {
 		{"commit refused only when nothing committed", commitRefusedOnlyWhenNothingWasCommitted},
 		{"ends with a done context", workEndsWithADoneContext},
 		{"first end wins", workFirstEndWins},
-		{"rollback leaves the lease", workRollbackLeavesTheLease},
 		{"process killed before commit keeps nothing", workProcessKilledBeforeCommitKeepsNothing},
 		{"one charge per key through a server kill", workKeepsOneChargePerKeyThroughAPostgresKill},
 		{"temp table of the store's name takes nothing", workTempTableOfTheStoresNameTakesNothing},
@@ -350,30 +349,6 @@ func workFirstEndWins(t *testing.T) {
 			}
 		}
 	})
-}
-
-// workRollbackLeavesTheLease: Rollback discards the work and leaves
-// the lease live; ReleaseLease then frees the ID for the next holder.
-func workRollbackLeavesTheLease(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
-	w, token := acquire(t, s, "rb", time.Minute)
-	if err := charge(w.Context(bg()), table, "rb", "x"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Rollback(bg()); err != nil {
-		t.Fatal(err)
-	}
-	if got := chargesOf(t, s.pool, table, "rb"); len(got) != 0 {
-		t.Fatalf("charges = %q, want none", got)
-	}
-	if row, _ := rowOf(t, s, "rb"); row.state != "l" {
-		t.Fatalf("row = %+v, want the lease live", row)
-	}
-	if err := s.ReleaseLease(bg(), "rb", token); err != nil {
-		t.Fatal(err)
-	}
-	wantRecord(t, s, "rb", replay.LeaseAcquired, nil, nil)
 }
 
 // workChildEnv switches the test binary into the child of

@@ -3,10 +3,11 @@ package drivertest
 // Idempotent MCP tool calls (ctokenmcp.Idempotency) on the SQLite store,
 // end to end: a pay tool served over streamable HTTP on 127.0.0.1,
 // driven by go-sdk's own client through an HTTP transport that loses the
-// first tools/call response after the server sent it. The client's retry
-// gets the first result, and the payments table holds one row. In the
-// transactional mode the tool writes through sqlitestore.TxFrom, and a
-// tool that fails after its write keeps neither the write nor a record.
+// first tools/call response after the server sent it. The tool runs in
+// the transactional mode, writing through sqlitestore.TxFrom: the
+// client's retry gets the first result, the payments table holds one
+// row, and a tool that fails after its write keeps neither the write nor
+// a record. (The plain mode: mcptokentest.RunContract, in TestContracts.)
 
 import (
 	"bytes"
@@ -57,85 +58,75 @@ func (l *loseFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) 
 
 func mcpIdempotentToolOnSQLite(t *testing.T) {
 	for _, d := range Drivers() {
-		for _, transactional := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/transactional %v", d.Name, transactional), func(t *testing.T) {
-				ctx := context.Background()
-				db, _ := openMigrated(t, d)
-				if _, err := db.ExecContext(ctx, `CREATE TABLE payments (amount INTEGER NOT NULL)`); err != nil {
-					t.Fatal(err)
-				}
-				store := mustStore(t, db, sqlitestore.Options{})
-				idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
-					IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: transactional},
-					Caller:            ctokenmcp.FixedCaller("alice"),
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var runs atomic.Int32
-				var fail atomic.Bool
-				s := mcp.NewServer(&mcp.Implementation{Name: "payer", Version: "v0"}, nil)
-				s.AddTool(&mcp.Tool{Name: "pay", InputSchema: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"amount":{"type":"integer"}},"required":["key","amount"]}`)},
-					idem.Wrap(func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-						n := runs.Add(1)
-						var err error
-						if transactional {
-							var tx *sqlitestore.Tx
-							if tx, err = sqlitestore.TxFrom(ctx); err == nil {
-								_, err = tx.ExecContext(ctx, `INSERT INTO payments (amount) VALUES (5)`)
-							}
-						} else {
-							_, err = db.ExecContext(ctx, `INSERT INTO payments (amount) VALUES (5)`)
-						}
-						if err != nil {
-							return nil, err
-						}
-						if fail.Load() {
-							return nil, errors.New("the tool failed after its write")
-						}
-						return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("payment %d", n)}}}, nil
-					}))
-				srv := loopback(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}), nil)
-				cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil).Connect(ctx,
-					&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: &loseFirstToolsCall{}}, MaxRetries: -1}, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cs.Close()
-				rows := func() int {
-					var n int
-					if err := db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					return n
-				}
-				call := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"key": "pay-1", "amount": 5}}
-				if _, err := cs.CallTool(ctx, call); err == nil {
-					t.Fatal("the first response was not lost")
-				}
-				res, err := cs.CallTool(ctx, call)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "payment 1" || runs.Load() != 1 || rows() != 1 {
-					t.Fatalf("retry got %+v; %d runs, %d rows", res.Content, runs.Load(), rows())
-				}
-				if !transactional {
-					return
-				}
-				fail.Store(true)
-				again := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"key": "pay-2", "amount": 5}}
-				if _, err := cs.CallTool(ctx, again); err == nil {
-					t.Fatal("the tool's failure was not sent")
-				}
-				if rows() != 1 {
-					t.Fatal("the failed tool's write was kept")
-				}
-				fail.Store(false)
-				if _, err := cs.CallTool(ctx, again); err != nil || rows() != 2 {
-					t.Fatalf("the released key: %v, %d rows", err, rows())
-				}
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, _ := openMigrated(t, d)
+			if _, err := db.ExecContext(ctx, `CREATE TABLE payments (amount INTEGER NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			store := mustStore(t, db, sqlitestore.Options{})
+			idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
+				IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: true},
+				Caller:            ctokenmcp.FixedCaller("alice"),
 			})
-		}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			var fail atomic.Bool
+			s := mcp.NewServer(&mcp.Implementation{Name: "payer", Version: "v0"}, nil)
+			s.AddTool(&mcp.Tool{Name: "pay", InputSchema: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"amount":{"type":"integer"}},"required":["key","amount"]}`)},
+				idem.Wrap(func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					n := runs.Add(1)
+					tx, err := sqlitestore.TxFrom(ctx)
+					if err == nil {
+						_, err = tx.ExecContext(ctx, `INSERT INTO payments (amount) VALUES (5)`)
+					}
+					if err != nil {
+						return nil, err
+					}
+					if fail.Load() {
+						return nil, errors.New("the tool failed after its write")
+					}
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("payment %d", n)}}}, nil
+				}))
+			srv := loopback(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}), nil)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil).Connect(ctx,
+				&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: &loseFirstToolsCall{}}, MaxRetries: -1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			rows := func() int {
+				var n int
+				if err := db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			call := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"key": "pay-1", "amount": 5}}
+			if _, err := cs.CallTool(ctx, call); err == nil {
+				t.Fatal("the first response was not lost")
+			}
+			res, err := cs.CallTool(ctx, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "payment 1" || runs.Load() != 1 || rows() != 1 {
+				t.Fatalf("retry got %+v; %d runs, %d rows", res.Content, runs.Load(), rows())
+			}
+			fail.Store(true)
+			again := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"key": "pay-2", "amount": 5}}
+			if _, err := cs.CallTool(ctx, again); err == nil {
+				t.Fatal("the tool's failure was not sent")
+			}
+			if rows() != 1 {
+				t.Fatal("the failed tool's write was kept")
+			}
+			fail.Store(false)
+			if _, err := cs.CallTool(ctx, again); err != nil || rows() != 2 {
+				t.Fatalf("the released key: %v, %d rows", err, rows())
+			}
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package drivertest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -79,14 +78,10 @@ func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
 }
 
 // TestWork: the transactional mode used directly, as the middlewares use
-// it: the handler's writes through TxFrom and the end of the lease
-// commit together, or not at all.
+// it, beyond replaytest.RunWorkContract (TestContracts): the single
+// writer, claims in a Work or WithTx, the handler's escapes and settings.
 func TestWork(t *testing.T) {
 	runOnEveryDriver(t, []driverCase{
-		{"commit keeps the app row and the done row", workCommit},
-		{"commit with a record keeps it", workCommitRecord},
-		{"rollback keeps neither and the lease stays busy", workRollback},
-		{"BeginWork after a takeover is ErrLeaseLost", workAfterTakeover},
 		{"lease ending during the work is not taken before its commit", workOutlivesLease},
 		{"claim in the work commits and rolls back with it", workClaim},
 		{"WithTx writes the claim in the caller's transaction", withTx},
@@ -99,33 +94,6 @@ func TestWork(t *testing.T) {
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, false) }},
 		{"handler's wal_autocheckpoint does not outlive its work", workAutocheckpoint},
 	})
-}
-
-func workCommit(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	l := mustLease(t, s, "job", time.Minute)
-	w, tx, _ := begin(t, s, "job", l.Token)
-	insertApp(t, tx, "job")
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("the app row is visible outside the work before its commit (%d rows)", n)
-	}
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows after Commit = %d; want 1", n)
-	}
-	wantLease(t, s, "job", replay.LeaseDone)
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
-		t.Fatalf("a second Commit = %v; want the first outcome (nil)", err)
-	}
-	if err := w.Rollback(ctx); err != nil {
-		t.Fatalf("Rollback after Commit = %v; want nil", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows after Rollback of a committed work = %d; want 1", n)
-	}
 }
 
 // workAutocheckpoint: the store runs its writer's checkpoints itself
@@ -211,73 +179,6 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 			}
 			next.Rollback(ctx)
 		}
-	}
-}
-
-func workCommitRecord(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	fp, result := []byte("fingerprint"), []byte("the response")
-	r, err := s.AcquireRecord(ctx, "job", time.Minute, fp)
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord = %+v, %v", r, err)
-	}
-	w, tx, _ := begin(t, s, "job", r.Token)
-	insertApp(t, tx, "job")
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
-	got, err := s.AcquireRecord(ctx, "job", time.Minute, fp)
-	if err != nil || got.State != replay.LeaseDone || !bytes.Equal(got.Fingerprint, fp) || !bytes.Equal(got.Result, result) {
-		t.Fatalf("AcquireRecord after Commit = %+v, %v; want done with the record", got, err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows = %d; want 1", n)
-	}
-}
-
-func workRollback(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	l := mustLease(t, s, "job", time.Minute)
-	w, tx, _ := begin(t, s, "job", l.Token)
-	insertApp(t, tx, "job")
-	if err := w.Rollback(ctx); err != nil {
-		t.Fatalf("Rollback = %v", err)
-	}
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("app rows after Rollback = %d; want 0", n)
-	}
-	wantLease(t, s, "job", replay.LeaseBusy)
-	// The holder releases its lease and a retry runs the work.
-	if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
-		t.Fatal(err)
-	}
-	mustLease(t, s, "job", time.Minute)
-}
-
-func workAfterTakeover(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	const lease = 50 * time.Millisecond
-	l := mustLease(t, s, "job", lease)
-	time.Sleep(lease + 20*time.Millisecond)
-	other := mustLease(t, s, "job", time.Minute)
-	w, err := s.BeginWork(ctx, "job", l.Token)
-	if w != nil || !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("BeginWork with the taken-over lease = %v, %v; want ErrLeaseLost and no Work", w, err)
-	}
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("app rows = %d; want 0", n)
-	}
-	// The new holder's work runs, and commits alone.
-	w2, tx, _ := begin(t, s, "job", other.Token)
-	insertApp(t, tx, "job")
-	if err := w2.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
-		t.Fatalf("the new holder's Commit = %v", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows = %d; want 1", n)
 	}
 }
 
