@@ -777,7 +777,7 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 			path := filepath.Join(t.TempDir(), "replay.db")
 			pragmas := With("journal_mode", journal)
 			if journal == "DELETE" {
-				pragmas = []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}
+				pragmas = []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}} // busy_timeout first: the switch waits for other connections
 			}
 			db := d.OpenWith(t, path, pragmas)
 			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {

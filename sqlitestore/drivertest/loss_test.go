@@ -777,7 +777,8 @@ func walLinksAfterACrash(t *testing.T) {
 			t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
-				del := []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}
+				// busy_timeout first: the switch from WAL waits for the other connections.
+				del := []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}}
 				for round := range 2 {
 					db, err := sql.Open(d.SQLName, d.DSN(path, del))
 					if err != nil {
