@@ -8,8 +8,7 @@ cd "$(dirname "$0")/.."
 echo "--- root and internal/cursorwire benchmarks, one iteration each"
 go test -run '^$' -bench . -benchtime 1x . ./internal/cursorwire
 
-echo "--- bench/: build, vet, tests, benchmarks one iteration each"
-cd bench
-go vet ./...
-go test -count=1 ./...
-go test -run xxx -bench . -benchtime 1x ./...
+echo "--- bench/: build, vet, tests, benchmarks one iteration each (BenchmarkIdempotency beside a redis-server: .ci/redis.sh)"
+(cd bench && go vet ./... && go test -count=1 ./...)
+CI=true bash .ci/redis.sh sh -c 'cd bench && go test -run xxx -bench . -benchtime 1x ./...'
+

@@ -19,3 +19,14 @@ func threadCPU() int64 {
 	}
 	return ts.Nano()
 }
+
+// processCPU returns the CPU time this process has used, every thread, in
+// nanoseconds (CLOCK_PROCESS_CPUTIME_ID), or -1 if unavailable.
+func processCPU() int64 {
+	const clockProcessCPUTimeID = 2
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockProcessCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		return -1
+	}
+	return ts.Nano()
+}

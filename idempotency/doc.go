@@ -193,6 +193,12 @@
 // like any other: a retry with the same key gets it again even after its
 // cause is fixed, and needs a new key.
 //
+// The key is leased ([replay.Recorder.AcquireRecord]) under the request's
+// values but not its cancellation, within a quarter of [Config.Lease]: a
+// client that leaves before it is asked is answered 503 and nothing is
+// asked; one that leaves while it is asked gets the lease taken, and the
+// handler runs, as when it leaves just after.
+//
 // The handler's context (r.Context()) keeps the request's values but not
 // its cancellation or deadline: a client that times out, or a server
 // that closes the connection, does not cancel it, so a handler that

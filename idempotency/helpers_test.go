@@ -42,11 +42,19 @@ type faultStore struct {
 	releaseErr   error        // every ReleaseLease fails with it
 	confirms     atomic.Int32
 	releases     atomic.Int32
+	acquires     atomic.Int32
+	// duringAcquire, when set, runs inside every AcquireRecord with its
+	// context, before the store answers.
+	duringAcquire func(ctx context.Context)
 }
 
 var errInjected = errors.New("injected store failure")
 
 func (f *faultStore) AcquireRecord(ctx context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
+	f.acquires.Add(1)
+	if f.duringAcquire != nil {
+		f.duringAcquire(ctx)
+	}
 	if f.acquireErr != nil {
 		return replay.Record{}, f.acquireErr
 	}

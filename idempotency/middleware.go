@@ -113,11 +113,22 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 
 // acquire asks the store for a's key, adding the call's latency to
 // a.acquired; an acquired lease starts a's attempt (a.start). When the
-// store fails, or the client left while it was asked, it answers the
-// request (503) and reports false.
+// store fails, or the client left before it was asked or while it was,
+// it answers the request (503) and reports false.
+//
+// A Recorder's acquire keeps the request's values but not its
+// cancellation, within a quarter of the lease (replay.WithDeadlineOnly),
+// as the webhook middleware's: a client that leaves meanwhile would only
+// turn a lease the store took into an unknown outcome, and the store then
+// runs the call on the caller's goroutine (a redisstore call under a
+// cancellable context pays a goroutine of its own: issue 81).
 func (a *attempt) acquire(w http.ResponseWriter, fp []byte) (replay.Record, bool) {
 	p := a.p
 	ctx := a.r.Context()
+	if ctx.Err() != nil {
+		p.refuse(w, errGoneAcquire, a.acquired, p.retryAfter) // nothing asked: nothing to release
+		return replay.Record{}, false
+	}
 	start := time.Now()
 	var rec replay.Record
 	var err error
@@ -132,7 +143,9 @@ func (a *attempt) acquire(w http.ResponseWriter, fp []byte) (replay.Record, bool
 		}
 		a.held = held
 	} else {
-		rec, err = p.store.AcquireRecord(ctx, a.id, p.lease, fp)
+		actx, cancel := replay.WithDeadlineOnly(ctx, start.Add(p.lease/4))
+		rec, err = p.store.AcquireRecord(actx, a.id, p.lease, fp)
+		cancel()
 	}
 	a.acquired += max(time.Since(start), 1) // a store was called: never 0
 	switch {

@@ -737,7 +737,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 			t.Errorf("log %s", f.logs)
 		}
 	})
-	t.Run("a client gone during the acquire is not a store failure", func(t *testing.T) {
+	t.Run("a client gone before the acquire is not a store failure, and asks nothing", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		fs := &faultStore{Recorder: newStore(), acquireErr: context.Canceled}
@@ -746,11 +746,39 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		if w.Code != http.StatusServiceUnavailable || f.runs.Load() != 0 {
 			t.Fatalf("status %d runs %d", w.Code, f.runs.Load())
 		}
+		if n := fs.acquires.Load(); n != 0 {
+			t.Fatalf("%d acquires for a request whose client was gone; want none", n)
+		}
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyGoneBeforeLease {
 			t.Errorf("event %+v", e)
 		}
 		if f.logs.Len() != 0 {
 			t.Errorf("logged: %s", f.logs)
+		}
+	})
+	t.Run("a client gone while the key is leased does not cut the acquire", func(t *testing.T) {
+		// The store's answer is known (no lease of unknown outcome), and
+		// the handler, whose context ignores the client, runs and is
+		// recorded, as when the client leaves just after the acquire.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var deadlineOnly, cancelled bool
+		fs := &faultStore{Recorder: newStore(), duringAcquire: func(actx context.Context) {
+			cancel()
+			deadlineOnly, cancelled = replay.EndsOnlyAtDeadline(actx), actx.Err() != nil
+		}}
+		f := newFixture(t, Config{Store: fs}, nil)
+		f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
+		if !deadlineOnly || cancelled {
+			t.Fatalf("the acquire's context: deadline-only %v, cancelled with the request %v; want true, false", deadlineOnly, cancelled)
+		}
+		if f.runs.Load() != 1 || fs.confirms.Load() != 1 {
+			t.Fatalf("runs %d, confirms %d; want the handler run and recorded once", f.runs.Load(), fs.confirms.Load())
+		}
+		fs.duringAcquire = nil
+		w := f.post(key1, `{}`)
+		if f.runs.Load() != 1 || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("retry: runs %d, replayed %q; want the recorded response", f.runs.Load(), w.Header().Get(ReplayedHeader))
 		}
 	})
 	t.Run("acquired without a token is 503", func(t *testing.T) {

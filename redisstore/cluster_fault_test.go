@@ -736,23 +736,32 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 	for _, tt := range []struct {
 		name           string
 		every, appDown bool
+		// baselines: <prefix>servers and the ledger are evicted too (see
+		// TestEvictionWhileIdleThenResetStat), on the master holding
+		// them, which is then the one master evicted (issue 81).
+		baselines bool
 	}{
-		{"one master, the store idle, then its recheck", false, false},
-		{"one master, the app down, then a new Open", false, true},
-		{"every master, the store idle, then its recheck", true, false},
-		{"every master, the app down, then a new Open", true, true},
+		{"one master, the store idle, then its recheck", false, false, false},
+		{"one master, the app down, then a new Open", false, true, false},
+		{"every master, the store idle, then its recheck", true, false, false},
+		{"every master, the app down, then a new Open", true, true, false},
+		{"the baselines' master, the baselines evicted too, the app down, then a new Open", false, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tc.client(t)
 			prefix := fmt.Sprintf("ctoken-fault:reset-%d:", time.Now().UnixNano())
+			if tt.baselines {
+				prefix = prefixWithBaselinesOnTheMostShards(t, c, prefix)
+			}
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
 			old, expiry := claimOldUntil(t, s, evictOld)
 			recheckAll(t, s) // the baselines hold every claim's commands
 			if tt.appDown {
 				s.Close()
 			}
+			nodes := keyNodes(t, c, prefix)
 			per := map[string]int{} // claims per master: a master may hold no shard after the slot migration test
-			for k, addr := range keyNodes(t, c, prefix) {
+			for k, addr := range nodes {
 				if strings.Contains(k, ":old-") {
 					per[addr]++
 				}
@@ -761,7 +770,11 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			for addr := range per {
 				victims = append(victims, addr)
 			}
-			if !tt.every {
+			switch {
+			case tt.baselines:
+				victims = []string{nodes[s.serversKey()]}
+				evictableBaselines(t, c, prefix)
+			case !tt.every:
 				victims = []string{maxKey(per)}
 			}
 			for _, addr := range victims {
@@ -783,6 +796,34 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			resetStatFenced(t, s, c, old, tt.appDown, expiry, resetAt)
 		})
 	}
+}
+
+// prefixWithBaselinesOnTheMostShards returns base with a suffix that puts
+// <prefix>servers and <prefix>ledger on the master holding the most shard
+// markers, so that evicting that master's keys takes claims and both.
+func prefixWithBaselinesOnTheMostShards(t *testing.T, c *redis.ClusterClient, base string) string {
+	t.Helper()
+	ctx := context.Background()
+	masterOf := func(key string) string {
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	shards := map[string]int{}
+	for _, tag := range shardTags("x:") { // {NN} is the hash tag, whatever the prefix
+		shards[masterOf(tag)]++
+	}
+	most := maxKey(shards)
+	for i := range 1000 {
+		p := fmt.Sprintf("%s%d:", base, i)
+		if masterOf(p+"servers") == most && masterOf(p+"ledger") == most {
+			return p
+		}
+	}
+	t.Fatalf("no prefix of 1000 puts the baselines and the ledger on %s", most)
+	return ""
 }
 
 // clusterResetStatAfterABurst runs TestResetStatAfterABurst

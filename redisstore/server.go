@@ -54,10 +54,15 @@ import (
 //
 // A run_id never seen before (a restart, a failover, a first Open) is
 // checked as Open checks a server; its counters are taken as they are,
-// except that keys it evicted count as loss when the key space already
-// knows another server (<prefix>servers is not empty): a restarted server
-// evicted after it loaded our data, and a promoted replica does not evict
-// by itself (replica-ignore-maxmemory), so either evicted claims. Its
+// except that keys it evicted count as loss when the key space lived
+// before (<prefix>servers knows another server, or a shard marker or a
+// ledger entry is there while no baseline is): a restarted server
+// evicted after it loaded our data, a promoted replica does not evict by
+// itself (replica-ignore-maxmemory), so either evicted claims, and an
+// eviction under an allkeys policy can take <prefix>servers with the
+// claims. For the same reason a CONFIG RESETSTAT it counts
+// (cmdstat_config|resetstat) is loss there: it zeroed evicted_keys, and
+// no baseline from before it proves there was nothing to count. Its
 // FLUSHALL, FLUSHDB and SWAPDB calls are not: a promoted replica counts
 // the ones it replicated, which the store watching the old primary saw, and
 // a flush since a restart leaves markers missing, which fences. A key
@@ -453,6 +458,14 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 		if countersOK && history && now.evicted > 0 && !allowEviction {
 			ev = append(ev, fmt.Sprintf("a server new to the key space had evicted %d keys", now.evicted))
 		}
+		// A server the key space has no baseline of, although the key
+		// space lived (its baselines evicted with the claims, under an
+		// allkeys policy, or a new run), whose statistics were reset: no
+		// baseline from before the reset proves that it evicted or
+		// flushed nothing before it (issue 81).
+		if countersOK && history && now.witness && now.resets > 0 {
+			ev = append(ev, fmt.Sprintf("a server the key space has no baseline of counts a CONFIG RESETSTAT (cmdstat_config|resetstat calls=%d): %s", now.resets, hidByReset))
+		}
 		if prev != nil && prev.markers > 0 && now.markers >= 0 && now.markers < prev.markers {
 			ev = append(ev, fmt.Sprintf("a new server run holds %d of the %d fence markers the previous run held (a restart without persistence)", now.markers, prev.markers))
 		}
@@ -489,6 +502,9 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 	return ev
 }
 
+// hidByReset ends the evidence of a CONFIG RESETSTAT.
+const hidByReset = "CONFIG RESETSTAT zeroed the loss counters, hiding any eviction or flush before it"
+
 // resetWitnesses returns what shows that CONFIG RESETSTAT ran on a server
 // between two reads of its counters, old and now, whose loss counters
 // may all be back at their baseline. A reset zeroes every statistic;
@@ -512,7 +528,7 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 // A witness is judged only where both reads have it (a baseline an older
 // store wrote has none but total_commands_processed).
 func resetWitnesses(old, now counters, ownRole int64) []string {
-	const hid = "CONFIG RESETSTAT zeroed the loss counters, hiding any eviction or flush before it"
+	const hid = hidByReset
 	var ev []string
 	if old.commands > 0 && now.commands > 0 && now.commands < old.commands {
 		ev = append(ev, fmt.Sprintf("total_commands_processed went down from %d to %d: %s", old.commands, now.commands, hid))

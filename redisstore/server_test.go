@@ -346,8 +346,14 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 }
 
 // resetBefore is a server reset once before the store opened (a
-// dashboard that resets), by a reset that took 28 µs.
-func resetBefore(f *fakeServer) { f.resetStat(28) }
+// dashboard that resets), by a reset that took 28 µs, and the key space
+// provisioned on it after the reset: <prefix>servers holds what the
+// provisioning's check read (the fake's markers are always there, so a key
+// space without a baseline is one that lost it).
+func resetBefore(f *fakeServer) {
+	f.resetStat(28)
+	f.servers[f.runID] = baseline{counters: counters{commands: f.commands, resets: f.resets, resetUsec: f.resetUsec, role: f.roles, witness: true}, markers: -1}.encode(time.Now())
+}
 
 // TestLoss pins evidence of loss on the server: told from conditions,
 // refused until the fence is written, and consumed once, by one store.
@@ -436,6 +442,16 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			// and claims: a new Store sees markers and no baseline.
 			f.evicted, f.servers = 40, map[string]string{}
 		}, true, true, false, nil},
+		// Issue 81: the same, then CONFIG RESETSTAT while the app was
+		// down; evicted_keys is back at 0, and only the reset's own entry
+		// in INFO commandstats shows that it may hide evictions.
+		{"baselines lost, markers kept, keys evicted, then CONFIG RESETSTAT", nil, Options{}, func(f *fakeServer) {
+			f.evicted, f.servers = 40, map[string]string{}
+			f.resetStat(28)
+		}, true, true, false, nil},
+		{"baselines lost, markers kept, on a server reset before", resetBefore, Options{}, func(f *fakeServer) { f.servers = map[string]string{} }, true, true, false, nil},
+		{"baselines lost, markers kept, nothing evicted nor reset", nil, Options{}, func(f *fakeServer) { f.servers = map[string]string{} }, true, false, false, nil},
+		{"failover to a server reset before", nil, Options{}, func(f *fakeServer) { f.runID = "run-b"; f.resetStat(28) }, false, true, false, nil},
 		{"no run_id: by address, in memory", func(f *fakeServer) { f.runID = "" }, Options{}, func(f *fakeServer) { f.evicted++ }, false, true, false, nil},
 	}
 	for _, tt := range tests {
