@@ -72,7 +72,11 @@ func (s *Store) startRepair(why string, err error) {
 	if !s.wal || s.bg == nil || !s.repairing.CompareAndSwap(false, true) {
 		return
 	}
-	s.log.Warn("sqlitestore: "+why+": the store acknowledges nothing until it has rewritten the database file and synced it", "table", unquote(s.table), "err", err)
+	attrs := []any{"table", unquote(s.table)}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	s.log.Warn("sqlitestore: "+why+": the store acknowledges nothing until it has rewritten the database file and synced it", attrs...)
 	s.observe(Event{Kind: EventRefusing, Reason: errRepairing})
 	s.guard.persist(s)
 	s.wg.Add(1)

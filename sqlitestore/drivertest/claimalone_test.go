@@ -12,8 +12,8 @@ import (
 // TestLoneClaimChecksTheMarker: a claim that finds the writer idle runs
 // as one autocommit statement (claimalone.go) that checks the marker row
 // itself. With the marker tampered with after the store's first durable
-// commit (so no check or sequence advance is due), the claim is refused
-// with ErrUnavailable and is not first, as in a write transaction.
+// commits, the claim is refused with ErrUnavailable and is not first, as
+// in a write transaction.
 func TestLoneClaimChecksTheMarker(t *testing.T) {
 	tests := []struct {
 		name, tamper string
@@ -51,6 +51,71 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 						t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestEveryDurableCommitAdvancesTheSequence: the judgement of a WAL kept
+// after a crash (a claim lost with it is found) needs every durable commit
+// of a store to advance the marker's sequence: a lone claim, a claim that
+// finds its ID held, a confirmation, a Work's commit, a claim in a
+// caller's transaction.
+func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, _ := openMigrated(t, d)
+			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+			seq := func() int64 {
+				t.Helper()
+				var n int64
+				if err := db.QueryRowContext(ctx, `SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			until := time.Now().Add(time.Hour)
+			steps := []struct {
+				name string
+				do   func() error
+			}{
+				{"a lone first claim", func() error { _, err := s.Claim(ctx, "a", until); return err }},
+				{"a claim of a held ID", func() error { _, err := s.Claim(ctx, "a", until); return err }},
+				{"a confirmation", func() error {
+					l, err := s.AcquireLease(ctx, "l", time.Minute)
+					if err != nil {
+						return err
+					}
+					return s.ConfirmLease(ctx, "l", l.Token, until)
+				}},
+				{"a Work's commit", func() error {
+					_, w, err := s.AcquireWork(ctx, "w", time.Minute, nil)
+					if err != nil {
+						return err
+					}
+					return w.Commit(ctx, until, nil, nil)
+				}},
+				{"a claim in a caller's transaction", func() error {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						return err
+					}
+					if _, err := s.Claim(sqlitestore.WithTx(ctx, tx), "tx", until); err != nil {
+						tx.Rollback()
+						return err
+					}
+					return tx.Commit()
+				}},
+			}
+			for _, st := range steps {
+				before := seq()
+				if err := st.do(); err != nil {
+					t.Fatalf("%s: %v", st.name, err)
+				}
+				if after := seq(); after <= before {
+					t.Errorf("%s left the sequence at %d; want it advanced", st.name, after)
+				}
 			}
 		})
 	}
