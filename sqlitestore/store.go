@@ -413,11 +413,6 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		return false, nil
 	}
 	ctx = orBackground(ctx)
-	if s.txOf(ctx) == nil {
-		if first, ok, err := s.claimAlone(ctx, id, nanos(until)); ok {
-			return first, err
-		}
-	}
 	var first bool
 	err := s.do(ctx, true, func(q querier, now int64) error {
 		var err error

@@ -9,11 +9,10 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// TestLoneClaimChecksTheMarker: a claim that finds the writer idle runs
-// as one autocommit statement (claimalone.go) that checks the marker row
-// itself. With the marker tampered with after the store's first durable
-// commits, the claim is refused with ErrUnavailable and is not first, as
-// in a write transaction.
+// TestLoneClaimChecksTheMarker: a claim that finds the writer idle checks
+// the marker row in its transaction. With the marker tampered with after
+// the store's first durable commits, the claim is refused with
+// ErrUnavailable and is not first.
 func TestLoneClaimChecksTheMarker(t *testing.T) {
 	tests := []struct {
 		name, tamper string
@@ -31,7 +30,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 					ctx := context.Background()
 					db, _ := openMigrated(t, d)
 					s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-					for _, id := range []string{"a", "b"} { // the second takes the one-statement path
+					for _, id := range []string{"a", "b"} {
 						if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
 							t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
 						}
