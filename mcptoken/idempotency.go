@@ -27,8 +27,9 @@ const (
 	CodeInProgress = 1025
 	// CodeOutcomeUnknown tells a client that its call ran but whether its
 	// effects were kept is unknown: retry the same call with the same key
-	// after the hint, never under a new key ([ErrOutcomeUnknown]). 1026
-	// and 1027 are request-state codes.
+	// after the hint, never under a new key ([ErrOutcomeUnknown]). 1026,
+	// 1027 and 1029 are request-state codes; an interrupted round is
+	// [CodeRoundInterrupted], never this code.
 	CodeOutcomeUnknown = 1028
 )
 

@@ -34,10 +34,11 @@ var ErrStateBusy = errors.New("mcptoken: request state busy: its round is still 
 
 // ErrRoundInterrupted reports an authentic request state, bound to the
 // call that presents it, whose round began under a server that stopped
-// (a crash, a kill) before it recorded the round's result: whether the
-// round acted is unknown, and it is not run again. [RefuseState] maps it
-// to [CodeOutcomeUnknown], without a retry hint: no retry settles it; the
-// client checks the effect before it calls again without the state.
+// (a crash, a kill), or lost its hold on the state, before it recorded the
+// round's result: whether the round acted is unknown, and it is not run
+// again. [RefuseState] maps it to [CodeRoundInterrupted], without a retry
+// hint: no retry settles it; the client checks the effect before it calls
+// again without the state.
 var ErrRoundInterrupted = errors.New("mcptoken: request state's round interrupted before its result was recorded; whether it acted is unknown")
 
 // ErrNoRecorder reports States configured to answer retries
@@ -311,7 +312,7 @@ func (s *States) start(ctx context.Context, method, name string, o stateclaim.Op
 // renews), or busy until it expires.
 func (s *States) unrecorded() string {
 	if s.renewer != nil {
-		return "until the round's hold ends, then every presentation is told it was interrupted (1028)"
+		return "until the round's hold ends, then every presentation is told it was interrupted (1029)"
 	}
 	return "until it expires"
 }

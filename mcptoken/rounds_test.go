@@ -1089,7 +1089,7 @@ func (h *holderStore) ConfirmLease(ctx context.Context, id, token string, until 
 // A round whose server stopped while it ran (it neither renews its hold nor
 // records) is known within the hold, not when the state expires: the
 // retries are busy until the hold ends, then every presentation is told
-// that the round was interrupted (1028, no retry hint), and the round
+// that the round was interrupted (1029, no retry hint), and the round
 // never runs again.
 func answerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
 	ctx := context.Background()
@@ -1120,15 +1120,15 @@ func answerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
 		busy++
 		time.Sleep(10 * time.Millisecond)
 	}
-	if refusalCode(err) != CodeOutcomeUnknown {
-		t.Fatalf("after %d busy answers: %v; want the refusal of ErrRoundInterrupted, code 1028", busy, err)
+	if refusalCode(err) != CodeRoundInterrupted {
+		t.Fatalf("after %d busy answers: %v; want the refusal of ErrRoundInterrupted, code 1029", busy, err)
 	}
 	var re *refusedErr
 	if errors.As(err, &re) && re.r.RetryAfter != 0 {
 		t.Fatalf("the refusal carries a retry hint (%v); no retry settles it", re.r.RetryAfter)
 	}
-	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeOutcomeUnknown {
-		t.Fatalf("the next presentation: %v; want code 1028 again (recorded)", err)
+	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeRoundInterrupted {
+		t.Fatalf("the next presentation: %v; want code 1029 again (recorded)", err)
 	}
 	if again.runs.Load() != 0 {
 		t.Fatalf("the round ran %d more times", again.runs.Load())
