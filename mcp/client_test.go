@@ -72,8 +72,11 @@ func (d *deployTool) handler(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 	if d.gate != nil {
 		<-d.gate
 	}
-	if in.Service == "fail" {
+	switch in.Service {
+	case "fail":
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "deploy failed"}}}, nil
+	case "crash": // failed after it acted
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "deploy crashed"}
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("deployed %s (deploy %d)", in.Service, n)}}}, nil
 }
@@ -282,6 +285,26 @@ func TestCallTool(t *testing.T) {
 					t.Fatalf("%q; %d deploys", got, d.deploys.Load())
 				}
 			})
+		}
+	})
+
+	t.Run("a tool that failed after it acted does not run again", func(t *testing.T) {
+		d := &deployTool{}
+		url, _ := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
+			if n == 1 {
+				return dropAfter
+			}
+			return passThrough
+		})
+		_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{})
+		key := wantOutcomeUnknown(t, err)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Message != "deploy crashed" {
+			t.Fatalf("%v; want the recorded failure", err)
+		}
+		_, err = CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{Key: key})
+		if !errors.As(err, &we) || we.Message != "deploy crashed" || d.deploys.Load() != 1 {
+			t.Fatalf("%v; %d deploys", err, d.deploys.Load())
 		}
 	})
 

@@ -247,10 +247,39 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 }
 
 // RunFunc runs a tool call and returns its result as the JSON text the
-// client is sent, or an error, which records nothing: the key is released
-// and a retry runs the tool again. ctx carries the store's transaction
-// when the Idempotency is Transactional.
+// client is sent, or an error. A [*Failure] says the tool began and
+// failed: it is recorded and answers every retry, as a result does (with
+// Transactional, its writes are rolled back instead and the key
+// released). Any other error records nothing: the tool failed before it
+// began (a validation failure), the key is released and a retry runs the
+// tool again. ctx carries the store's transaction when the Idempotency is
+// Transactional.
 type RunFunc func(ctx context.Context) ([]byte, error)
+
+// Failure is the error of a tool call that began and failed, as Stripe
+// records a request that began executing whatever its status: a retry
+// must not run the tool a second time. A [RunFunc] returns it with Err,
+// the error the first call is answered with, and Record, the bytes
+// recorded for it (sealed, as results are, at most
+// replay.MaxResultBytes; an integration encodes the error its SDK sends
+// in them). [Idempotency.Call] returns it as it is to the first call, and
+// to every retry a Failure with the recorded Record and a nil Err, which
+// the integration decodes into the same error.
+type Failure struct {
+	Record []byte
+	Err    error
+}
+
+// Error returns Err's text, or a fixed text for a replayed Failure.
+func (f *Failure) Error() string {
+	if f.Err == nil {
+		return "mcptoken: the tool failed after it began (its recorded failure)"
+	}
+	return f.Err.Error()
+}
+
+// Unwrap returns Err.
+func (f *Failure) Unwrap() error { return f.Err }
 
 // Call runs run for the call of tool by caller with the arguments args
 // (JSON text of an object; nil or blank is {}) and metaKey, the value of
@@ -267,7 +296,8 @@ type RunFunc func(ctx context.Context) ([]byte, error)
 // other arguments; [ErrInProgress] for a key whose call still runs (after
 // waiting up to Wait); [ErrIdempotencyStore] for a store that failed;
 // [ErrNotRecorded] for a retry of a call whose result was not recorded.
-// The error of run is returned as it is.
+// The error of run is returned as it is; a retry of a call whose run
+// returned a [*Failure] gets a *Failure holding its Record.
 func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte, metaKey any, run RunFunc) ([]byte, error) {
 	if i == nil || i.e == nil || run == nil {
 		return nil, ErrIdempotencyStore

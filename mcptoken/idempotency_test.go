@@ -206,6 +206,30 @@ func idempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
 	if n.Load() != 2 {
 		t.Fatalf("ran %d times, want 2 (the failure released the key)", n.Load())
 	}
+	t.Run("a failure after the tool began is recorded and replayed", func(t *testing.T) {
+		var runs atomic.Int32
+		failed := func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			return nil, &Failure{Record: []byte(`{"m":"charged, then failed"}`), Err: boom}
+		}
+		args := []byte(`{"key":"f"}`)
+		if _, err := i.Call(context.Background(), "alice", "pay", args, nil, failed); !errors.Is(err, boom) {
+			t.Fatalf("err = %v, want the tool's", err)
+		}
+		for range 2 {
+			_, err := i.Call(context.Background(), "alice", "pay", args, nil, failed)
+			var f *Failure
+			if !errors.As(err, &f) || f.Err != nil || string(f.Record) != `{"m":"charged, then failed"}` {
+				t.Fatalf("the retry: %v; want the recorded Failure", err)
+			}
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("ran %d times, want 1", runs.Load())
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"f","cents":1}`), nil, failed); !errors.Is(err, ErrKeyReused) {
+			t.Fatalf("other arguments under the key of a failure: %v; want ErrKeyReused", err)
+		}
+	})
 	t.Run("panic", func(t *testing.T) {
 		defer func() {
 			if recover() == nil {
@@ -472,6 +496,7 @@ func idempotencyTransactionalOutcomes(t *testing.T) {
 		{"committed: the retry is replayed", nil, nil, false, nil, false, 0},
 		{"begin fails: nothing runs, key released", errors.New("down"), nil, false, ErrIdempotencyStore, true, 0},
 		{"tool fails: rolled back, key released", nil, nil, true, nil, true, 1},
+		{"tool fails after it began: rolled back, key released, not recorded", nil, nil, true, nil, true, 1},
 		{"rolled back by the store: key released", nil, fmt.Errorf("x: %w", replay.ErrRolledBack), false, ErrIdempotencyStore, true, 0},
 		{"lease lost: refused, result not returned", nil, replay.ErrLeaseLost, false, ErrIdempotencyStore, false, 0},
 		{"unknown outcome: told so, key left leased", nil, errors.New("connection lost during COMMIT"), false, ErrOutcomeUnknown, false, 0},
@@ -488,6 +513,9 @@ func idempotencyTransactionalOutcomes(t *testing.T) {
 					t.Error("the tool's context carries no transaction")
 				}
 				if c.toolErr && runs.Load() == 1 {
+					if strings.Contains(c.name, "after it began") {
+						return nil, &Failure{Record: []byte("x"), Err: boom}
+					}
 					return nil, boom
 				}
 				return []byte(`{"content":[]}`), nil
