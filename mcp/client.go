@@ -136,12 +136,12 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 	bad := func(msg string) error {
 		return fmt.Errorf("ctokenmcp: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
 	}
-	v, inMeta := params.Meta[mcptoken.MetaIdempotencyKey]
-	if inMeta {
+	v := mcptoken.MetaKeyOf(params.Meta)
+	if v != nil {
 		s, ok := v.(string)
 		switch {
 		case !ok:
-			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string")
+			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
 			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
 		}
@@ -159,6 +159,7 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 	p := *params
 	p.Meta = make(mcp.Meta, len(params.Meta)+4) // and the SDK's own three members
 	maps.Copy(p.Meta, params.Meta)
+	delete(p.Meta, mcptoken.LegacyMetaIdempotencyKey)
 	p.Meta[mcptoken.MetaIdempotencyKey] = key
 	return &p, key, nil
 }

@@ -198,7 +198,7 @@ func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mc
 	}
 	var metaKey any
 	if req.Params.Meta != nil {
-		metaKey = req.Params.Meta[mcptoken.MetaIdempotencyKey]
+		metaKey = mcptoken.MetaKeyOf(req.Params.Meta)
 	}
 	b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, run)
 	var f *mcptoken.Failure

@@ -162,11 +162,11 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 		meta.AdditionalFields = make(map[string]any, len(req.Params.Meta.AdditionalFields)+1)
 		maps.Copy(meta.AdditionalFields, req.Params.Meta.AdditionalFields)
 	}
-	if v, inMeta := meta.AdditionalFields[mcptoken.MetaIdempotencyKey]; inMeta {
+	if v := mcptoken.MetaKeyOf(meta.AdditionalFields); v != nil {
 		s, ok := v.(string)
 		switch {
 		case !ok:
-			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string")
+			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
 			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
 		}
@@ -181,6 +181,7 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 	if k, err := idempotency.ParseKey(key, mcptoken.DefaultMaxIdempotencyKeyBytes); err != nil || k != key {
 		return req, "", bad("the key is empty, over 255 bytes, or holds a byte outside visible ASCII, or one of \" \\ , ;")
 	}
+	delete(meta.AdditionalFields, mcptoken.LegacyMetaIdempotencyKey)
 	meta.AdditionalFields[mcptoken.MetaIdempotencyKey] = key
 	req.Params.Meta = meta
 	return req, key, nil

@@ -105,7 +105,7 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 		}
 		var metaKey any
 		if req.Params.Meta != nil {
-			metaKey = req.Params.Meta.AdditionalFields[mcptoken.MetaIdempotencyKey]
+			metaKey = mcptoken.MetaKeyOf(req.Params.Meta.AdditionalFields)
 		}
 		args := []byte(req.Params.RawArguments)
 		if len(args) == 0 && req.Params.Arguments != nil {

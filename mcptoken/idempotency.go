@@ -34,11 +34,40 @@ const (
 )
 
 // MetaIdempotencyKey is the _meta member of a tools/call that may carry the
-// idempotency key ([IdempotencyConfig].KeyFromMeta). SEP-3182 proposed an
-// idempotencyKey member of the tools/call params themselves; it was closed
-// unmerged, and neither SDK reads such a member, so ctoken reads a _meta
-// member under its own prefix instead.
-const MetaIdempotencyKey = "ctoken/idempotencyKey"
+// idempotency key ([IdempotencyConfig].KeyFromMeta), under the
+// reverse-DNS prefix the MCP specification asks _meta members to use.
+// SEP-3182 proposed an idempotencyKey member of the tools/call params
+// themselves; it was closed unmerged, and neither SDK reads such a
+// member, so ctoken reads a _meta member under its own prefix instead.
+const MetaIdempotencyKey = "io.github.ctoken/idempotencyKey"
+
+// LegacyMetaIdempotencyKey is the _meta member that carried the key before
+// [MetaIdempotencyKey]: servers still read it ([MetaKeyOf]) until 1.0;
+// clients send MetaIdempotencyKey only.
+const LegacyMetaIdempotencyKey = "ctoken/idempotencyKey"
+
+// MetaKeyOf returns what a call's _meta carries as its idempotency key, to
+// pass to [Idempotency.Call]: the member [MetaIdempotencyKey], else
+// [LegacyMetaIdempotencyKey], else nil. When both are present with
+// different values, it returns a value Call refuses with
+// [ErrIdempotencyKey].
+func MetaKeyOf(meta map[string]any) any {
+	v, ok := meta[MetaIdempotencyKey]
+	old, legacy := meta[LegacyMetaIdempotencyKey]
+	switch {
+	case ok && legacy && v != old:
+		return metaKeysDiffer{}
+	case ok:
+		return v
+	case legacy:
+		return old
+	}
+	return nil
+}
+
+// metaKeysDiffer is what MetaKeyOf returns for a _meta with two different
+// keys.
+type metaKeysDiffer struct{}
 
 // Defaults and limits of an [IdempotencyConfig], as the idempotency
 // package's.
@@ -166,8 +195,8 @@ type IdempotencyOptions[C any] struct {
 	// Caller finds the authenticated caller, the scope of every key; nil
 	// means the module's default.
 	Caller C
-	// Logger receives store failures and refusals (never a key, a caller
-	// or a result). Nil discards them.
+	// Logger receives store failures, unknown outcomes and refusals
+	// (never a key, a caller or a result). Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -230,7 +259,7 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 	if maxKey < 0 || maxKey > MaxIdempotencyKeyBytes {
 		return nil, bad("MaxKeyBytes is negative or over MaxIdempotencyKeyBytes")
 	}
-	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Log, seal: seal}
+	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Logger(), seal: seal}
 	if cfg.Transactional {
 		tx, ok := cfg.Store.(replay.Transactor)
 		if !ok {
@@ -382,6 +411,9 @@ func (i *Idempotency) extract(args []byte, metaKey any) (key string, rest []byte
 				return "", nil, fmt.Errorf("%w: %w", ErrIdempotencyKey, err)
 			}
 		}
+	}
+	if _, ok := metaKey.(metaKeysDiffer); ok && i.meta {
+		return "", nil, fmt.Errorf("%w: _meta %s and %s differ", ErrIdempotencyKey, MetaIdempotencyKey, LegacyMetaIdempotencyKey)
 	}
 	if i.meta && metaKey != nil {
 		s, ok := metaKey.(string)

@@ -838,3 +838,37 @@ func idempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
 		}
 	})
 }
+
+// TestMetaKeyOf: the key comes from the reverse-DNS member, else from the
+// legacy one (read until 1.0); two different keys are refused by Call.
+func TestMetaKeyOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		meta map[string]any
+		want any
+	}{
+		{"none", nil, nil},
+		{"the member", map[string]any{MetaIdempotencyKey: "k"}, "k"},
+		{"the legacy member", map[string]any{LegacyMetaIdempotencyKey: "k"}, "k"},
+		{"both, the same", map[string]any{MetaIdempotencyKey: "k", LegacyMetaIdempotencyKey: "k"}, "k"},
+	} {
+		if got := MetaKeyOf(tc.meta); got != tc.want {
+			t.Errorf("%s: MetaKeyOf = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+	i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.KeyFromMeta = true })
+	run, n := counted()
+	args := []byte(`{"amount":1}`)
+	for _, meta := range []map[string]any{{LegacyMetaIdempotencyKey: "k"}, {MetaIdempotencyKey: "k"}} {
+		if _, err := i.Call(context.Background(), "alice", "pay", args, MetaKeyOf(meta), run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("ran %d times; want 1: the legacy member and the new one carry the same key", n.Load())
+	}
+	_, err := i.Call(context.Background(), "alice", "pay", args, MetaKeyOf(map[string]any{MetaIdempotencyKey: "k", LegacyMetaIdempotencyKey: "j"}), run)
+	if !errors.Is(err, ErrIdempotencyKey) || n.Load() != 1 {
+		t.Fatalf("two different keys: %v; want ErrIdempotencyKey", err)
+	}
+}
