@@ -260,6 +260,12 @@ type idempotencyData struct {
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
+// Messages of refusals that say what happened and what to do.
+const (
+	msgKeyReused   = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
+	msgNotRecorded = "this call completed, but its result cannot be sent again (too large to record, or recorded under a key this server no longer has): the tool does not run again; do not call again under a new key, check its effect"
+)
+
 // idempotencyError maps an error of mcptoken.Idempotency.Call to what the
 // client is sent.
 func idempotencyError(err error) error {
@@ -267,7 +273,7 @@ func idempotencyError(err error) error {
 	case errors.Is(err, mcptoken.ErrIdempotencyKey):
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	case errors.Is(err, mcptoken.ErrKeyReused):
-		return invalidParams("idempotency key reused with other arguments", KeyReused)
+		return invalidParams(msgKeyReused, KeyReused)
 	case errors.Is(err, mcptoken.ErrInProgress):
 		d, _ := mcptoken.RetryAfter(err)
 		data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
@@ -279,7 +285,7 @@ func idempotencyError(err error) error {
 	case errors.Is(err, mcptoken.ErrIdempotencyStore):
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotency store unavailable: retry later"}
 	case errors.Is(err, mcptoken.ErrNotRecorded):
-		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "this call completed but its result was not recorded"}
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgNotRecorded}
 	}
 	return err
 }
