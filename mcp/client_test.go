@@ -288,6 +288,37 @@ func TestCallTool(t *testing.T) {
 		}
 	})
 
+	t.Run("a stateful session the server closes mid-call keeps the key", func(t *testing.T) {
+		for range 5 { // the close races the response: every run must keep the key
+			d := &deployTool{}
+			s := idemDeployServer(t, d, false)
+			var closed atomic.Bool
+			// The first session ends as the tool returns, after it acted.
+			s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+				return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+					res, err := next(ctx, method, req)
+					if method == "tools/call" && closed.CompareAndSwap(false, true) {
+						go req.GetSession().(*mcp.ServerSession).Close() // Close waits for this request
+					}
+					return res, err
+				}
+			})
+			url, _ := serveDropping(t, s, &mcp.StreamableHTTPOptions{}, nil)
+			_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{MaxElapsed: 300 * time.Millisecond})
+			if err == nil {
+				continue // the response won the race: the call has its result
+			}
+			key := wantOutcomeUnknown(t, err)
+			res, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 {
+				t.Fatalf("%q; %d deploys", got, d.deploys.Load())
+			}
+		}
+	})
+
 	t.Run("a tool that failed after it acted does not run again", func(t *testing.T) {
 		d := &deployTool{}
 		url, _ := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
@@ -729,6 +760,31 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an answer no retry settles after one that may have run keeps the key", func(t *testing.T) {
+		// 1028 (the tool ran, its commit's outcome unknown), then 1026 (a
+		// hand-driven round two's state, used by the first attempt) or
+		// 1024 (the key, taken with other arguments): never a plain error.
+		for _, second := range []error{
+			refusalError(jsonrpc.CodeInvalidParams, "used", `{"ctokenCode":1026}`),
+			refusalError(jsonrpc.CodeInvalidParams, "reused", `{"ctokenCode":1024}`),
+			refusalError(jsonrpc.CodeInvalidParams, "no service", ""),
+		} {
+			var calls atomic.Int32
+			s := mcp.NewServer(&mcp.Implementation{Name: "refusing", Version: "v0"}, nil)
+			s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: deployInput}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if calls.Add(1) == 1 {
+					return nil, refusalError(jsonrpc.CodeInternalError, "outcome unknown", `{"ctokenCode":1028,"retryAfterMs":1}`)
+				}
+				return nil, second
+			})
+			_, err := CallTool(context.Background(), connect(t, s, nil), deployParams("api"), CallOptions{})
+			wantOutcomeUnknown(t, err)
+			var we *jsonrpc.Error
+			if !errors.As(err, &we) || we.Message != second.(*jsonrpc.Error).Message || calls.Load() != 2 {
+				t.Fatalf("%v after %d calls; want the second answer, wrapped", err, calls.Load())
+			}
+		}
+	})
 	t.Run("a refusal retried to the end is ErrOutcomeUnknown", func(t *testing.T) {
 		var calls atomic.Int32
 		cs := connect(t, refusingServer(100, refusalError(jsonrpc.CodeInternalError, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), &calls), nil)

@@ -875,6 +875,31 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 			}
 		})
 	}
+	// 1028 (the tool ran, its commit's outcome unknown), then 1026 (a
+	// round two's state, used by the first attempt) or 1024 (the key,
+	// taken with other arguments): never a plain error, never a result.
+	for _, second := range []struct {
+		name string
+		res  *mcp.CallToolResult
+		err  error
+	}{{"1026", nil, stateUsed}, {"1024", refusalResult(map[string]any{MetaTokenCode: KeyReused}), nil}} {
+		t.Run("1028 then "+second.name+" keeps the key", func(t *testing.T) {
+			var calls atomic.Int32
+			s := server.NewMCPServer("refusing", "v0", server.WithToolCapabilities(false))
+			s.AddTool(mcp.NewTool("deploy", mcp.WithString("service")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if calls.Add(1) == 1 {
+					return refusalResult(map[string]any{MetaTokenCode: OutcomeUnknown, MetaRetryAfterMs: 1}), nil
+				}
+				return second.res, second.err
+			})
+			p := inProcess(t, s, "alice", nil)
+			res, err := CallTool(p.ctx, p.c, deployRequest("api"), CallOptions{})
+			if res != nil || calls.Load() != 2 {
+				t.Fatalf("%+v, %v after %d calls", res, err, calls.Load())
+			}
+			wantOutcomeUnknown(t, err)
+		})
+	}
 	for _, c := range []struct {
 		code int
 		is   error
