@@ -1021,3 +1021,26 @@ func BenchmarkCallTool(b *testing.B) {
 		}
 	})
 }
+
+// FuzzClassify judges arbitrary error texts as mcp-go's client returns
+// them, transport errors and the server's -32603 alike: never a panic, a
+// status only within 100–599, and a verdict that retries only what it
+// deems may have reached the server or was never sent.
+func FuzzClassify(f *testing.F) {
+	f.Add("request failed with status 502: <html>bad gateway</html>")
+	f.Add("request failed with status 401: unauthorized")
+	f.Add("request failed with status 99999999999999999999: x")
+	f.Add("requestState already used (ctokenCode 1026)")
+	f.Add("busy (retryAfterMs 5) (ctokenCode 1027)")
+	f.Fuzz(func(t *testing.T, msg string) {
+		for _, err := range []error{transport.NewError(errors.New(msg)), fmt.Errorf("%w: %s", mcp.ErrInternalError, msg), errors.New(msg)} {
+			if s := httpStatus(err); s != 0 && (s < 100 || s > 599) {
+				t.Fatalf("httpStatus(%q) = %d", err, s)
+			}
+			v := classify(err)
+			if v.Retry && v.Closed {
+				t.Fatalf("classify(%q) = %+v: retries a closed session", err, v)
+			}
+		}
+	})
+}
