@@ -333,6 +333,8 @@ func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte
 	}
 	key, rest, err := i.extract(args, metaKey)
 	if err != nil {
+		i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": idempotent call refused: missing or malformed idempotency key; the tool did not run",
+			slog.String("tool", tool), slog.String("error", err.Error())) // the error never holds the key
 		return nil, err
 	}
 	if key == "" {
@@ -367,6 +369,8 @@ func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error
 	case errors.Is(err, errBusy):
 		return fmt.Errorf("%w: %w", ErrInProgress, err)
 	case errors.Is(err, errFingerprint):
+		i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": idempotent call refused: idempotency key reused with other arguments; the tool did not run",
+			slog.String("tool", tool))
 		return ErrKeyReused
 	case errors.Is(err, errNoResult):
 		log("retry of an idempotent call whose result was not recorded (too large, or its store ID taken by something else)")

@@ -104,12 +104,13 @@ func idempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
 }
 
 func idempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
-	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	var log bytes.Buffer
+	i := testIdempotency(t, &log, nil)
 	run, n := counted()
-	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k","amount":5}`), nil, run); err != nil {
+	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-4b1d","amount":5}`), nil, run); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range []string{`{"key":"k","amount":6}`, `{"key":"k"}`, `{"key":"k","amount":5,"to":"bob"}`} {
+	for _, args := range []string{`{"key":"k-4b1d","amount":6}`, `{"key":"k-4b1d"}`, `{"key":"k-4b1d","amount":5,"to":"bob"}`} {
 		t.Run(args, func(t *testing.T) {
 			_, err := i.Call(context.Background(), "alice", "pay", []byte(args), nil, run)
 			if !errors.Is(err, ErrKeyReused) {
@@ -119,6 +120,13 @@ func idempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
 	}
 	if n.Load() != 1 {
 		t.Fatalf("ran %d times", n.Load())
+	}
+	// Refused keys reach the log (slog.Default when none is set), never
+	// the key itself.
+	i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k 4b1d"}`), nil, run)
+	if got := log.String(); strings.Count(got, "level=WARN msg=\"test: idempotent call refused: idempotency key reused") != 3 ||
+		!strings.Contains(got, "refused: missing or malformed idempotency key") || strings.Contains(got, "4b1d") {
+		t.Fatalf("log %q", got)
 	}
 }
 
