@@ -176,8 +176,8 @@ type Config struct {
 	// [observe.Event] of kind [observe.KindIdempotency] (the package
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
-	// Logger, if set, receives a record for every failure on the server's
-	// side: at Warn a store that could not lease a key or begin its
+	// Logger receives a record for every failure on the server's side
+	// (nil means slog.Default()): at Warn a store that could not lease a key or begin its
 	// transaction (503), a handler that returned nothing after its
 	// deadline (503) and a retry of a response too large to store; at
 	// Error a store failure after the handler ran (a response the store
@@ -286,6 +286,9 @@ func newParams(cfg Config) (*params, error) {
 	p := &params{
 		store: cfg.Store, caller: cfg.Caller, required: cfg.Required, route: cfg.Route,
 		obs: cfg.Observer, log: cfg.Logger,
+	}
+	if p.log == nil {
+		p.log = slog.Default() // failures are never dropped for want of a logger
 	}
 	// Every fault is collected, so that one error names them all.
 	var faults []error

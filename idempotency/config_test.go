@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -122,7 +123,7 @@ func TestNewResolvesDefaults(t *testing.T) {
 		}
 		if p.header != DefaultHeader || p.window != DefaultWindow || p.lease != DefaultLease ||
 			p.maxKey != DefaultMaxKeyBytes || p.maxRequest != DefaultMaxRequestBytes ||
-			p.maxResponse != DefaultMaxResponseBytes || p.retryAfter != "5" || p.required ||
+			p.maxResponse != DefaultMaxResponseBytes || p.retryAfter != "5" || p.required || p.log != slog.Default() ||
 			!slices.Equal(p.methods, []string{"POST", "PATCH"}) || !slices.Equal(p.replay, canonical(DefaultReplayHeaders())) {
 			t.Fatalf("header %q window %v lease %v maxKey %d maxRequest %d maxResponse %d retryAfter %q methods %v replay %v",
 				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)

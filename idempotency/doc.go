@@ -146,11 +146,14 @@
 // The handler's response is buffered (up to [Config.MaxResponseBytes])
 // and its status decides:
 //
-//   - 2xx, 3xx and 4xx (409 Conflict included: the handler decided) are
-//     recorded and then sent;
-//   - 5xx, 408, 423, 425 and 429 ask the client to retry: the key is
-//     released (so the retry runs the handler again) and the response is
-//     sent;
+//   - 2xx, 3xx, 4xx (409 Conflict included: the handler decided) and 5xx
+//     other than 503 are recorded and then sent: a handler that began may
+//     have acted before it failed, so its 500 is replayed, as Stripe does
+//     (with [Config.Transactional], a 5xx rolls its writes back and
+//     releases the key instead);
+//   - 408, 423, 425, 429 and 503 say the request was not processed: the
+//     key is released (so the retry runs the handler again) and the
+//     response is sent;
 //   - a handler that panics, or ends its goroutine with runtime.Goexit,
 //     releases the key (a panic goes on);
 //   - a handler that returns without writing anything after its own
@@ -183,13 +186,11 @@
 // # What a handler must do
 //
 // Every releasing outcome above lets a retry run the handler again. So a
-// handler may answer 5xx, 408, 423, 425 or 429, panic, or return without
+// handler may answer 408, 423, 425, 429 or 503, panic, or return without
 // a response after its deadline, only when its operation had no effect
 // (or it undid it, or, with [Config.Transactional], its writes were all
-// in the transaction, which is then rolled back); once the operation took
-// effect, answer its result (2xx) or a 4xx, which are recorded. (Stripe
-// instead records 500s; this middleware releases them, as the issue
-// asks.) A 4xx such as 401, 403 or 404 is recorded for [Config.Window]
+// in the transaction, which is then rolled back); once the operation
+// began, answer its result (2xx), a 4xx or a 500, which are recorded. A 4xx such as 401, 403 or 404 is recorded for [Config.Window]
 // like any other: a retry with the same key gets it again even after its
 // cause is fixed, and needs a new key.
 //

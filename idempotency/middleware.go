@@ -428,7 +428,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		}
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
-	if httpx.RetryStatus(b.status) {
+	if notProcessed(b.status) {
 		a.release(errReleasedRetry)
 		b.send()
 		return
@@ -688,12 +688,28 @@ func (b *bufferWriter) Flush() {
 	}
 }
 
+// notProcessed reports whether a handler's status says it did not process
+// the request, so that a retry must run it: 408 Request Timeout, 423
+// Locked, 425 Too Early, 429 Too Many Requests, 503 Service Unavailable,
+// and a code past 599, which no record holds. Every other status, 500
+// and the other 5xx included, is recorded: a
+// handler that began may have acted before it failed, and Stripe records
+// such a request's response too. (In Transactional mode every 5xx rolls
+// the handler's writes back, so its key is released.)
+func notProcessed(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	}
+	return code > 599
+}
+
 // overflow starts streaming a response over the cap. A retry status
 // leaves the key leased until the handler returns (run releases it then:
 // never while the handler still runs); any other status is recorded as too
 // large at once.
 func (b *bufferWriter) overflow() {
-	if !httpx.RetryStatus(b.status) {
+	if !notProcessed(b.status) {
 		b.settled = true
 		b.a.confirm(b.status, b.a.tooLarge(b.status))
 	}

@@ -116,13 +116,18 @@ const (
 	// state, after the "retryAfterMs" the data member also holds (at
 	// most 1000).
 	StateBusy = mcptoken.CodeStateBusy
+	// RoundInterrupted reports a state whose round began and was never
+	// recorded ([mcptoken.CodeRoundInterrupted]): whether it acted is
+	// unknown; do not retry, check the effect, and call again without
+	// the state.
+	RoundInterrupted = mcptoken.CodeRoundInterrupted
 )
 
 // errorData is the data member of the -32602 errors this package returns.
 type errorData struct {
 	// Code is ctoken.CodeCursorExpired or ctoken.CodeCursorInvalid for a
-	// cursor; StateExpired, StateInvalid, StateUsed or StateBusy for a
-	// request state.
+	// cursor; StateExpired, StateInvalid, StateUsed, StateBusy or
+	// RoundInterrupted for a request state.
 	Code int `json:"ctokenCode"`
 	// RetryAfterMs is, for StateBusy, the milliseconds after which to
 	// retry: how long the round's lease still runs, at most 1000, and at
@@ -139,10 +144,9 @@ func invalidParams(message string, code int) *jsonrpc.Error {
 // TokenErrorCode returns the ctoken code in the data member of a JSON-RPC
 // error returned by this package (for example as seen by a client from
 // ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
-// StateExpired, StateInvalid, StateUsed, StateBusy or KeyReused (sent in a
-// -32602 error), InProgress (sent in a -32603 error), OutcomeUnknown (in a
-// -32603 error for an idempotent call, in a -32602 error for a request
-// state whose round was interrupted); 0 for any other error.
+// StateExpired, StateInvalid, StateUsed, StateBusy, RoundInterrupted or
+// KeyReused (sent in a -32602 error), InProgress or OutcomeUnknown (sent in
+// a -32603 error); 0 for any other error.
 func TokenErrorCode(err error) int {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || len(we.Data) == 0 {
@@ -155,10 +159,9 @@ func TokenErrorCode(err error) int {
 	if json.Unmarshal(we.Data, &d) != nil {
 		return 0
 	}
-	// InProgress comes in -32603 only; OutcomeUnknown in either (-32603
-	// from an idempotent call, -32602 for an interrupted round); the
-	// others in -32602 only.
-	if !mcptoken.KnownCode(d.Code) || d.Code != OutcomeUnknown && (d.Code == InProgress) != (we.Code == jsonrpc.CodeInternalError) {
+	// InProgress and OutcomeUnknown come in -32603 only, the others in
+	// -32602 only.
+	if !mcptoken.KnownCode(d.Code) || (d.Code == InProgress || d.Code == OutcomeUnknown) != (we.Code == jsonrpc.CodeInternalError) {
 		return 0
 	}
 	return d.Code

@@ -112,22 +112,24 @@ func tokenErrorCodeIgnoresOtherErrors(t *testing.T) {
 	}
 }
 
-// OutcomeUnknown (1028) reaches the client in both of its errors: -32603
-// from an idempotent call whose commit's outcome is unknown, -32602 for a
+// The two unknowns reach the client under codes of their own: -32603 with
+// OutcomeUnknown (1028) from an idempotent call whose commit's outcome is
+// unknown (retry with the key), -32602 with RoundInterrupted (1029) for a
 // request state whose round was interrupted (without a retry hint).
 func tokenErrorCodeReadsOutcomeUnknownInBothErrors(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		err  error
-		code int64
+		name     string
+		err      error
+		code     int64
+		ctokenCd int
 	}{
-		{"idempotent call", idempotencyError(fmt.Errorf("%w: commit", mcptoken.ErrOutcomeUnknown)), jsonrpc.CodeInternalError},
-		{"interrupted round", refused(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted)), jsonrpc.CodeInvalidParams},
+		{"idempotent call", idempotencyError(fmt.Errorf("%w: commit", mcptoken.ErrOutcomeUnknown)), jsonrpc.CodeInternalError, OutcomeUnknown},
+		{"interrupted round", refused(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted)), jsonrpc.CodeInvalidParams, RoundInterrupted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var we *jsonrpc.Error
-			if !errors.As(tc.err, &we) || we.Code != tc.code || TokenErrorCode(tc.err) != OutcomeUnknown {
-				t.Fatalf("sent %v; want JSON-RPC %d with ctokenCode 1028", tc.err, tc.code)
+			if !errors.As(tc.err, &we) || we.Code != tc.code || TokenErrorCode(tc.err) != tc.ctokenCd {
+				t.Fatalf("sent %v; want JSON-RPC %d with ctokenCode %d", tc.err, tc.code, tc.ctokenCd)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -35,20 +36,19 @@ type CallOptions struct {
 	// application keeps (one per payment, say). Empty: the key the
 	// params' _meta already holds, else a fresh random one.
 	Key string
-	// MaxAttempts bounds the attempts, the first included. Zero means 5.
+	// MaxAttempts bounds the attempts, the first included. Zero means no
+	// bound but MaxElapsed's.
 	MaxAttempts int
 	// MaxElapsed bounds the time in which attempts start: no wait
 	// between attempts extends past it, and none starts after it. An
 	// attempt in flight is bounded by the caller's context only. Zero
-	// means 30 seconds.
+	// means 30 seconds, which rides out a server that is down (refusing
+	// connections, or answering 502 behind a proxy) for about 25 seconds.
 	MaxElapsed time.Duration
 }
 
-// CallOptions defaults, as documented on its fields.
-const (
-	defaultCallAttempts = 5
-	defaultCallElapsed  = 30 * time.Second
-)
+// defaultCallElapsed is CallOptions.MaxElapsed's default.
+const defaultCallElapsed = 30 * time.Second
 
 // codeRejected is the JSON-RPC code of go-sdk's jsonrpc2.ErrRejected
 // ("rejected by transport"), an internal package's error: a request the
@@ -73,23 +73,29 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // An attempt is made again when its answer was lost or the server says
 // to retry: after a transport failure (go-sdk's -32005 "rejected by
 // transport" for a connection refused, reset or closed before the
-// response; a response stream cut off), and after [InProgress] (1025),
-// [StateBusy] (1027), the [OutcomeUnknown] (1028) of a -32603 error and
-// the -32603 "idempotency store unavailable". It waits for the refusal's
+// response, and for an HTTP 5xx or 429, a proxy's 502 among them; a
+// response stream cut off), and after [InProgress] (1025), [StateBusy]
+// (1027), the [OutcomeUnknown] (1028) of a -32603 error and the -32603
+// "idempotency store unavailable". It waits for the refusal's
 // retryAfterMs, else for a backoff (100 ms, doubling, at most 2 s,
-// jittered). Anything else ends the call at once and is returned as it
-// is: a result (one with IsError too), a JSON-RPC error such as -32602,
-// [KeyReused] or the 1028 of an interrupted round (a -32602 error, which
-// no retry settles), an error of the client itself.
+// jittered). Anything else ends the call at once: a result (one with
+// IsError too) is returned, and so is, as it is, an error that says the
+// tool did not run (JSON-RPC -32700, -32600, -32601, -32602: [KeyReused],
+// a refused request state, [RoundInterrupted] among them; an HTTP 4xx; a
+// connection refused; the server's 404 for a lost session) when no
+// earlier attempt may have reached the server.
 //
-// By default there are at most 5 attempts, started within 30 seconds (see
-// [CallOptions]); ctx's end stops a wait at once. A call that ends without
-// a result after an attempt that may have reached the server (the budget
-// spent, the session closed, ctx done) returns an error matching
-// [ErrOutcomeUnknown] and the last attempt's error; [RetryKey] returns its
-// key, and CallOptions.Key with it calls again. A session that closed
-// (mcp.ErrConnectionClosed, mcp.ErrSessionMissing) carries no further
-// attempt. No error holds the key in its text.
+// Once an attempt may have reached the server, the call ends with a
+// result or with an error matching [ErrOutcomeUnknown], whatever the
+// later attempts met (a 4xx, a -32602, a closed session, the budget
+// spent, ctx done); so does a first attempt whose error does not prove
+// that the tool did not run (a -32603 of a tool that failed, a
+// connection closed mid-call). The error wraps the last attempt's error;
+// [RetryKey] returns its key, and CallOptions.Key with it calls again,
+// never a new key. A session that closed (mcp.ErrConnectionClosed,
+// mcp.ErrSessionMissing) carries no further attempt. No error holds the
+// key in its text. By default attempts start within 30 seconds (see
+// [CallOptions]); ctx's end stops a wait at once.
 //
 // Refused before anything is sent: a nil cs or params, a key that is
 // malformed or not a string in _meta, or that differs from opts.Key
@@ -103,9 +109,6 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 		return nil, fmt.Errorf("ctokenmcp: CallTool: %w: MaxAttempts or MaxElapsed is negative", ctoken.ErrConfig)
 	}
 	attempts, elapsed := opts.MaxAttempts, opts.MaxElapsed
-	if attempts == 0 {
-		attempts = defaultCallAttempts
-	}
 	if elapsed == 0 {
 		elapsed = defaultCallElapsed
 	}
@@ -133,12 +136,12 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 	bad := func(msg string) error {
 		return fmt.Errorf("ctokenmcp: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
 	}
-	v, inMeta := params.Meta[mcptoken.MetaIdempotencyKey]
-	if inMeta {
+	v := mcptoken.MetaKeyOf(params.Meta)
+	if v != nil {
 		s, ok := v.(string)
 		switch {
 		case !ok:
-			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string")
+			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
 			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
 		}
@@ -156,6 +159,7 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 	p := *params
 	p.Meta = make(mcp.Meta, len(params.Meta)+4) // and the SDK's own three members
 	maps.Copy(p.Meta, params.Meta)
+	delete(p.Meta, mcptoken.LegacyMetaIdempotencyKey)
 	p.Meta[mcptoken.MetaIdempotencyKey] = key
 	return &p, key, nil
 }
@@ -164,16 +168,26 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 type verdict = mcptoken.RetryVerdict
 
 // classify returns the verdict on err, the error of an attempt, made
-// while its context was live.
+// while its context was live. What it cannot prove did not run is
+// Reached.
 func classify(err error) verdict {
-	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
-		// Refused by the client's connection, or by the server for a
-		// session it no longer has: not run.
+	if errors.Is(err, mcp.ErrSessionMissing) {
+		// The server's 404 for a session it no longer has: not run, and
+		// the session carries nothing more.
 		return verdict{Closed: true}
+	}
+	if errors.Is(err, mcp.ErrConnectionClosed) {
+		// The connection closed before the call was sent or while it was
+		// in flight (a stateful session closed mid-call): the client
+		// cannot tell which.
+		return verdict{Reached: true, Closed: true}
 	}
 	var we *jsonrpc.Error
 	if errors.As(err, &we) { // the first is the server's, when it sent one
 		if we.Code == codeRejected {
+			// A request the transport could not deliver, a 5xx or 429
+			// (a proxy's 502 after its upstream ran the tool among them),
+			// or an exchange that failed after the request was sent.
 			var op *net.OpError
 			return verdict{Retry: true, Reached: !errors.As(err, &op) || op.Op != "dial"}
 		}
@@ -193,15 +207,36 @@ func classify(err error) verdict {
 		// go-sdk v1.8.0's error, without a type, of a JSON response
 		// cut off: the connection has failed.
 		return verdict{Reached: true, Closed: true}
+	case httpRefused(err):
+		// A 4xx without a JSON-RPC body (401, 403, 400 of a proxy or
+		// of the server's own middleware): refused before any tool
+		// ran, and go-sdk fails the connection.
+		return verdict{Closed: true}
 	}
-	return verdict{}
+	return verdict{Reached: true}
 }
 
-// refusal returns the verdict on we, a JSON-RPC error the server sent.
+// httpRefused reports whether err is go-sdk v1.8.0's error, without a
+// type, of an HTTP answer 4xx other than 408 and 429: its text ends with
+// the status text.
+func httpRefused(err error) bool {
+	msg := err.Error()
+	for code := 400; code < 500; code++ {
+		if t := http.StatusText(code); t != "" && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests && strings.HasSuffix(msg, ": "+t) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusal returns the verdict on we, a JSON-RPC error the server sent:
+// retry what the server says to retry; -32700, -32600, -32601 and -32602
+// (a refused key, state or argument, an unknown tool) did not run; any
+// other error (a tool that failed after it began, among them) may have.
 func refusal(we *jsonrpc.Error) verdict {
 	var d idempotencyData
 	if len(we.Data) > 0 && json.Unmarshal(we.Data, &d) != nil {
-		return verdict{}
+		d = idempotencyData{Code: -1} // unreadable: no ctoken code
 	}
 	hint := time.Duration(max(d.RetryAfterMs, 0)) * time.Millisecond
 	switch {
@@ -210,6 +245,9 @@ func refusal(we *jsonrpc.Error) verdict {
 		return verdict{Retry: true, Reached: true, Hint: hint}
 	case we.Code == jsonrpc.CodeInternalError && d.Code == 0 && we.Message == msgStoreUnavailable:
 		return verdict{Retry: true, Reached: true}
+	case we.Code == jsonrpc.CodeParseError, we.Code == jsonrpc.CodeInvalidRequest,
+		we.Code == jsonrpc.CodeMethodNotFound, we.Code == jsonrpc.CodeInvalidParams:
+		return verdict{}
 	}
-	return verdict{}
+	return verdict{Reached: true}
 }

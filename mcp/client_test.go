@@ -72,8 +72,11 @@ func (d *deployTool) handler(_ context.Context, req *mcp.CallToolRequest) (*mcp.
 	if d.gate != nil {
 		<-d.gate
 	}
-	if in.Service == "fail" {
+	switch in.Service {
+	case "fail":
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "deploy failed"}}}, nil
+	case "crash": // failed after it acted
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "deploy crashed"}
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("deployed %s (deploy %d)", in.Service, n)}}}, nil
 }
@@ -115,6 +118,12 @@ const (
 	cutAfterHeaders          // let the server answer, send its headers only, then close the connection
 )
 
+// refusedWith is the dropMode of a proxy that answers status without
+// passing the call on; ranThen, of one whose upstream ran the call and
+// which then answers status (a 502 of an upstream that died).
+func refusedWith(status int) dropMode { return dropMode(1000 + status) }
+func ranThen(status int) dropMode     { return dropMode(2000 + status) }
+
 // dropper is an http.Handler in front of a streamable HTTP server that
 // loses the calls plan says to by hijacking and closing the connection,
 // and keeps the responses it lost.
@@ -140,8 +149,20 @@ func (d *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			mode = d.plan(n)
 		}
 	}
-	if mode == passThrough {
+	switch {
+	case mode == passThrough:
 		d.next.ServeHTTP(w, r)
+		return
+	case mode >= 1000 && mode < 2000:
+		http.Error(w, "refused by the proxy", int(mode)-1000)
+		return
+	case mode >= 2000:
+		rec := httptest.NewRecorder()
+		d.next.ServeHTTP(rec, r)
+		d.mu.Lock()
+		d.lost = append(d.lost, rec.Body.String())
+		d.mu.Unlock()
+		http.Error(w, "<html>upstream failed</html>", int(mode)-2000)
 		return
 	}
 	rec := httptest.NewRecorder()
@@ -235,6 +256,123 @@ func wantOutcomeUnknown(t testing.TB, err error) string {
 
 func TestCallTool(t *testing.T) {
 	ctx := context.Background()
+
+	// Once an attempt may have run the tool, no later error lets the
+	// caller forget the key: every one is ErrOutcomeUnknown with the key,
+	// and the call made again with it gets the first result.
+	t.Run("a lost answer then an error no retry settles keeps the key", func(t *testing.T) {
+		for _, status := range []int{400, 401, 403, 404, 409, 500, 502, 503, 504} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				d := &deployTool{}
+				var healed atomic.Bool
+				url, dr := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
+					switch {
+					case healed.Load():
+						return passThrough
+					case n == 1:
+						return dropAfter
+					}
+					return refusedWith(status)
+				})
+				_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{MaxElapsed: 300 * time.Millisecond})
+				key := wantOutcomeUnknown(t, err)
+				healed.Store(true)
+				res, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{Key: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || len(dr.lostResponses()) != 1 {
+					t.Fatalf("%q; %d deploys", got, d.deploys.Load())
+				}
+			})
+		}
+	})
+
+	t.Run("a stateful session the server closes mid-call keeps the key", func(t *testing.T) {
+		for range 5 { // the close races the response: every run must keep the key
+			d := &deployTool{}
+			s := idemDeployServer(t, d, false)
+			var closed atomic.Bool
+			// The first session ends as the tool returns, after it acted.
+			s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+				return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+					res, err := next(ctx, method, req)
+					if method == "tools/call" && closed.CompareAndSwap(false, true) {
+						go req.GetSession().(*mcp.ServerSession).Close() // Close waits for this request
+					}
+					return res, err
+				}
+			})
+			url, _ := serveDropping(t, s, &mcp.StreamableHTTPOptions{}, nil)
+			_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{MaxElapsed: 300 * time.Millisecond})
+			if err == nil {
+				continue // the response won the race: the call has its result
+			}
+			key := wantOutcomeUnknown(t, err)
+			res, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 {
+				t.Fatalf("%q; %d deploys", got, d.deploys.Load())
+			}
+		}
+	})
+
+	t.Run("a tool that failed after it acted does not run again", func(t *testing.T) {
+		d := &deployTool{}
+		url, _ := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
+			if n == 1 {
+				return dropAfter
+			}
+			return passThrough
+		})
+		_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{})
+		key := wantOutcomeUnknown(t, err)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Message != "deploy crashed" {
+			t.Fatalf("%v; want the recorded failure", err)
+		}
+		_, err = CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{Key: key})
+		if !errors.As(err, &we) || we.Message != "deploy crashed" || d.deploys.Load() != 1 {
+			t.Fatalf("%v; %d deploys", err, d.deploys.Load())
+		}
+	})
+
+	t.Run("a proxy's 502 after its upstream ran the tool is retried", func(t *testing.T) {
+		for _, status := range []int{502, 503, 504} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				d := &deployTool{}
+				url, dr := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
+					if n == 1 {
+						return ranThen(status)
+					}
+					return passThrough
+				})
+				res, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 {
+					t.Fatalf("%q; %d deploys in %d attempts", got, d.deploys.Load(), dr.calls.Load())
+				}
+			})
+		}
+	})
+
+	t.Run("a 4xx that no attempt before met is returned as it is", func(t *testing.T) {
+		for _, status := range []int{400, 401, 403} {
+			d := &deployTool{}
+			url, _ := serveDropping(t, idemDeployServer(t, d, false), nil, func(int) dropMode { return refusedWith(status) })
+			_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{})
+			if err == nil || errors.Is(err, ErrOutcomeUnknown) || d.deploys.Load() != 0 {
+				t.Fatalf("%d: %v", status, err)
+			}
+			if _, ok := RetryKey(err); ok {
+				t.Fatalf("%d: RetryKey reports a key for a call that never ran", status)
+			}
+		}
+	})
 
 	t.Run("a connection dropped before the tool ran is retried and the tool runs once", func(t *testing.T) {
 		d := &deployTool{}
@@ -583,20 +721,24 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 		name  string
 		err   error
 		retry bool
+		// unknown: not retried, and the tool may have run: ErrOutcomeUnknown
+		unknown bool
 	}{
-		{"1025 in progress", refusalError(jsonrpc.CodeInternalError, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), true},
-		{"1028 outcome unknown", refusalError(jsonrpc.CodeInternalError, "outcome unknown", `{"ctokenCode":1028,"retryAfterMs":1}`), true},
-		{"1027 request state busy", refusalError(jsonrpc.CodeInvalidParams, "busy", `{"ctokenCode":1027,"retryAfterMs":1}`), true},
-		{"1027 without a hint", refusalError(jsonrpc.CodeInvalidParams, "busy", `{"ctokenCode":1027}`), true},
-		{"idempotency store unavailable", refusalError(jsonrpc.CodeInternalError, msgStoreUnavailable, ""), true},
-		{"1024 key reused", refusalError(jsonrpc.CodeInvalidParams, "reused", `{"ctokenCode":1024}`), false},
-		{"1026 request state used", refusalError(jsonrpc.CodeInvalidParams, "used", `{"ctokenCode":1026}`), false},
-		{"1023 request state invalid", refusalError(jsonrpc.CodeInvalidParams, "invalid", `{"ctokenCode":1023}`), false},
-		{"1028 of an interrupted round, under -32602", refusalError(jsonrpc.CodeInvalidParams, "interrupted", `{"ctokenCode":1028}`), false},
-		{"1025 under -32602", refusalError(jsonrpc.CodeInvalidParams, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), false},
-		{"another internal error", refusalError(jsonrpc.CodeInternalError, "this call completed but its result was not recorded", ""), false},
-		{"unreadable data", refusalError(jsonrpc.CodeInternalError, msgStoreUnavailable, `[1]`), false},
-		{"invalid params", refusalError(jsonrpc.CodeInvalidParams, "no service", ""), false},
+		{"1025 in progress", refusalError(jsonrpc.CodeInternalError, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), true, false},
+		{"1028 outcome unknown", refusalError(jsonrpc.CodeInternalError, "outcome unknown", `{"ctokenCode":1028,"retryAfterMs":1}`), true, false},
+		{"1027 request state busy", refusalError(jsonrpc.CodeInvalidParams, "busy", `{"ctokenCode":1027,"retryAfterMs":1}`), true, false},
+		{"1027 without a hint", refusalError(jsonrpc.CodeInvalidParams, "busy", `{"ctokenCode":1027}`), true, false},
+		{"idempotency store unavailable", refusalError(jsonrpc.CodeInternalError, msgStoreUnavailable, ""), true, false},
+		{"1024 key reused", refusalError(jsonrpc.CodeInvalidParams, "reused", `{"ctokenCode":1024}`), false, false},
+		{"1026 request state used", refusalError(jsonrpc.CodeInvalidParams, "used", `{"ctokenCode":1026}`), false, false},
+		{"1023 request state invalid", refusalError(jsonrpc.CodeInvalidParams, "invalid", `{"ctokenCode":1023}`), false, false},
+		{"1029 of an interrupted round", refusalError(jsonrpc.CodeInvalidParams, "interrupted", `{"ctokenCode":1029}`), false, false},
+		{"1025 under -32602", refusalError(jsonrpc.CodeInvalidParams, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), false, false},
+		{"another internal error", refusalError(jsonrpc.CodeInternalError, "this call completed but its result was not recorded", ""), false, true},
+		{"a tool that failed after it began", refusalError(jsonrpc.CodeInternalError, "deploy failed", ""), false, true},
+		{"an application's own code", refusalError(-32000, "deploy failed", ""), false, true},
+		{"unreadable data", refusalError(jsonrpc.CodeInternalError, msgStoreUnavailable, `[1]`), false, true},
+		{"invalid params", refusalError(jsonrpc.CodeInvalidParams, "no service", ""), false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -610,11 +752,39 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 				return
 			}
 			var we *jsonrpc.Error
-			if !errors.As(err, &we) || we.Message != c.err.(*jsonrpc.Error).Message || errors.Is(err, ErrOutcomeUnknown) || calls.Load() != 1 {
+			if !errors.As(err, &we) || we.Message != c.err.(*jsonrpc.Error).Message || errors.Is(err, ErrOutcomeUnknown) != c.unknown || calls.Load() != 1 {
 				t.Fatalf("%v after %d calls", err, calls.Load())
+			}
+			if c.unknown {
+				wantOutcomeUnknown(t, err)
 			}
 		})
 	}
+	t.Run("an answer no retry settles after one that may have run keeps the key", func(t *testing.T) {
+		// 1028 (the tool ran, its commit's outcome unknown), then 1026 (a
+		// hand-driven round two's state, used by the first attempt) or
+		// 1024 (the key, taken with other arguments): never a plain error.
+		for _, second := range []error{
+			refusalError(jsonrpc.CodeInvalidParams, "used", `{"ctokenCode":1026}`),
+			refusalError(jsonrpc.CodeInvalidParams, "reused", `{"ctokenCode":1024}`),
+			refusalError(jsonrpc.CodeInvalidParams, "no service", ""),
+		} {
+			var calls atomic.Int32
+			s := mcp.NewServer(&mcp.Implementation{Name: "refusing", Version: "v0"}, nil)
+			s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: deployInput}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if calls.Add(1) == 1 {
+					return nil, refusalError(jsonrpc.CodeInternalError, "outcome unknown", `{"ctokenCode":1028,"retryAfterMs":1}`)
+				}
+				return nil, second
+			})
+			_, err := CallTool(context.Background(), connect(t, s, nil), deployParams("api"), CallOptions{})
+			wantOutcomeUnknown(t, err)
+			var we *jsonrpc.Error
+			if !errors.As(err, &we) || we.Message != second.(*jsonrpc.Error).Message || calls.Load() != 2 {
+				t.Fatalf("%v after %d calls; want the second answer, wrapped", err, calls.Load())
+			}
+		}
+	})
 	t.Run("a refusal retried to the end is ErrOutcomeUnknown", func(t *testing.T) {
 		var calls atomic.Int32
 		cs := connect(t, refusingServer(100, refusalError(jsonrpc.CodeInternalError, "in progress", `{"ctokenCode":1025,"retryAfterMs":1}`), &calls), nil)
@@ -734,4 +904,27 @@ func BenchmarkCallTool(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestCallToolClassify pins the verdicts on the errors the end-to-end
+// tests cannot provoke at will: what the client cannot prove did not run
+// the tool is Reached.
+func TestCallToolClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want verdict
+	}{
+		{"a connection closed, perhaps mid-call", fmt.Errorf("calling tools/call: %w", mcp.ErrConnectionClosed), verdict{Reached: true, Closed: true}},
+		{"the server's 404 for a lost session", fmt.Errorf("calling tools/call: %w", mcp.ErrSessionMissing), verdict{Closed: true}},
+		{"a 401 without a JSON-RPC body", errors.New(`calling "tools/call": Unauthorized`), verdict{Closed: true}},
+		{"a 408", errors.New(`calling "tools/call": Request Timeout`), verdict{Reached: true}},
+		{"an error of unknown origin", errors.New("output does not match the schema"), verdict{Reached: true}},
+		{"an application's JSON-RPC code", &jsonrpc.Error{Code: -32000, Message: "failed"}, verdict{Reached: true}},
+		{"-32602", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "bad"}, verdict{}},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("%s: classify = %+v; want %+v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -64,8 +64,12 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // (a client that goes away does not stop work that may have taken
 // effect), ending three quarters of the Lease after the key was taken;
 // with Transactional it carries the store's transaction (pgstore.TxFrom,
-// sqlitestore.TxFrom). An error from h is sent as it is, records nothing
-// and releases the key. A result that asks the client for input (a round
+// sqlitestore.TxFrom). An error from h is sent as it is. A -32602 error
+// says the tool did not begin (a validation failure): it records nothing
+// and releases the key. Any other says the tool began and failed, as
+// Stripe counts a request that began executing: it is recorded, and every
+// retry is sent the same error without running h again; with
+// Transactional, h's writes are rolled back instead and the key released. A result that asks the client for input (a round
 // of a multi round-trip call, with InputRequests) is sent as it is and
 // not recorded either: the key is released, and the round that completes
 // the call is the one recorded and replayed (with a transactional store,
@@ -90,10 +94,10 @@ func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
 			res, err := h(hctx, req)
 			if err != nil {
-				return nil, err
+				return nil, failure(err)
 			}
 			if res == nil {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"}
+				return nil, failure(&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"})
 			}
 			first = res
 			if needsInput(res) {
@@ -132,8 +136,8 @@ type typedRecord[Out any] struct {
 // recorded ones to the first call and every retry, from which the SDK
 // builds the same CallToolResult each time. A refusal is a *jsonrpc.Error,
 // which the SDK sends as it is; an error from h is, as the SDK does with
-// any error of a typed handler, a tool error result, not recorded: the key
-// is released.
+// any error of a typed handler, a tool error result, recorded as Wrap
+// records h's errors (a -32602 releases the key).
 func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
 	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
@@ -144,7 +148,7 @@ func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.Too
 		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
 			res, out, err := h(hctx, req, in)
 			if err != nil {
-				return nil, err
+				return nil, failure(err)
 			}
 			if res != nil && needsInput(res) {
 				first = typedRecord[Out]{Result: res, Output: out}
@@ -194,13 +198,60 @@ func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mc
 	}
 	var metaKey any
 	if req.Params.Meta != nil {
-		metaKey = req.Params.Meta[mcptoken.MetaIdempotencyKey]
+		metaKey = mcptoken.MetaKeyOf(req.Params.Meta)
 	}
 	b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, run)
-	if err != nil {
+	var f *mcptoken.Failure
+	switch {
+	case errors.As(err, &f) && f.Err != nil:
+		return nil, f.Err // the first call's own failure
+	case errors.As(err, &f):
+		return nil, replayFailure(f.Record)
+	case err != nil:
 		return nil, idempotencyError(err)
 	}
 	return b, nil
+}
+
+// failureRecord is what is recorded of a tool's error: its JSON-RPC code
+// (0 for an error of another type), message and data.
+type failureRecord struct {
+	Code    int64           `json:"c,omitempty"`
+	Message string          `json:"m"`
+	Data    json.RawMessage `json:"d,omitempty"`
+}
+
+// failure returns what a handler's error is to the engine: a -32602 as it
+// is (a validation failure: the tool did not begin, the key is released),
+// any other wrapped in a [mcptoken.Failure] that records it.
+func failure(err error) error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && we.Code == jsonrpc.CodeInvalidParams {
+		return err
+	}
+	rec := failureRecord{Message: err.Error()}
+	if we != nil {
+		rec = failureRecord{Code: we.Code, Message: we.Message, Data: we.Data}
+	}
+	b, merr := json.Marshal(rec)
+	if merr != nil { // unreadable data: the code and message alone
+		b, _ = json.Marshal(failureRecord{Code: rec.Code, Message: rec.Message})
+	}
+	return &mcptoken.Failure{Record: b, Err: err}
+}
+
+// replayFailure returns the error of a recorded failure: the JSON-RPC
+// error it was, or an error with its text, which the SDK sends as it sent
+// the first.
+func replayFailure(b []byte) error {
+	var rec failureRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded failure unreadable"}
+	}
+	if rec.Code != 0 {
+		return &jsonrpc.Error{Code: rec.Code, Message: rec.Message, Data: rec.Data}
+	}
+	return errors.New(rec.Message)
 }
 
 // idempotencyData is the data member of an idempotent tool's refusal.
@@ -209,6 +260,12 @@ type idempotencyData struct {
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
+// Messages of refusals that say what happened and what to do.
+const (
+	msgKeyReused   = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
+	msgNotRecorded = "this call completed, but its result cannot be sent again (too large to record, or recorded under a key this server no longer has): the tool does not run again; do not call again under a new key, check its effect"
+)
+
 // idempotencyError maps an error of mcptoken.Idempotency.Call to what the
 // client is sent.
 func idempotencyError(err error) error {
@@ -216,7 +273,7 @@ func idempotencyError(err error) error {
 	case errors.Is(err, mcptoken.ErrIdempotencyKey):
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	case errors.Is(err, mcptoken.ErrKeyReused):
-		return invalidParams("idempotency key reused with other arguments", KeyReused)
+		return invalidParams(msgKeyReused, KeyReused)
 	case errors.Is(err, mcptoken.ErrInProgress):
 		d, _ := mcptoken.RetryAfter(err)
 		data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
@@ -228,7 +285,7 @@ func idempotencyError(err error) error {
 	case errors.Is(err, mcptoken.ErrIdempotencyStore):
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotency store unavailable: retry later"}
 	case errors.Is(err, mcptoken.ErrNotRecorded):
-		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "this call completed but its result was not recorded"}
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgNotRecorded}
 	}
 	return err
 }

@@ -477,11 +477,19 @@ func wrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 		_, err := callPay(cs, "alice", map[string]any{"key": "t-1", "cents": 600}, nil)
 		wantRPCError(t, err, jsonrpc.CodeInvalidParams, KeyReused)
 	})
-	t.Run("a handler error is a tool error result and releases the key", func(t *testing.T) {
-		for want := int32(2); want <= 3; want++ {
+	t.Run("a handler error is a tool error result, recorded and replayed", func(t *testing.T) {
+		var first string
+		for range 2 {
 			res, err := callPay(cs, "alice", map[string]any{"key": "t-0", "cents": 0}, nil)
-			if err != nil || !res.IsError || effects.Load() != want {
+			if err != nil || !res.IsError || effects.Load() != 2 {
 				t.Fatalf("%v, %+v; %d effects", err, res, effects.Load())
+			}
+			text := res.Content[0].(*mcp.TextContent).Text
+			if first == "" {
+				first = text
+			}
+			if text != first {
+				t.Fatalf("the retry's error %q; the first's %q", text, first)
 			}
 		}
 	})
@@ -524,4 +532,48 @@ func idempotencyRecordsTheFinalRound(t *testing.T) {
 	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || asked.Load() != 1 {
 		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), asked.Load())
 	}
+}
+
+// FuzzReplayFailure decodes arbitrary records as a recorded failure, as
+// a retry does: never a panic, never a nil error; and a failure recorded
+// from a JSON-RPC error comes back with its code, message and data.
+func FuzzReplayFailure(f *testing.F) {
+	f.Add([]byte(`{"c":-32603,"m":"deploy crashed","d":{"x":1}}`), int64(-32000), "failed", []byte(`{"a":1}`))
+	f.Add([]byte(`{"m":"plain"}`), int64(0), "", []byte(nil))
+	f.Add([]byte(`not json`), int64(-32603), "x", []byte(`[1`))
+	f.Fuzz(func(t *testing.T, rec []byte, code int64, msg string, data []byte) {
+		if replayFailure(rec) == nil {
+			t.Fatal("no error for a recorded failure")
+		}
+		if code == 0 || code == jsonrpc.CodeInvalidParams {
+			return
+		}
+		orig := &jsonrpc.Error{Code: code, Message: msg, Data: data}
+		var fl *mcptoken.Failure
+		if !errors.As(failure(orig), &fl) || fl.Err != orig {
+			t.Fatalf("failure(%v) = %v; want a Failure holding it", orig, fl)
+		}
+		// The message as JSON carries it (invalid UTF-8 replaced), as
+		// the first answer's was sent.
+		var sent string
+		b, _ := json.Marshal(msg)
+		json.Unmarshal(b, &sent)
+		var we *jsonrpc.Error
+		got := replayFailure(fl.Record)
+		if !errors.As(got, &we) || we.Code != code || we.Message != sent {
+			t.Fatalf("replayed %#v; want code %d, message %q", got, code, sent)
+		}
+		if json.Valid(data) && !bytes.Equal(compact(data), compact(we.Data)) {
+			t.Fatalf("replayed data %q; want %q", we.Data, data)
+		}
+	})
+}
+
+// compact returns b without insignificant white space, or b itself.
+func compact(b []byte) []byte {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
 }

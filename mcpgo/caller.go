@@ -109,6 +109,11 @@ const (
 	// ([mcptoken.CodeStateBusy]): retry the same call, with the same
 	// state, after the hint the message carries ([StateRetryAfter]).
 	StateBusy = mcptoken.CodeStateBusy
+	// RoundInterrupted reports a state whose round began and was never
+	// recorded ([mcptoken.CodeRoundInterrupted]): whether it acted is
+	// unknown; do not retry, check the effect, and call again without
+	// the state.
+	RoundInterrupted = mcptoken.CodeRoundInterrupted
 )
 
 // MetaTokenCode is the _meta key of a refusal's tool result that carries its
@@ -150,7 +155,7 @@ var (
 	stateInvalid  = newRejection(mcptoken.RefuseState(ctoken.ErrStateInvalid))
 	stateUsed     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateUsed))
 	// roundInterrupted: the round of the state began under a server that
-	// stopped before recording it (ctokenCode 1028, no hint).
+	// stopped before recording it (ctokenCode 1029, no hint).
 	roundInterrupted = newRejection(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted))
 )
 

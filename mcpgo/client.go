@@ -6,10 +6,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
-	"net/url"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,20 +36,19 @@ type CallOptions struct {
 	// application keeps (one per payment, say). Empty: the key the
 	// request's _meta already holds, else a fresh random one.
 	Key string
-	// MaxAttempts bounds the attempts, the first included. Zero means 5.
+	// MaxAttempts bounds the attempts, the first included. Zero means no
+	// bound but MaxElapsed's.
 	MaxAttempts int
 	// MaxElapsed bounds the time in which attempts start: no wait
 	// between attempts extends past it, and none starts after it. An
 	// attempt in flight is bounded by the caller's context only. Zero
-	// means 30 seconds.
+	// means 30 seconds, which rides out a server that is down (refusing
+	// connections, or answering 502 behind a proxy) for about 25 seconds.
 	MaxElapsed time.Duration
 }
 
-// CallOptions defaults, as documented on its fields.
-const (
-	defaultCallAttempts = 5
-	defaultCallElapsed  = 30 * time.Second
-)
+// defaultCallElapsed is CallOptions.MaxElapsed's default.
+const defaultCallElapsed = 30 * time.Second
 
 // CallTool calls req's tool through c once as a logical call: every
 // attempt sends the same request with the same idempotency key in the
@@ -73,31 +72,35 @@ const (
 // lost, or the server says to retry: after a transport failure (a
 // connection refused, which sent nothing; an HTTP exchange that failed
 // after the request was sent, a connection closed or reset, a response
-// cut off, a response stream (SSE) that ended before the response), after
-// a tool error result with _meta ctokenCode [InProgress] (1025) or
-// [OutcomeUnknown] (1028), after a JSON-RPC -32603 [StateBusy] (1027)
-// refusal and after the -32603 [ErrIdempotencyStore] (which mcp-go cannot
-// tell from a first result that was not recorded: such a call is retried
-// until its budget ends). It waits for the refusal's retryAfterMs
-// ([RetryAfter], [StateRetryAfter]), else for a backoff (100 ms, doubling,
-// at most 2 s, jittered). Anything else ends the call at once and is
-// returned as it is: a result (a tool error result too, [KeyReused] among
-// them), a JSON-RPC error (the -32603 "(ctokenCode 1028)" of an
-// interrupted round, which no retry settles, among them), an error of the
-// client itself.
+// cut off, a response stream (SSE) that ended before the response; an
+// HTTP 5xx, 408 or 429, a proxy's 502 among them), after a tool error
+// result with _meta ctokenCode [InProgress] (1025) or [OutcomeUnknown]
+// (1028), after a JSON-RPC -32603 [StateBusy] (1027) refusal and after
+// the -32603 [ErrIdempotencyStore] (which mcp-go cannot tell from a first
+// result that was not recorded: such a call is retried until its budget
+// ends). It waits for the refusal's retryAfterMs ([RetryAfter],
+// [StateRetryAfter]), else for a backoff (100 ms, doubling, at most 2 s,
+// jittered). Anything else ends the call at once: a result (a tool error
+// result too, [KeyReused] among them) is returned, and so is, as it is,
+// an error that says the tool did not run (JSON-RPC -32700, -32600,
+// -32601, -32602; an HTTP 4xx; a connection refused; the server's 404 for
+// a lost session) when no earlier attempt may have reached the server.
 //
-// A 1025 or 1028 result is never returned as the call's result. By
-// default there are at most 5 attempts, started within 30 seconds (see
-// [CallOptions]); ctx's end stops a wait at once. A call that ends without
-// a result after an attempt that may have reached the server (the budget
-// spent, the session or client closed, ctx done) returns a nil result and
-// an error matching [ErrOutcomeUnknown] and the last attempt's error,
-// which for a 1025 or 1028 result is an error matching
-// [mcptoken.ErrInProgress] or [mcptoken.ErrOutcomeUnknown]; [RetryKey]
-// returns its key, and CallOptions.Key with it calls again. A session the
-// server ended (transport.ErrSessionTerminated), a closed client or stdio
+// Once an attempt may have reached the server, the call ends with a
+// result or with a nil result and an error matching [ErrOutcomeUnknown],
+// whatever the later attempts met (a 4xx, a tool error result with a
+// ctoken code such as [KeyReused] or [StateUsed], a closed session, the
+// budget spent, ctx done); so does a first attempt whose error does not
+// prove that the tool did not run (a -32603 of a tool that failed, a
+// client closed mid-call). The error wraps the last attempt's error,
+// which for a 1025 or 1028 result matches [mcptoken.ErrInProgress] or
+// [mcptoken.ErrOutcomeUnknown]; [RetryKey] returns its key, and
+// CallOptions.Key with it calls again, never a new key. A 1025 or 1028
+// result is never returned as the call's result. A session the server
+// ended (transport.ErrSessionTerminated), a closed client or stdio
 // transport carries no further attempt. No error holds the key in its
-// text.
+// text. By default attempts start within 30 seconds (see [CallOptions]);
+// ctx's end stops a wait at once.
 //
 // Refused before anything is sent: a nil c, a key that is malformed or
 // not a string in _meta, or that differs from opts.Key (matching
@@ -110,9 +113,6 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 		return nil, fmt.Errorf("ctokenmcpgo: CallTool: %w: MaxAttempts or MaxElapsed is negative", ctoken.ErrConfig)
 	}
 	attempts, elapsed := opts.MaxAttempts, opts.MaxElapsed
-	if attempts == 0 {
-		attempts = defaultCallAttempts
-	}
 	if elapsed == 0 {
 		elapsed = defaultCallElapsed
 	}
@@ -120,14 +120,25 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	if err != nil {
 		return nil, err
 	}
+	reached := false // an attempt may have reached the server
 	return mcptoken.CallWithRetries(ctx, "ctokenmcpgo", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
 		res, err := c.CallTool(ctx, req)
 		if err != nil {
-			return nil, classify(err), err
+			v := classify(err)
+			reached = reached || v.Reached
+			return nil, v, err
 		}
-		if code := TokenCode(res); code == InProgress || code == OutcomeUnknown {
+		code := TokenCode(res)
+		switch {
+		case code == InProgress || code == OutcomeUnknown:
+			reached = true
 			hint, _ := RetryAfter(res)
 			return nil, verdict{Retry: true, Reached: true, Hint: hint}, &refusedResult{code: code}
+		case reached && mcptoken.KnownCode(code):
+			// A refusal of this attempt (a key reused, a state already
+			// used), not the result of the call an earlier attempt may
+			// have run.
+			return nil, verdict{Reached: true}, &refusedResult{code: code}
 		}
 		return res, verdict{}, nil
 	})
@@ -151,11 +162,11 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 		meta.AdditionalFields = make(map[string]any, len(req.Params.Meta.AdditionalFields)+1)
 		maps.Copy(meta.AdditionalFields, req.Params.Meta.AdditionalFields)
 	}
-	if v, inMeta := meta.AdditionalFields[mcptoken.MetaIdempotencyKey]; inMeta {
+	if v := mcptoken.MetaKeyOf(meta.AdditionalFields); v != nil {
 		s, ok := v.(string)
 		switch {
 		case !ok:
-			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string")
+			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
 			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
 		}
@@ -170,6 +181,7 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 	if k, err := idempotency.ParseKey(key, mcptoken.DefaultMaxIdempotencyKeyBytes); err != nil || k != key {
 		return req, "", bad("the key is empty, over 255 bytes, or holds a byte outside visible ASCII, or one of \" \\ , ;")
 	}
+	delete(meta.AdditionalFields, mcptoken.LegacyMetaIdempotencyKey)
 	meta.AdditionalFields[mcptoken.MetaIdempotencyKey] = key
 	req.Params.Meta = meta
 	return req, key, nil
@@ -183,25 +195,42 @@ type verdict = mcptoken.RetryVerdict
 const errNilResponse = "unexpected nil response"
 
 // classify returns the verdict on err, the error of an attempt made while
-// its context was live.
+// its context was live. What it cannot prove did not run is Reached.
 func classify(err error) verdict {
 	var te *transport.Error
 	if !errors.As(err, &te) {
 		// The server's JSON-RPC error, or the client's own.
-		if !errors.Is(err, mcp.ErrInternalError) {
+		switch {
+		case errors.Is(err, mcp.ErrInternalError):
+			if hint, ok := StateRetryAfter(err); ok {
+				return verdict{Retry: true, Reached: true, Hint: hint}
+			}
+			switch msg := strings.TrimPrefix(err.Error(), mcp.ErrInternalError.Error()+": "); {
+			case msg == ErrIdempotencyStore.Error():
+				return verdict{Retry: true, Reached: true}
+			case msg == ErrNoCaller.Error(), msg == ErrStoreUnavailable.Error(), refusedState(msg):
+				// Refusals of SecureRequestState and of a caller: the
+				// tool did not run.
+				return verdict{}
+			}
+			// A tool that failed after it began, among others.
+			return verdict{Reached: true}
+		case errors.Is(err, mcp.ErrParseError), errors.Is(err, mcp.ErrInvalidRequest),
+			errors.Is(err, mcp.ErrMethodNotFound), errors.Is(err, mcp.ErrInvalidParams),
+			errors.As(err, new(mcp.HeaderMismatchError)), errors.As(err, new(mcp.MissingRequiredClientCapabilityError)),
+			errors.As(err, new(mcp.UnsupportedProtocolVersionError)), err.Error() == "client not initialized":
+			// Refused before any tool ran, or never sent.
 			return verdict{}
 		}
-		if hint, ok := StateRetryAfter(err); ok {
-			return verdict{Retry: true, Reached: true, Hint: hint}
-		}
-		if err.Error() == mcp.ErrInternalError.Error()+": "+ErrIdempotencyStore.Error() {
-			return verdict{Retry: true, Reached: true}
-		}
-		return verdict{}
+		// An error of another code, whose text alone mcp-go keeps, or
+		// one of the client's own after the call was sent (a round's
+		// input that could not be gathered): it may have run.
+		return verdict{Reached: true}
 	}
 	var op *net.OpError
-	var ue *url.Error
-	switch {
+	var auth *transport.AuthorizationRequiredError
+	var oauth *transport.OAuthAuthorizationRequiredError
+	switch status := httpStatus(err); {
 	case errors.Is(err, transport.ErrSessionTerminated):
 		// The server's 404 for a session it no longer has: not run,
 		// and the transport sends nothing more.
@@ -212,31 +241,75 @@ func classify(err error) verdict {
 		return verdict{Reached: true, Closed: true}
 	case errors.As(err, &op) && op.Op == "dial":
 		return verdict{Retry: true}
-	case errors.As(err, &ue), errors.As(err, &op), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		strings.HasSuffix(err.Error(), errNilResponse):
-		// An HTTP exchange that failed after its connection was
-		// made, or a response cut off: the call may have run.
-		return verdict{Retry: true, Reached: true}
+	case errors.As(err, &auth), errors.As(err, &oauth), status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
+		// Refused by the server or a proxy before any tool ran.
+		return verdict{}
 	}
-	return verdict{}
+	// An HTTP exchange that failed after its connection was made, a
+	// response cut off, a 5xx (a proxy's 502 after its upstream ran the
+	// tool), a 408 or 429: the call may have run.
+	return verdict{Retry: true, Reached: true}
+}
+
+// refusedState reports whether msg is the text of a [Rejection] of a
+// cursor or request state, which ends " (ctokenCode N)": the tool did not
+// run.
+func refusedState(msg string) bool {
+	for _, code := range []int{ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid, StateUsed, RoundInterrupted} {
+		if strings.HasSuffix(msg, " ("+MetaTokenCode+" "+strconv.Itoa(code)+")") {
+			return true
+		}
+	}
+	return false
+}
+
+// httpStatus returns the status of mcp-go v1.2.1's error, without a
+// type, of an HTTP answer other than 200 and 202 ("request failed with
+// status N: body"), and 0 for any other error.
+func httpStatus(err error) int {
+	const prefix = "request failed with status "
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return 0
+	}
+	rest := msg[i+len(prefix):]
+	j := strings.IndexByte(rest, ':')
+	if j < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(rest[:j])
+	if err != nil || n < 100 || n > 599 {
+		return 0
+	}
+	return n
 }
 
 // refusedResult is the error CallTool keeps for an attempt answered with
-// a tool error result that says retry: [InProgress] or [OutcomeUnknown].
+// a tool error result that is no result of the call: [InProgress] or
+// [OutcomeUnknown], which say retry, or, after an attempt that may have
+// run the tool, any other ctoken refusal (a key reused, a state already
+// used).
 type refusedResult struct{ code int }
 
 func (r *refusedResult) Error() string {
-	if r.code == InProgress {
+	switch r.code {
+	case InProgress:
 		return "ctokenmcpgo: tool error result: a call with this idempotency key is in progress (ctokenCode 1025)"
+	case OutcomeUnknown:
+		return "ctokenmcpgo: tool error result: the outcome of this call is unknown (ctokenCode 1028)"
 	}
-	return "ctokenmcpgo: tool error result: the outcome of this call is unknown (ctokenCode 1028)"
+	return fmt.Sprintf("ctokenmcpgo: tool error result: the attempt was refused (ctokenCode %d)", r.code)
 }
 
-// Unwrap returns mcptoken.ErrInProgress for 1025, and
-// mcptoken.ErrOutcomeUnknown for 1028.
+// Unwrap returns mcptoken.ErrInProgress for 1025, mcptoken.ErrOutcomeUnknown
+// for 1028, and nil for any other code.
 func (r *refusedResult) Unwrap() error {
-	if r.code == InProgress {
+	switch r.code {
+	case InProgress:
 		return mcptoken.ErrInProgress
+	case OutcomeUnknown:
+		return mcptoken.ErrOutcomeUnknown
 	}
-	return mcptoken.ErrOutcomeUnknown
+	return nil
 }

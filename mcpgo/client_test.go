@@ -130,6 +130,12 @@ const (
 	notFound              // answer 404 without the server seeing the call, as for a session it no longer has
 )
 
+// refusedWith is the dropMode of a proxy that answers status without
+// passing the call on; ranThen, of one whose upstream ran the call and
+// which then answers status (a 502 of an upstream that died).
+func refusedWith(status int) dropMode { return dropMode(1000 + status) }
+func ranThen(status int) dropMode     { return dropMode(2000 + status) }
+
 // dropper is an http.Handler in front of a streamable HTTP server that
 // loses the calls plan says to by hijacking and closing the connection,
 // and keeps the responses it lost.
@@ -161,6 +167,19 @@ func (d *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case notFound:
 		http.Error(w, "session not found", http.StatusNotFound)
+		return
+	}
+	switch {
+	case mode >= 1000 && mode < 2000:
+		http.Error(w, "refused by the proxy", int(mode)-1000)
+		return
+	case mode >= 2000:
+		rec := httptest.NewRecorder()
+		d.next.ServeHTTP(rec, r)
+		d.mu.Lock()
+		d.lost = append(d.lost, rec.Body.String())
+		d.mu.Unlock()
+		http.Error(w, "<html>upstream failed</html>", int(mode)-2000)
 		return
 	}
 	rec := httptest.NewRecorder()
@@ -300,6 +319,92 @@ func protocols(t *testing.T, f func(t *testing.T, opts ...client.ClientOption)) 
 
 func TestCallTool(t *testing.T) {
 	ctx := context.Background()
+
+	// Once an attempt may have run the tool, no later error lets the
+	// caller forget the key: every one is ErrOutcomeUnknown with the key,
+	// and the call made again with it gets the first result.
+	t.Run("a lost answer then an error no retry settles keeps the key", func(t *testing.T) {
+		for _, status := range []int{400, 401, 403, 404, 409, 500, 502, 503, 504} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				protocols(t, func(t *testing.T, opts ...client.ClientOption) {
+					d := &deployTool{}
+					var healed atomic.Bool
+					url, dr := serveDropping(t, idemDeployServer(t, d, false, nil), func(n int) dropMode {
+						switch {
+						case healed.Load():
+							return passThrough
+						case n == 1:
+							return dropAfter
+						}
+						return refusedWith(status)
+					})
+					_, err := CallTool(ctx, clientFor(t, url, nil, opts...), deployRequest("api"), CallOptions{MaxElapsed: 300 * time.Millisecond})
+					key := wantOutcomeUnknown(t, err)
+					healed.Store(true)
+					res, err := CallTool(ctx, clientFor(t, url, nil, opts...), deployRequest("api"), CallOptions{Key: key})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || len(dr.lostResponses()) != 1 {
+						t.Fatalf("%q; %d deploys", got, d.deploys.Load())
+					}
+				})
+			})
+		}
+	})
+
+	t.Run("a proxy's 502 after its upstream ran the tool is retried", func(t *testing.T) {
+		for _, status := range []int{502, 503, 504} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				protocols(t, func(t *testing.T, opts ...client.ClientOption) {
+					d := &deployTool{}
+					url, dr := serveDropping(t, idemDeployServer(t, d, false, nil), once(ranThen(status)))
+					res, err := CallTool(ctx, clientFor(t, url, nil, opts...), deployRequest("api"), CallOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 {
+						t.Fatalf("%q; %d deploys in %d attempts", got, d.deploys.Load(), dr.calls.Load())
+					}
+				})
+			})
+		}
+	})
+
+	t.Run("a 4xx that no attempt before met is returned as it is", func(t *testing.T) {
+		for _, status := range []int{400, 401, 403} {
+			d := &deployTool{}
+			url, _ := serveDropping(t, idemDeployServer(t, d, false, nil), func(int) dropMode { return refusedWith(status) })
+			_, err := CallTool(ctx, clientFor(t, url, nil), deployRequest("api"), CallOptions{})
+			if err == nil || errors.Is(err, ErrOutcomeUnknown) || d.deploys.Load() != 0 {
+				t.Fatalf("%d: %v", status, err)
+			}
+			if _, ok := RetryKey(err); ok {
+				t.Fatalf("%d: RetryKey reports a key for a call that never ran", status)
+			}
+		}
+	})
+
+	t.Run("a key reused after a lost answer keeps the key", func(t *testing.T) {
+		// The first attempt ran under the key and its answer was lost;
+		// the second is answered 1024 (as when the arguments the server
+		// fingerprints differ): not the call's result.
+		d := &deployTool{}
+		var calls atomic.Int32
+		url, _ := serveDropping(t, idemDeployServer(t, d, false, func(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+			return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if calls.Add(1) == 2 {
+					return refusalResult(map[string]any{MetaTokenCode: KeyReused}), nil
+				}
+				return h(ctx, req)
+			}
+		}), once(dropAfter))
+		_, err := CallTool(ctx, clientFor(t, url, nil), deployRequest("api"), CallOptions{})
+		wantOutcomeUnknown(t, err)
+		if d.deploys.Load() != 1 {
+			t.Fatalf("%d deploys", d.deploys.Load())
+		}
+	})
 
 	t.Run("a connection dropped before the tool ran is retried and the tool runs once", func(t *testing.T) {
 		protocols(t, func(t *testing.T, opts ...client.ClientOption) {
@@ -458,10 +563,13 @@ func TestCallTool(t *testing.T) {
 		if err != nil || TokenCode(res) != KeyReused {
 			t.Fatalf("key reused: %+v, %v", res, err)
 		}
+		// mcp-go sends a handler's error as -32603, which cannot prove
+		// that the tool did not run.
 		_, err = CallTool(ctx, c, deployRequest(""), CallOptions{})
-		if !errors.Is(err, mcp.ErrInternalError) || err.Error() != "internal error: no service" || errors.Is(err, ErrOutcomeUnknown) {
+		if !errors.Is(err, mcp.ErrInternalError) || !strings.HasSuffix(err.Error(), "internal error: no service") {
 			t.Fatalf("handler error: %v", err)
 		}
+		wantOutcomeUnknown(t, err)
 		res, err = CallTool(ctx, c, deployRequest("fail"), CallOptions{})
 		if err != nil || !res.IsError || resultText(t, res) != "deploy failed" {
 			t.Fatalf("tool error result: %+v, %v", res, err)
@@ -732,11 +840,12 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 		{"1024 key reused", refusalResult(map[string]any{MetaTokenCode: KeyReused}), nil, false},
 		{"a tool error result", mcp.NewToolResultError("deploy failed"), nil, false},
 		{"1025 in a result that is not an error", &mcp.CallToolResult{Result: mcp.Result{Meta: mcp.NewMetaFromMap(map[string]any{MetaTokenCode: InProgress})}, Content: []mcp.Content{mcp.NewTextContent("ok")}}, nil, false},
-		{"1028 of an interrupted round", nil, roundInterrupted, false},
+		{"1029 of an interrupted round", nil, roundInterrupted, false},
 		{"1026 request state used", nil, stateUsed, false},
 		{"request state store unavailable", nil, ErrStoreUnavailable, false},
 		{"no caller", nil, ErrNoCaller, false},
 		{"another error", nil, errors.New("ctokenmcpgo: idempotency store unavailable"), false},
+		{"a tool that failed after it began", nil, errors.New("deploy failed"), false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -748,6 +857,13 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 				if err != nil || resultText(t, res) != "done" || calls.Load() != 2 {
 					t.Fatalf("%v after %d calls", err, calls.Load())
 				}
+			case c.err != nil && !strings.Contains(c.err.Error(), "ctokenCode") && c.err != ErrNoCaller && c.err != ErrStoreUnavailable:
+				// A -32603 that is no refusal of ctoken's: the tool may
+				// have run.
+				if err == nil || !strings.HasSuffix(err.Error(), "internal error: "+c.err.Error()) || calls.Load() != 1 {
+					t.Fatalf("%v after %d calls", err, calls.Load())
+				}
+				wantOutcomeUnknown(t, err)
 			case c.err != nil:
 				if err == nil || err.Error() != "internal error: "+c.err.Error() || errors.Is(err, ErrOutcomeUnknown) || calls.Load() != 1 {
 					t.Fatalf("%v after %d calls", err, calls.Load())
@@ -757,6 +873,31 @@ func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 					t.Fatalf("%+v, %v after %d calls", res, err, calls.Load())
 				}
 			}
+		})
+	}
+	// 1028 (the tool ran, its commit's outcome unknown), then 1026 (a
+	// round two's state, used by the first attempt) or 1024 (the key,
+	// taken with other arguments): never a plain error, never a result.
+	for _, second := range []struct {
+		name string
+		res  *mcp.CallToolResult
+		err  error
+	}{{"1026", nil, stateUsed}, {"1024", refusalResult(map[string]any{MetaTokenCode: KeyReused}), nil}} {
+		t.Run("1028 then "+second.name+" keeps the key", func(t *testing.T) {
+			var calls atomic.Int32
+			s := server.NewMCPServer("refusing", "v0", server.WithToolCapabilities(false))
+			s.AddTool(mcp.NewTool("deploy", mcp.WithString("service")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if calls.Add(1) == 1 {
+					return refusalResult(map[string]any{MetaTokenCode: OutcomeUnknown, MetaRetryAfterMs: 1}), nil
+				}
+				return second.res, second.err
+			})
+			p := inProcess(t, s, "alice", nil)
+			res, err := CallTool(p.ctx, p.c, deployRequest("api"), CallOptions{})
+			if res != nil || calls.Load() != 2 {
+				t.Fatalf("%+v, %v after %d calls", res, err, calls.Load())
+			}
+			wantOutcomeUnknown(t, err)
 		})
 	}
 	for _, c := range []struct {
@@ -876,6 +1017,29 @@ func BenchmarkCallTool(b *testing.B) {
 		for b.Loop() {
 			if _, err := CallTool(p.ctx, p.c, deployRequest("api"), CallOptions{}); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzClassify judges arbitrary error texts as mcp-go's client returns
+// them, transport errors and the server's -32603 alike: never a panic, a
+// status only within 100–599, and a verdict that retries only what it
+// deems may have reached the server or was never sent.
+func FuzzClassify(f *testing.F) {
+	f.Add("request failed with status 502: <html>bad gateway</html>")
+	f.Add("request failed with status 401: unauthorized")
+	f.Add("request failed with status 99999999999999999999: x")
+	f.Add("requestState already used (ctokenCode 1026)")
+	f.Add("busy (retryAfterMs 5) (ctokenCode 1027)")
+	f.Fuzz(func(t *testing.T, msg string) {
+		for _, err := range []error{transport.NewError(errors.New(msg)), fmt.Errorf("%w: %s", mcp.ErrInternalError, msg), errors.New(msg)} {
+			if s := httpStatus(err); s != 0 && (s < 100 || s > 599) {
+				t.Fatalf("httpStatus(%q) = %d", err, s)
+			}
+			v := classify(err)
+			if v.Retry && v.Closed {
+				t.Fatalf("classify(%q) = %+v: retries a closed session", err, v)
 			}
 		}
 	})

@@ -158,12 +158,15 @@
 //     the same key, budget, [ErrOutcomeUnknown] and [RetryKey]. The
 //     refusals it retries arrive as this package sends them: 1025 and
 //     1028 as tool error results, which it never returns as the call's
-//     result; 1027 and a failed idempotency store as -32603 errors.
+//     result; 1027 and a failed idempotency store as -32603 errors. Once
+//     an attempt may have run the tool, a later tool error result with a
+//     ctoken code is no result of the call either.
 //     mcp-go's client drives the rounds of a multi round-trip call
 //     itself, so a retry starts again at round one.
 //
 // The codes 1022 ([StateExpired]), 1023 ([StateInvalid]), 1026
-// ([StateUsed]) and 1027 ([StateBusy]) are local to ctoken; 1020 and 1021
+// ([StateUsed]), 1027 ([StateBusy]) and 1029 ([RoundInterrupted]) are
+// local to ctoken; 1020 and 1021
 // are the reference protocol's cursor codes.
 // Everything that does not touch an mcp-go type (the cursor scope and page
 // turn, sealing and opening states, the argument wrapper, the codes and the

@@ -70,8 +70,13 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // h runs with a context that keeps ctx's values but not its cancellation,
 // ending three quarters of the Lease after the key was taken; with
 // Transactional it carries the store's transaction (pgstore.TxFrom,
-// sqlitestore.TxFrom). An error from h is returned as it is, records
-// nothing and releases the key. A result that asks the client for input (a
+// sqlitestore.TxFrom). An error from h is returned as it is (mcp-go sends
+// it as -32603). One that matches mcp.ErrInvalidParams says the tool did
+// not begin (a validation failure): it records nothing and releases the
+// key. Any other says the tool began and failed, as Stripe counts a
+// request that began executing: its text is recorded, and every retry is
+// sent the same error without running h again; with Transactional, h's
+// writes are rolled back instead and the key released. A result that asks the client for input (a
 // round of a multi round-trip call) is returned as it is and not recorded
 // either: the key is released, and the round that completes the call is
 // the one recorded and replayed (with a transactional store, the writes of
@@ -100,7 +105,7 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 		}
 		var metaKey any
 		if req.Params.Meta != nil {
-			metaKey = req.Params.Meta.AdditionalFields[mcptoken.MetaIdempotencyKey]
+			metaKey = mcptoken.MetaKeyOf(req.Params.Meta.AdditionalFields)
 		}
 		args := []byte(req.Params.RawArguments)
 		if len(args) == 0 && req.Params.Arguments != nil {
@@ -112,10 +117,10 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 		b, err := i.core.Call(ctx, caller, req.Params.Name, args, metaKey, func(hctx context.Context) ([]byte, error) {
 			res, err := h(hctx, req)
 			if err != nil {
-				return nil, err
+				return nil, failure(err)
 			}
 			if res == nil {
-				return nil, errors.New("tool returned no result")
+				return nil, failure(errors.New("tool returned no result"))
 			}
 			first = res
 			if len(res.InputRequests) > 0 || res.NeedsInput() {
@@ -123,10 +128,15 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 			}
 			return json.Marshal(res)
 		})
-		if errors.Is(err, errInputRequired) {
+		var f *mcptoken.Failure
+		switch {
+		case errors.Is(err, errInputRequired):
 			return first, nil
-		}
-		if err != nil {
+		case errors.As(err, &f) && f.Err != nil:
+			return nil, f.Err // the first call's own failure
+		case errors.As(err, &f):
+			return nil, errors.New(string(f.Record)) // sent as the first was: -32603 with its text
+		case err != nil:
 			return idempotencyResult(err)
 		}
 		var out mcp.CallToolResult
@@ -138,6 +148,18 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 		}
 		return &out, nil
 	}
+}
+
+// failure returns what a handler's error is to the engine: one that
+// matches mcp.ErrInvalidParams (a validation failure: the tool did not
+// begin, the key is released) or is a URL elicitation (the client's input
+// is needed first) as it is, any other wrapped in a [mcptoken.Failure]
+// that records its text, which mcp-go sends as -32603.
+func failure(err error) error {
+	if errors.Is(err, mcp.ErrInvalidParams) || errors.As(err, new(mcp.URLElicitationRequiredError)) || errors.As(err, new(*mcp.URLElicitationRequiredError)) {
+		return err
+	}
+	return &mcptoken.Failure{Record: []byte(err.Error()), Err: err}
 }
 
 // errInputRequired tells the engine that the tool asked for input: a
@@ -153,7 +175,7 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 	case errors.Is(err, mcptoken.ErrIdempotencyKey):
 		return mcp.NewToolResultError(err.Error()), nil
 	case errors.Is(err, mcptoken.ErrKeyReused):
-		res := mcp.NewToolResultError("idempotency key reused with other arguments (ctokenCode 1024)")
+		res := mcp.NewToolResultError("idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key (ctokenCode 1024)")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: KeyReused})
 		return res, nil
 	case errors.Is(err, mcptoken.ErrInProgress):

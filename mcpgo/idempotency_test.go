@@ -38,6 +38,9 @@ type payTool struct {
 }
 
 func (p *payTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if req.GetFloat("amount", 0) == -1 {
+		return nil, fmt.Errorf("%w: amount -1 is reserved", mcp.ErrInvalidParams) // before any effect
+	}
 	n := p.effects.Add(1)
 	if p.started != nil && n == 1 {
 		close(p.started)
@@ -230,8 +233,10 @@ func idempotencyAnswers(t *testing.T) {
 		{"malformed key", alice, map[string]any{"key": "a b", "amount": 5}, nil, true, 0, false, 2},
 		{"two different keys", alice, map[string]any{"key": "k", "amount": 5}, map[string]any{mcptoken.MetaIdempotencyKey: "other"}, true, 0, false, 2},
 		{"no caller", nobody, map[string]any{"key": "k", "amount": 5}, nil, false, 0, true, 2},
-		{"handler error releases the key", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 3},
-		{"the released key runs again", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 4},
+		{"a handler error is recorded", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 3},
+		{"its retry gets the recorded error without a run", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 3},
+		{"a validation failure releases the key", alice, map[string]any{"key": "v", "amount": -1}, nil, false, 0, true, 3},
+		{"the released key runs with other arguments", alice, map[string]any{"key": "v", "amount": 7}, nil, false, 0, false, 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

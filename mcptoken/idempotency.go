@@ -27,17 +27,47 @@ const (
 	CodeInProgress = 1025
 	// CodeOutcomeUnknown tells a client that its call ran but whether its
 	// effects were kept is unknown: retry the same call with the same key
-	// after the hint, never under a new key ([ErrOutcomeUnknown]). 1026
-	// and 1027 are request-state codes.
+	// after the hint, never under a new key ([ErrOutcomeUnknown]). 1026,
+	// 1027 and 1029 are request-state codes; an interrupted round is
+	// [CodeRoundInterrupted], never this code.
 	CodeOutcomeUnknown = 1028
 )
 
 // MetaIdempotencyKey is the _meta member of a tools/call that may carry the
-// idempotency key ([IdempotencyConfig].KeyFromMeta). SEP-3182 proposed an
-// idempotencyKey member of the tools/call params themselves; it was closed
-// unmerged, and neither SDK reads such a member, so ctoken reads a _meta
-// member under its own prefix instead.
-const MetaIdempotencyKey = "ctoken/idempotencyKey"
+// idempotency key ([IdempotencyConfig].KeyFromMeta), under the
+// reverse-DNS prefix the MCP specification asks _meta members to use.
+// SEP-3182 proposed an idempotencyKey member of the tools/call params
+// themselves; it was closed unmerged, and neither SDK reads such a
+// member, so ctoken reads a _meta member under its own prefix instead.
+const MetaIdempotencyKey = "io.github.ctoken/idempotencyKey"
+
+// LegacyMetaIdempotencyKey is the _meta member that carried the key before
+// [MetaIdempotencyKey]: servers still read it ([MetaKeyOf]) until 1.0;
+// clients send MetaIdempotencyKey only.
+const LegacyMetaIdempotencyKey = "ctoken/idempotencyKey"
+
+// MetaKeyOf returns what a call's _meta carries as its idempotency key, to
+// pass to [Idempotency.Call]: the member [MetaIdempotencyKey], else
+// [LegacyMetaIdempotencyKey], else nil. When both are present with
+// different values, it returns a value Call refuses with
+// [ErrIdempotencyKey].
+func MetaKeyOf(meta map[string]any) any {
+	v, ok := meta[MetaIdempotencyKey]
+	old, legacy := meta[LegacyMetaIdempotencyKey]
+	switch {
+	case ok && legacy && v != old:
+		return metaKeysDiffer{}
+	case ok:
+		return v
+	case legacy:
+		return old
+	}
+	return nil
+}
+
+// metaKeysDiffer is what MetaKeyOf returns for a _meta with two different
+// keys.
+type metaKeysDiffer struct{}
 
 // Defaults and limits of an [IdempotencyConfig], as the idempotency
 // package's.
@@ -165,8 +195,8 @@ type IdempotencyOptions[C any] struct {
 	// Caller finds the authenticated caller, the scope of every key; nil
 	// means the module's default.
 	Caller C
-	// Logger receives store failures and refusals (never a key, a caller
-	// or a result). Nil discards them.
+	// Logger receives store failures, unknown outcomes and refusals
+	// (never a key, a caller or a result). Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -229,7 +259,7 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 	if maxKey < 0 || maxKey > MaxIdempotencyKeyBytes {
 		return nil, bad("MaxKeyBytes is negative or over MaxIdempotencyKeyBytes")
 	}
-	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Log, seal: seal}
+	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Logger(), seal: seal}
 	if cfg.Transactional {
 		tx, ok := cfg.Store.(replay.Transactor)
 		if !ok {
@@ -246,10 +276,39 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 }
 
 // RunFunc runs a tool call and returns its result as the JSON text the
-// client is sent, or an error, which records nothing: the key is released
-// and a retry runs the tool again. ctx carries the store's transaction
-// when the Idempotency is Transactional.
+// client is sent, or an error. A [*Failure] says the tool began and
+// failed: it is recorded and answers every retry, as a result does (with
+// Transactional, its writes are rolled back instead and the key
+// released). Any other error records nothing: the tool failed before it
+// began (a validation failure), the key is released and a retry runs the
+// tool again. ctx carries the store's transaction when the Idempotency is
+// Transactional.
 type RunFunc func(ctx context.Context) ([]byte, error)
+
+// Failure is the error of a tool call that began and failed, as Stripe
+// records a request that began executing whatever its status: a retry
+// must not run the tool a second time. A [RunFunc] returns it with Err,
+// the error the first call is answered with, and Record, the bytes
+// recorded for it (sealed, as results are, at most
+// replay.MaxResultBytes; an integration encodes the error its SDK sends
+// in them). [Idempotency.Call] returns it as it is to the first call, and
+// to every retry a Failure with the recorded Record and a nil Err, which
+// the integration decodes into the same error.
+type Failure struct {
+	Record []byte
+	Err    error
+}
+
+// Error returns Err's text, or a fixed text for a replayed Failure.
+func (f *Failure) Error() string {
+	if f.Err == nil {
+		return "mcptoken: the tool failed after it began (its recorded failure)"
+	}
+	return f.Err.Error()
+}
+
+// Unwrap returns Err.
+func (f *Failure) Unwrap() error { return f.Err }
 
 // Call runs run for the call of tool by caller with the arguments args
 // (JSON text of an object; nil or blank is {}) and metaKey, the value of
@@ -266,13 +325,16 @@ type RunFunc func(ctx context.Context) ([]byte, error)
 // other arguments; [ErrInProgress] for a key whose call still runs (after
 // waiting up to Wait); [ErrIdempotencyStore] for a store that failed;
 // [ErrNotRecorded] for a retry of a call whose result was not recorded.
-// The error of run is returned as it is.
+// The error of run is returned as it is; a retry of a call whose run
+// returned a [*Failure] gets a *Failure holding its Record.
 func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte, metaKey any, run RunFunc) ([]byte, error) {
 	if i == nil || i.e == nil || run == nil {
 		return nil, ErrIdempotencyStore
 	}
 	key, rest, err := i.extract(args, metaKey)
 	if err != nil {
+		i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": idempotent call refused: missing or malformed idempotency key; the tool did not run",
+			slog.String("tool", tool), slog.String("error", err.Error())) // the error never holds the key
 		return nil, err
 	}
 	if key == "" {
@@ -307,6 +369,8 @@ func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error
 	case errors.Is(err, errBusy):
 		return fmt.Errorf("%w: %w", ErrInProgress, err)
 	case errors.Is(err, errFingerprint):
+		i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": idempotent call refused: idempotency key reused with other arguments; the tool did not run",
+			slog.String("tool", tool))
 		return ErrKeyReused
 	case errors.Is(err, errNoResult):
 		log("retry of an idempotent call whose result was not recorded (too large, or its store ID taken by something else)")
@@ -351,6 +415,9 @@ func (i *Idempotency) extract(args []byte, metaKey any) (key string, rest []byte
 				return "", nil, fmt.Errorf("%w: %w", ErrIdempotencyKey, err)
 			}
 		}
+	}
+	if _, ok := metaKey.(metaKeysDiffer); ok && i.meta {
+		return "", nil, fmt.Errorf("%w: _meta %s and %s differ", ErrIdempotencyKey, MetaIdempotencyKey, LegacyMetaIdempotencyKey)
 	}
 	if i.meta && metaKey != nil {
 		s, ok := metaKey.(string)

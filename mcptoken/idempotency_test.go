@@ -104,12 +104,13 @@ func idempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
 }
 
 func idempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
-	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	var log bytes.Buffer
+	i := testIdempotency(t, &log, nil)
 	run, n := counted()
-	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k","amount":5}`), nil, run); err != nil {
+	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-4b1d","amount":5}`), nil, run); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range []string{`{"key":"k","amount":6}`, `{"key":"k"}`, `{"key":"k","amount":5,"to":"bob"}`} {
+	for _, args := range []string{`{"key":"k-4b1d","amount":6}`, `{"key":"k-4b1d"}`, `{"key":"k-4b1d","amount":5,"to":"bob"}`} {
 		t.Run(args, func(t *testing.T) {
 			_, err := i.Call(context.Background(), "alice", "pay", []byte(args), nil, run)
 			if !errors.Is(err, ErrKeyReused) {
@@ -119,6 +120,13 @@ func idempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
 	}
 	if n.Load() != 1 {
 		t.Fatalf("ran %d times", n.Load())
+	}
+	// Refused keys reach the log (slog.Default when none is set), never
+	// the key itself.
+	i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k 4b1d"}`), nil, run)
+	if got := log.String(); strings.Count(got, "level=WARN msg=\"test: idempotent call refused: idempotency key reused") != 3 ||
+		!strings.Contains(got, "refused: missing or malformed idempotency key") || strings.Contains(got, "4b1d") {
+		t.Fatalf("log %q", got)
 	}
 }
 
@@ -206,6 +214,30 @@ func idempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
 	if n.Load() != 2 {
 		t.Fatalf("ran %d times, want 2 (the failure released the key)", n.Load())
 	}
+	t.Run("a failure after the tool began is recorded and replayed", func(t *testing.T) {
+		var runs atomic.Int32
+		failed := func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			return nil, &Failure{Record: []byte(`{"m":"charged, then failed"}`), Err: boom}
+		}
+		args := []byte(`{"key":"f"}`)
+		if _, err := i.Call(context.Background(), "alice", "pay", args, nil, failed); !errors.Is(err, boom) {
+			t.Fatalf("err = %v, want the tool's", err)
+		}
+		for range 2 {
+			_, err := i.Call(context.Background(), "alice", "pay", args, nil, failed)
+			var f *Failure
+			if !errors.As(err, &f) || f.Err != nil || string(f.Record) != `{"m":"charged, then failed"}` {
+				t.Fatalf("the retry: %v; want the recorded Failure", err)
+			}
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("ran %d times, want 1", runs.Load())
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"f","cents":1}`), nil, failed); !errors.Is(err, ErrKeyReused) {
+			t.Fatalf("other arguments under the key of a failure: %v; want ErrKeyReused", err)
+		}
+	})
 	t.Run("panic", func(t *testing.T) {
 		defer func() {
 			if recover() == nil {
@@ -472,6 +504,7 @@ func idempotencyTransactionalOutcomes(t *testing.T) {
 		{"committed: the retry is replayed", nil, nil, false, nil, false, 0},
 		{"begin fails: nothing runs, key released", errors.New("down"), nil, false, ErrIdempotencyStore, true, 0},
 		{"tool fails: rolled back, key released", nil, nil, true, nil, true, 1},
+		{"tool fails after it began: rolled back, key released, not recorded", nil, nil, true, nil, true, 1},
 		{"rolled back by the store: key released", nil, fmt.Errorf("x: %w", replay.ErrRolledBack), false, ErrIdempotencyStore, true, 0},
 		{"lease lost: refused, result not returned", nil, replay.ErrLeaseLost, false, ErrIdempotencyStore, false, 0},
 		{"unknown outcome: told so, key left leased", nil, errors.New("connection lost during COMMIT"), false, ErrOutcomeUnknown, false, 0},
@@ -488,6 +521,9 @@ func idempotencyTransactionalOutcomes(t *testing.T) {
 					t.Error("the tool's context carries no transaction")
 				}
 				if c.toolErr && runs.Load() == 1 {
+					if strings.Contains(c.name, "after it began") {
+						return nil, &Failure{Record: []byte("x"), Err: boom}
+					}
 					return nil, boom
 				}
 				return []byte(`{"content":[]}`), nil
@@ -809,4 +845,38 @@ func idempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
 			t.Fatalf("%d Works given, %d rolled back; want 1 and 1", st.extra.Load(), st.rolledBack.Load())
 		}
 	})
+}
+
+// TestMetaKeyOf: the key comes from the reverse-DNS member, else from the
+// legacy one (read until 1.0); two different keys are refused by Call.
+func TestMetaKeyOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		meta map[string]any
+		want any
+	}{
+		{"none", nil, nil},
+		{"the member", map[string]any{MetaIdempotencyKey: "k"}, "k"},
+		{"the legacy member", map[string]any{LegacyMetaIdempotencyKey: "k"}, "k"},
+		{"both, the same", map[string]any{MetaIdempotencyKey: "k", LegacyMetaIdempotencyKey: "k"}, "k"},
+	} {
+		if got := MetaKeyOf(tc.meta); got != tc.want {
+			t.Errorf("%s: MetaKeyOf = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+	i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.KeyFromMeta = true })
+	run, n := counted()
+	args := []byte(`{"amount":1}`)
+	for _, meta := range []map[string]any{{LegacyMetaIdempotencyKey: "k"}, {MetaIdempotencyKey: "k"}} {
+		if _, err := i.Call(context.Background(), "alice", "pay", args, MetaKeyOf(meta), run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Fatalf("ran %d times; want 1: the legacy member and the new one carry the same key", n.Load())
+	}
+	_, err := i.Call(context.Background(), "alice", "pay", args, MetaKeyOf(map[string]any{MetaIdempotencyKey: "k", LegacyMetaIdempotencyKey: "j"}), run)
+	if !errors.Is(err, ErrIdempotencyKey) || n.Load() != 1 {
+		t.Fatalf("two different keys: %v; want ErrIdempotencyKey", err)
+	}
 }

@@ -18,7 +18,7 @@ type Integration struct {
 	Name string
 	// Log receives one record per refused token, per request without a
 	// caller and per outgoing state that cannot be sealed, with ctoken's
-	// log-safe reason (never the token). Nil discards them.
+	// log-safe reason (never the token). Nil means slog.Default().
 	Log *slog.Logger
 	// NoCaller returns the error the client is sent for a request without
 	// an authenticated caller. Required.
@@ -40,12 +40,13 @@ func (in *Integration) check(what string) error {
 	return nil
 }
 
-// Logger returns the Log of in, or a logger that discards everything.
+// Logger returns the Log of in, or slog.Default(): failures are never
+// dropped because no logger was set.
 func (in *Integration) Logger() *slog.Logger {
 	if in.Log != nil {
 		return in.Log
 	}
-	return slog.New(slog.DiscardHandler)
+	return slog.Default()
 }
 
 // Caller checks the result of an integration's caller function: an error,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,13 @@ func coreRefusesAnEmptyCaller(t *testing.T) {
 	}
 	if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
 		t.Errorf("alice's state: %v", err)
+	}
+}
+
+// TestIntegrationLoggerDefault: an Integration without Log writes to
+// slog.Default, so that no failure is dropped for want of a logger.
+func TestIntegrationLoggerDefault(t *testing.T) {
+	if got := (&Integration{}).Logger(); got != slog.Default() {
+		t.Fatalf("Logger() = %v; want slog.Default()", got)
 	}
 }

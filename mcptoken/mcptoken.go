@@ -49,7 +49,8 @@
 // refused request state carries [CodeStateExpired] (1022) or
 // [CodeStateInvalid] (1023), and, for an authentic state already used,
 // [CodeStateUsed] (1026) or, while its round runs, [CodeStateBusy] (1027),
-// which are local to ctoken: the reference
+// or, for a round that began and was never recorded,
+// [CodeRoundInterrupted] (1029), which are local to ctoken: the reference
 // protocol defines no code for a refused requestState, and no other
 // implementation is known to send or understand them.
 package mcptoken
@@ -91,15 +92,23 @@ const (
 	// call later, with the same state. Only States that answer retries
 	// (StatesConfig.AnswerRetries) send it.
 	CodeStateBusy = 1027
+	// 1028 is left to [CodeOutcomeUnknown], which says retry.
+
+	// CodeRoundInterrupted tells a client that the round of its state
+	// began but its result was never recorded (its server stopped, or its
+	// hold on the state was lost): whether it acted is unknown, it does
+	// not run again, and no retry settles it ([ErrRoundInterrupted]). Do
+	// not retry; check the effect, and call again without the state.
+	CodeRoundInterrupted = 1029
 )
 
 // KnownCode reports whether code is one of the codes a refusal carries:
 // [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
 // [CodeStateInvalid], [CodeKeyReused], [CodeInProgress], [CodeStateUsed],
-// [CodeStateBusy] or [CodeOutcomeUnknown].
+// [CodeStateBusy], [CodeOutcomeUnknown] or [CodeRoundInterrupted].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress, CodeStateUsed, CodeStateBusy, CodeOutcomeUnknown:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress, CodeStateUsed, CodeStateBusy, CodeOutcomeUnknown, CodeRoundInterrupted:
 		return true
 	}
 	return false
@@ -256,7 +265,7 @@ const (
 	msgStateInvalid  = "invalid requestState"
 	msgStateUsed     = "requestState already used: its result cannot be answered again; call again without it"
 	msgStateBusy     = "requestState busy: its round is still running; retry the same call later"
-	msgInterrupted   = "requestState's round was interrupted before its result was recorded (its server stopped): whether it acted is unknown, and it will not run again; check its effect before calling again without the state"
+	msgInterrupted   = "requestState's round was interrupted before its result was recorded (its server stopped, or lost its hold): whether it acted is unknown, and it will not run again; do not retry: check its effect (one that may still appear before the state expires), then call again without the state"
 	msgStoreFailed   = "request state store unavailable"
 	msgInternal      = "internal error"
 )
@@ -290,8 +299,8 @@ func RefuseCursor(err error) Refusal {
 // ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
 // only once every binding has passed) and [ErrStateUsed]; 1027
 // ([CodeStateBusy]) for [ErrStateBusy], with the retry hint [States.Answer]
-// attached to it (a second for ErrStateBusy itself) in RetryAfter; 1028
-// ([CodeOutcomeUnknown], without a retry hint: no retry settles it) for
+// attached to it (a second for ErrStateBusy itself) in RetryAfter; 1029
+// ([CodeRoundInterrupted], without a retry hint: no retry settles it) for
 // [ErrRoundInterrupted]; 1023 for [ctoken.ErrStateInvalid]
 // and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other
@@ -313,7 +322,7 @@ func RefuseState(err error) Refusal {
 		}
 		return r
 	case errors.Is(err, ErrRoundInterrupted):
-		return Refusal{Code: CodeOutcomeUnknown, Message: msgInterrupted, Reason: "round interrupted before its result was recorded"}
+		return Refusal{Code: CodeRoundInterrupted, Message: msgInterrupted, Reason: "round interrupted before its result was recorded"}
 	case errors.Is(err, ErrStateUsed):
 		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: err.Error()}
 	case errors.Is(err, ctoken.ErrStateReplayed):

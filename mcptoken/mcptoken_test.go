@@ -248,7 +248,7 @@ func refuseStateMapsCodecErrorsToCodes(t *testing.T) {
 		}, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", "already used", false},
 		{"used, no record", func(t *testing.T) error { return errUsedNoRecord }, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", errUsedNoRecord.Error(), false},
 		{"busy", func(t *testing.T) error { return ErrStateBusy }, CodeStateBusy, "requestState busy: its round is still running; retry the same call later", "round still running", false},
-		{"round interrupted", func(t *testing.T) error { return ErrRoundInterrupted }, CodeOutcomeUnknown, msgInterrupted, "round interrupted before its result was recorded", false},
+		{"round interrupted", func(t *testing.T) error { return ErrRoundInterrupted }, CodeRoundInterrupted, msgInterrupted, "round interrupted before its result was recorded", false},
 		{"other arguments", func(t *testing.T) error { return mismatch }, CodeStateInvalid, "invalid requestState", "arguments differ from the sealed call", false},
 		{"store failed", func(t *testing.T) error {
 			return decode(codec(t, c, failingStore{}), wire, "alice")
@@ -344,12 +344,12 @@ func refuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 
 func knownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
-		want := code >= 1020 && code <= 1028
+		want := code >= 1020 && code <= 1029
 		if KnownCode(code) != want {
 			t.Errorf("KnownCode(%d) = %v", code, !want)
 		}
 	}
-	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 || CodeStateUsed != 1026 || CodeStateBusy != 1027 || CodeOutcomeUnknown != 1028 {
+	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 || CodeStateUsed != 1026 || CodeStateBusy != 1027 || CodeOutcomeUnknown != 1028 || CodeRoundInterrupted != 1029 {
 		t.Fatal("the state codes changed; clients depend on them")
 	}
 }

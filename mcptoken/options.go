@@ -12,7 +12,8 @@ type CursorOptions[C any] struct {
 	// default (ctokenmcp.TokenUserID, ctokenmcpgo.ContextCaller).
 	Caller C
 	// Logger receives one record per rejected cursor, with the tool name
-	// and ctoken's log-safe reason (never the cursor). Nil discards them.
+	// and ctoken's log-safe reason (never the cursor). Nil means
+	// slog.Default(); to drop them, set a logger that discards.
 	Logger *slog.Logger
 }
 
@@ -65,6 +66,6 @@ type StateOptions[C any] struct {
 	AnswerRetries bool
 	// Logger receives one record per rejected state, with the tool, prompt
 	// or resource and ctoken's log-safe reason (never the state). Nil
-	// discards them.
+	// means slog.Default(); to drop them, set a logger that discards.
 	Logger *slog.Logger
 }

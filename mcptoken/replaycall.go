@@ -38,6 +38,10 @@ const defaultBusyRetryAfter = time.Second
 // than run it again.
 var notRecorded = []byte("\x00ctoken: result not recorded")
 
+// failurePrefix begins the record of a work that began and failed (a
+// [Failure]): a byte no result begins with, then the Failure's Record.
+const failurePrefix = 0x01
+
 // engine runs work at most once per ID and answers its retries with the
 // first result. It is safe for concurrent use; its fields are not
 // changed after it is built.
@@ -95,7 +99,9 @@ func (e *unknownError) Unwrap() []error { return []error{errUnknownOutcome, e.er
 
 // runFunc runs the work with ctx (which carries the store's transaction
 // for a transactional engine) and returns its result, the bytes recorded
-// and replayed, or an error, which records nothing and releases the ID.
+// and replayed, or an error: a [*Failure] is recorded (rolled back and
+// the ID released in a transactional engine), any other records nothing
+// and releases the ID.
 type runFunc func(ctx context.Context) ([]byte, error)
 
 // do runs run under id unless id is done, busy or another fingerprint's:
@@ -145,6 +151,9 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 			}
 			if bytes.Equal(res, notRecorded) { // a marker, not a secret
 				return nil, false, errNoResult
+			}
+			if len(res) > 0 && res[0] == failurePrefix {
+				return nil, true, &Failure{Record: res[1:]}
 			}
 			return res, true, nil
 		case replay.LeaseBusy:
@@ -199,8 +208,25 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 	}()
 	result, err = run(hctx)
 	settled = true
+	var f *Failure
+	if errors.As(err, &f) {
+		// The work began and failed: recorded, so that a retry gets the
+		// same failure and never runs it again.
+		record, stored := e.recordOf(id, fp, append([]byte{failurePrefix}, f.Record...))
+		cerr := e.confirm(ctx, id, token, fp, start, record)
+		if cerr != nil && refusedForSize(cerr) {
+			cerr, stored = e.confirm(ctx, id, token, fp, start, e.marker(id, fp)), false
+		}
+		switch {
+		case cerr != nil:
+			e.logf(ctx, slog.LevelError, "the work failed after it began and its failure was not recorded; the call runs again once its lease ends", cerr)
+		case !stored:
+			e.logf(ctx, slog.LevelError, "the work failed after it began and its failure was too large to record: recorded as done without it; its retries are refused", nil)
+		}
+		return nil, err
+	}
 	if err != nil {
-		e.release(ctx, id, token, "the work returned an error")
+		e.release(ctx, id, token, "the work returned an error before it began")
 		return nil, err
 	}
 	record, stored := e.recordOf(id, fp, result)

@@ -20,28 +20,36 @@ const (
 // integrations' CallTool (ctokenmcp on go-sdk, ctokenmcpgo on mcp-go):
 // attempts of one call under one idempotency key, each after the server's
 // retry hint or a jittered backoff, until one answers, the error is not
-// worth another attempt, or the attempts, the time or the context run
-// out; then an error that says whether the outcome is unknown. Sending
-// an attempt and judging its error are the integration's.
+// worth another attempt, or the time, the attempts or the context run
+// out; then an error that says whether the outcome is unknown. Once an
+// attempt may have reached the server, every error of the call says so,
+// whatever the later attempts met: a caller that is told anything else
+// calls again under a new key and may act twice. Sending an attempt and
+// judging its error are the integration's.
 
 // RetryVerdict is an integration's judgment of a failed attempt.
 type RetryVerdict struct {
 	Retry   bool          // make another attempt
-	Reached bool          // the request may have reached the server
+	Reached bool          // the request may have reached the server: only an answer that says the tool did not run is false
 	Closed  bool          // the session can carry no other attempt
 	Hint    time.Duration // the server's retry hint; 0: back off
 }
 
 // CallWithRetries makes attempts of one tool call under key until attempt
-// returns no error: at most attempts of them (at least 1), within
-// elapsed. attempt sends the call and returns the result, or an error and
-// the RetryVerdict on it. An error not worth another attempt is returned
-// as it is. Otherwise the error returned matches outcome (the
-// integration's ErrOutcomeUnknown; [RetryKey] then gives the key) when an
-// attempt may have reached the server, the context's error when the
-// context ended the call, and the last attempt's error; name begins its
-// text ("ctokenmcp"), which never holds the key. A context ended before
-// the first attempt is returned as it is, and nothing is sent.
+// returns no error, within elapsed and, when attempts is positive, at most
+// attempts of them (zero or negative: elapsed alone bounds them). attempt
+// sends the call and returns the result, or an error and the
+// RetryVerdict on it. Once any attempt may have reached the server
+// (Reached), the call ends with a result or with an error that matches
+// outcome (the integration's ErrOutcomeUnknown; [RetryKey] then gives the
+// key), whatever the later attempts met: an error not worth another
+// attempt, a closed session, the budget or the context ending. Before
+// that, an error not worth another attempt is returned as it is, and an
+// end of the budget or of the context is an error that matches the
+// context's error, if it ended the call, and the last attempt's error.
+// name begins every text ("ctokenmcp"), which never holds the key. A
+// context ended before the first attempt is returned as it is, and
+// nothing is sent.
 func CallWithRetries[T any](ctx context.Context, name string, outcome error, key string, attempts int, elapsed time.Duration, attempt func() (T, RetryVerdict, error)) (T, error) {
 	var zero T
 	deadline := time.Now().Add(elapsed)
@@ -64,9 +72,11 @@ func CallWithRetries[T any](ctx context.Context, name string, outcome error, key
 		switch {
 		case v.Closed:
 			return zero, c.end("the session closed", nil)
-		case !v.Retry:
+		case !v.Retry && !c.unknown:
 			return zero, err
-		case c.attempts >= attempts:
+		case !v.Retry:
+			return zero, c.end("an answer no retry settles", nil)
+		case attempts > 0 && c.attempts >= attempts:
 			return zero, c.end("no attempt left", nil)
 		}
 		wait := v.Hint

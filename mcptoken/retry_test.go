@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,10 @@ func TestCallWithRetries(t *testing.T) {
 		{"attempts run out after one reached the server", []RetryVerdict{{Retry: true}, {Retry: true, Reached: true}, {Retry: true}}, 3, 3, errBusy, true, false},
 		{"attempts run out, none reached it", []RetryVerdict{{Retry: true}, {Retry: true}}, 2, 2, errBusy, false, false},
 		{"the session closed", []RetryVerdict{{Reached: true, Closed: true}}, 5, 1, errBusy, true, false},
+		{"a first answer that may have run the tool, not worth another attempt", []RetryVerdict{{Reached: true}}, 5, 1, errBusy, true, false},
+		{"an answer no retry settles after one reached the server", []RetryVerdict{{Retry: true, Reached: true}, {}}, 5, 2, errBusy, true, false},
+		{"a session closed without reaching it after one did", []RetryVerdict{{Retry: true, Reached: true}, {Closed: true}}, 5, 2, errBusy, true, false},
+		{"no bound on attempts: the time alone", []RetryVerdict{{Retry: true}, {Retry: true}, {Retry: true}, {Retry: true}, {Retry: true}, {Retry: true}, {Retry: true}}, 0, 8, nil, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +101,49 @@ func TestCallWithRetries(t *testing.T) {
 			t.Fatalf("Call = %v; want the outcome unknown, the context's error and the attempt's", err)
 		}
 	})
+}
+
+// TestCallWithRetriesKeepsTheKey: over every sequence of verdicts, a call
+// that made an attempt which may have reached the server ends with the
+// result or with an error that matches the outcome and gives the key; one
+// that made none never does.
+func TestCallWithRetriesKeepsTheKey(t *testing.T) {
+	const key = "k-7c1e"
+	errAttempt := errors.New("attempt failed")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		n := 1 + rng.IntN(6)
+		verdicts := make([]RetryVerdict, n)
+		for j := range verdicts {
+			verdicts[j] = RetryVerdict{Retry: rng.IntN(3) > 0, Reached: rng.IntN(2) == 0, Closed: rng.IntN(6) == 0, Hint: time.Nanosecond}
+		}
+		succeed := rng.IntN(2) == 0
+		attempts := rng.IntN(5)
+		made, reached := 0, false
+		res, err := CallWithRetries(context.Background(), "test", errRetryOutcome, key, attempts, time.Minute, func() (string, RetryVerdict, error) {
+			made++
+			if made > n {
+				if succeed {
+					return "result", RetryVerdict{}, nil
+				}
+				return "", RetryVerdict{Reached: true}, errAttempt
+			}
+			reached = reached || verdicts[made-1].Reached
+			return "", verdicts[made-1], errAttempt
+		})
+		if made > n && !succeed {
+			reached = true
+		}
+		k, ok := RetryKey(err)
+		switch {
+		case err == nil && res != "result":
+			t.Fatalf("case %d: no error and no result", i)
+		case err != nil && reached && (!errors.Is(err, errRetryOutcome) || !ok || k != key):
+			t.Fatalf("case %d (%+v, %d attempts): %v after an attempt that may have reached the server; want the outcome unknown and the key", i, verdicts, attempts, err)
+		case err != nil && !reached && (errors.Is(err, errRetryOutcome) || ok):
+			t.Fatalf("case %d (%+v): %v; want no unknown outcome when no attempt reached the server", i, verdicts, err)
+		}
+	}
 }
 
 // TestRetryBackoff: each wait lies in the upper half of its step, the steps

@@ -34,10 +34,11 @@ var ErrStateBusy = errors.New("mcptoken: request state busy: its round is still 
 
 // ErrRoundInterrupted reports an authentic request state, bound to the
 // call that presents it, whose round began under a server that stopped
-// (a crash, a kill) before it recorded the round's result: whether the
-// round acted is unknown, and it is not run again. [RefuseState] maps it
-// to [CodeOutcomeUnknown], without a retry hint: no retry settles it; the
-// client checks the effect before it calls again without the state.
+// (a crash, a kill), or lost its hold on the state, before it recorded the
+// round's result: whether the round acted is unknown, and it is not run
+// again. [RefuseState] maps it to [CodeRoundInterrupted], without a retry
+// hint: no retry settles it; the client checks the effect before it calls
+// again without the state.
 var ErrRoundInterrupted = errors.New("mcptoken: request state's round interrupted before its result was recorded; whether it acted is unknown")
 
 // ErrNoRecorder reports States configured to answer retries
@@ -140,6 +141,13 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 //     again by a store that outlives the server: the state stays busy
 //     until it expires, then 1022 (replay.MemoryStore forgets the lease
 //     with the process, and after a restart runs the round again).
+//   - in a store that renews leases ([replay.Renewer]), a round whose hold
+//     is lost (its renewals stalled, or refused by the store) has its
+//     context cancelled, with [ErrRoundInterrupted] as its cause, before a
+//     store whose clock runs at this process's rate can end the hold;
+//     a store whose clock steps forward can end it first, which is why
+//     [CodeRoundInterrupted] tells the client that the effect may still
+//     appear until the state expires.
 //
 // A result is recorded sealed with XAES-256-GCM under a subkey of the
 // primary key of the codec's own ring (the one the state opened with; HKDF
@@ -207,6 +215,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	if s.renewer != nil {
 		lease = min(s.hold, o.Lease)
 	}
+	acquiredAt := time.Now() // the store's hold begins no earlier
 	rec, err := s.recorder.AcquireRecord(ctx, o.ID, lease, fp)
 	if err != nil {
 		return nil, s.refuse(ctx, method, name, err)
@@ -245,7 +254,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 			return nil, err
 		}
 	}
-	res, runErr := s.run(ctx, method, name, o, rec.Token, round)
+	res, runErr := s.run(ctx, method, name, o, rec.Token, acquiredAt, round)
 	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 	defer cancel()
 	if runErr != nil {
@@ -311,7 +320,7 @@ func (s *States) start(ctx context.Context, method, name string, o stateclaim.Op
 // renews), or busy until it expires.
 func (s *States) unrecorded() string {
 	if s.renewer != nil {
-		return "until the round's hold ends, then every presentation is told it was interrupted (1028)"
+		return "until the round's hold ends, then every presentation is told it was interrupted (1029)"
 	}
 	return "until it expires"
 }
@@ -324,29 +333,55 @@ func (s *States) releaseRound(ctx context.Context, id, token string) {
 	_ = s.recorder.ReleaseLease(cctx, id, token) // on failure the hold ends by itself
 }
 
-// renew renews the hold of the round of o every third of it until done is
-// closed. A hold found lost (it ended before a renewal reached the store:
-// a stalled server) is logged at Error and no longer renewed: a retry may
-// have judged the round interrupted, and the round's record is then
-// refused (logged again by the caller).
-func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Opened, token string, done <-chan struct{}) {
+// renew renews the hold of the round of o, taken no earlier than
+// acquiredAt, every third of it until done is closed. The hold counts as
+// lost, and lost is called with [ErrRoundInterrupted], once five sixths
+// of it have passed by this process's clock since the last renewal the
+// store accepted was sent (a stalled store, a paused process): before the
+// store's hold can end by a clock that runs at the same rate, and so
+// before any later presentation can be told the round was interrupted. A
+// renewal the store refuses ([replay.ErrLeaseLost]: its clock stepped
+// forward) loses it at once. Either is logged at Error.
+func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Opened, token string, acquiredAt time.Time, done <-chan struct{}, lost context.CancelCauseFunc) {
+	margin := s.hold / 6
+	heldUntil := acquiredAt.Add(s.hold - margin)
+	expire := time.NewTimer(time.Until(heldUntil))
+	defer expire.Stop()
 	t := time.NewTicker(s.hold / 3)
 	defer t.Stop()
+	loseHold := func(why string) {
+		lost(ErrRoundInterrupted)
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round's hold was lost while it ran ("+why+"); its context was cancelled, and a retry may be told it was interrupted",
+			NameAttr(method, name))
+	}
 	for {
 		select {
 		case <-done:
 			return
+		case <-expire.C:
+			loseHold("no renewal reached the store in time")
+			return
 		case <-t.C:
 		}
-		rctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(s.hold/3))
+		sent := time.Now()
+		until := sent.Add(s.hold / 3)
+		if heldUntil.Before(until) {
+			until = heldUntil
+		}
+		rctx, cancel := replay.WithDeadlineOnly(ctx, until)
 		err := s.renewer.RenewLease(rctx, o.ID, token, min(s.hold, time.Until(o.Until)))
 		cancel()
 		switch {
+		case err == nil:
+			heldUntil = sent.Add(s.hold - margin)
+			expire.Reset(time.Until(heldUntil))
 		case errors.Is(err, replay.ErrLeaseLost):
-			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round's hold ended while it ran (a renewal came too late); a retry may have been told it was interrupted",
-				NameAttr(method, name))
+			loseHold("the store ended it")
 			return
-		case err != nil:
+		case !time.Now().Before(heldUntil):
+			loseHold("renewing it failed: " + err.Error())
+			return
+		default:
 			s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: renewing the round's hold failed; trying again",
 				NameAttr(method, name), slog.String("error", err.Error()))
 		}
@@ -354,11 +389,13 @@ func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Op
 }
 
 // run runs round with the opened state, detached from ctx's cancellation
-// and ending before the state's lease does. A round that panics may have had
-// effects, as a failed one: its lease is ended without a result (a retry
-// is told 1026, not busy until the state expires), logged at Error, and
-// the panic goes on.
-func (s *States) run(ctx context.Context, method, name string, o stateclaim.Opened, token string, round func(context.Context, string) ([]byte, error)) (_ []byte, err error) {
+// and ending before the state's lease does, or, in a store that renews
+// leases, once its hold is lost (context.Cause is then
+// [ErrRoundInterrupted]). A round that panics may have had effects, as a
+// failed one: its lease is ended without a result (a retry is told 1026,
+// not busy until the state expires), logged at Error, and the panic goes
+// on.
+func (s *States) run(ctx context.Context, method, name string, o stateclaim.Opened, token string, acquiredAt time.Time, round func(context.Context, string) ([]byte, error)) (_ []byte, err error) {
 	panicked := true
 	defer func() {
 		if !panicked {
@@ -378,14 +415,18 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	// must not cut short a round that may already have had effects, which
 	// would use the state up (1026) instead of recording the result its
 	// retry is answered with. It ends before the lease does, with time
-	// left to record.
+	// left to record, and when its hold is lost: a retry may then be told
+	// that it was interrupted, and it must not act after that.
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), o.Until.Add(-confirmTimeout))
 	defer cancel()
 	if s.renewer != nil {
+		hctx, lost := context.WithCancelCause(rctx)
+		defer lost(nil)
+		rctx = hctx
 		done, stopped := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(stopped)
-			s.renew(ctx, method, name, o, token, done)
+			s.renew(ctx, method, name, o, token, acquiredAt, done, lost)
 		}()
 		defer func() { close(done); <-stopped }()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,8 @@ func TestAnswer(t *testing.T) {
 		{"states sealer of derives once per ring", statesSealerOfDerivesOncePerRing},
 		{"interrupted round is told so once its hold ends", answerInterruptedRoundIsToldSoOnceItsHoldEnds},
 		{"round longer than its hold stays busy", answerRoundLongerThanItsHoldStaysBusy},
+		{"round whose renewals stall is cancelled while still held", answerRoundWhoseRenewalsStallIsCancelledWhileStillHeld},
+		{"round whose store clock steps forward is cancelled", answerRoundWhoseStoreClockStepsForwardIsCancelled},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -1089,7 +1092,7 @@ func (h *holderStore) ConfirmLease(ctx context.Context, id, token string, until 
 // A round whose server stopped while it ran (it neither renews its hold nor
 // records) is known within the hold, not when the state expires: the
 // retries are busy until the hold ends, then every presentation is told
-// that the round was interrupted (1028, no retry hint), and the round
+// that the round was interrupted (1029, no retry hint), and the round
 // never runs again.
 func answerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
 	ctx := context.Background()
@@ -1120,15 +1123,15 @@ func answerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
 		busy++
 		time.Sleep(10 * time.Millisecond)
 	}
-	if refusalCode(err) != CodeOutcomeUnknown {
-		t.Fatalf("after %d busy answers: %v; want the refusal of ErrRoundInterrupted, code 1028", busy, err)
+	if refusalCode(err) != CodeRoundInterrupted {
+		t.Fatalf("after %d busy answers: %v; want the refusal of ErrRoundInterrupted, code 1029", busy, err)
 	}
 	var re *refusedErr
 	if errors.As(err, &re) && re.r.RetryAfter != 0 {
 		t.Fatalf("the refusal carries a retry hint (%v); no retry settles it", re.r.RetryAfter)
 	}
-	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeOutcomeUnknown {
-		t.Fatalf("the next presentation: %v; want code 1028 again (recorded)", err)
+	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeRoundInterrupted {
+		t.Fatalf("the next presentation: %v; want code 1029 again (recorded)", err)
 	}
 	if again.runs.Load() != 0 {
 		t.Fatalf("the round ran %d more times", again.runs.Load())
@@ -1174,7 +1177,10 @@ func (c *clockedRenewals) RenewLease(ctx context.Context, id, token string, leas
 func answerRoundLongerThanItsHoldStaysBusy(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
-	const hold = 150 * time.Millisecond
+	// Long enough that a renewal late by a loaded machine's scheduling is
+	// still in time by this process's clock, which loses the hold on its
+	// own after five sixths of it.
+	const hold = 600 * time.Millisecond
 	store := &clockedRenewals{MemoryStore: replay.NewMemoryStore(0), hold: hold, now: time.Now(), renewals: make(chan struct{})}
 	store.Now = store.clock
 	s, log := retryStates(t, store, StatesConfig{})
@@ -1382,5 +1388,106 @@ func TestRoundStoreStepsRunUnderADeadlineOnlyContext(t *testing.T) {
 				t.Fatalf("store steps %+v; want %v, renewed: %v", store.list(), tc.want, tc.wantRenews)
 			}
 		})
+	}
+}
+
+// stalledRenewals is a memory store on a clock that moves only when told,
+// whose renewals never reach it (each waits for its context to end), or
+// are refused because the clock was stepped past the hold.
+type stalledRenewals struct {
+	*replay.MemoryStore
+	mu    sync.Mutex
+	now   time.Time
+	stall bool
+}
+
+func (c *stalledRenewals) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stalledRenewals) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *stalledRenewals) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if c.stall {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return c.MemoryStore.RenewLease(ctx, id, token, lease)
+}
+
+// waitCancelled runs as a round: it waits for its context to end (a
+// failsafe of 30 s bounds the wait), and returns the context's cause.
+func waitCancelled(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(30 * time.Second):
+		return errors.New("the round's context did not end in 30 s")
+	}
+}
+
+// A round whose renewals never reach the store loses its hold by this
+// process's clock: its context ends, with ErrRoundInterrupted as its
+// cause, while the store still holds the round (its clock has not moved),
+// so no presentation can have been told that the round was interrupted
+// while it could still act.
+func answerRoundWhoseRenewalsStallIsCancelledWhileStillHeld(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	store := &stalledRenewals{MemoryStore: replay.NewMemoryStore(0), now: time.Now(), stall: true}
+	store.Now = store.clock
+	s, log := retryStates(t, store, StatesConfig{})
+	s.hold = 150 * time.Millisecond
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again countedRound
+	_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+		if cause := waitCancelled(ctx); !errors.Is(cause, ErrRoundInterrupted) {
+			return nil, fmt.Errorf("the round's context ended with %v; want ErrRoundInterrupted", cause)
+		}
+		if _, err := s.Answer(context.Background(), "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeStateBusy {
+			return nil, fmt.Errorf("a presentation once the round's context ended: %v; want busy (the store still holds it)", err)
+		}
+		return nil, errors.New("stopped: the hold was lost")
+	})
+	if err == nil || err.Error() != "stopped: the hold was lost" || again.runs.Load() != 0 {
+		t.Fatalf("the round: %v; %d more runs", err, again.runs.Load())
+	}
+	if !strings.Contains(log.String(), "level=ERROR msg=\"test: request state: the round's hold was lost while it ran") {
+		t.Fatalf("log %q", log.String())
+	}
+}
+
+// A round whose store's clock steps past its hold is told so by its next
+// renewal, which the store refuses: its context ends with
+// ErrRoundInterrupted as its cause.
+func answerRoundWhoseStoreClockStepsForwardIsCancelled(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	store := &stalledRenewals{MemoryStore: replay.NewMemoryStore(0), now: time.Now()}
+	store.Now = store.clock
+	s, log := retryStates(t, store, StatesConfig{})
+	s.hold = 600 * time.Millisecond
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+		store.step(20 * time.Second)
+		return nil, waitCancelled(ctx)
+	})
+	if !errors.Is(err, ErrRoundInterrupted) {
+		t.Fatalf("the round's context ended with %v; want ErrRoundInterrupted", err)
+	}
+	if !strings.Contains(log.String(), "hold was lost while it ran (the store ended it)") {
+		t.Fatalf("log %q", log.String())
 	}
 }

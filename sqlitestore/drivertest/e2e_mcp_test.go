@@ -356,7 +356,7 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 // renew the round's hold nor record it), and a new server starts on the
 // same file with the same keys. The client's retry of round two is busy
 // (1027) until the round's hold ends, then told that the round was
-// interrupted (1028: whether it acted is unknown), again on the next
+// interrupted (1029: whether it acted is unknown), again on the next
 // retry, and nothing is deployed: the round never runs again. Before,
 // it stayed busy until the state expired.
 func mcpRoundWhoseServerStopped(t *testing.T) {
@@ -408,16 +408,16 @@ func mcpRoundWhoseServerStopped(t *testing.T) {
 				time.Sleep(wait)
 			}
 			var we *jsonrpc.Error
-			if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.OutcomeUnknown {
-				t.Fatalf("after %d busy answers: %v; want -32602 with ctoken code %d (round interrupted)", busy, err, ctokenmcp.OutcomeUnknown)
+			if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
+				t.Fatalf("after %d busy answers: %v; want -32602 with ctoken code %d (round interrupted)", busy, err, ctokenmcp.RoundInterrupted)
 			}
-			if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.OutcomeUnknown {
-				t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.OutcomeUnknown)
+			if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
+				t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.RoundInterrupted)
 			}
 			if n := deploys(t, after.db); n != 0 {
 				t.Fatalf("%d deploys; want 0: the interrupted round never ran again", n)
 			}
-			t.Logf("%s: %d busy answers, then round interrupted (1028)", d.Name, busy)
+			t.Logf("%s: %d busy answers, then round interrupted (1029)", d.Name, busy)
 		})
 	}
 }
