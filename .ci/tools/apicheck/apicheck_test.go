@@ -14,7 +14,7 @@ import (
 // TestAPIFilesMatchTheCode regenerates the API of every published module
 // and compares it with the checked-in api/ files: an exported identifier
 // added, removed or changed without its file changing fails, naming the
-// line. Under GOWORK=off (the Go 1.24 CI scope, CTOKEN_CI_SCOPE=root) only
+// line. Under GOWORK=off (as .ci/run runs it on CI's older Go legs) only
 // the root module is checked: the nested modules resolve the root module
 // through the repository's go.work.
 func TestAPIFilesMatchTheCode(t *testing.T) {

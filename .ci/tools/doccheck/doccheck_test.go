@@ -25,9 +25,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// needWorkspace skips the test under GOWORK=off (the Go 1.24 CI scope,
-// CTOKEN_CI_SCOPE=root, where the nested modules the snippets use cannot
-// resolve; the default scope runs it) and fails when no go.work is found.
+// needWorkspace skips the test under GOWORK=off (as .ci/run runs it on CI's
+// older Go legs, where the nested modules the snippets use cannot resolve;
+// the newest leg runs it) and fails when no go.work is found.
 func needWorkspace(t *testing.T) {
 	t.Helper()
 	if os.Getenv("GOWORK") == "off" {
