@@ -124,13 +124,13 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 
 // RiskAccepted records one count on ctoken.store.risk_accepted with the
 // attributes ctoken.store = store and ctoken.option = option. Call it from
-// a store's Observer for its EventRiskAccepted events, which a store emits
-// each time the risk appears (at Open or New, and when a recheck finds it
-// again after it had gone):
+// a store's Observer for its replay.EventRiskAccepted events, which a
+// store emits each time the risk appears (at Open or New, and when a
+// recheck finds it again after it had gone):
 //
-//	Observer: func(e redisstore.Event) {
-//		if e.Kind == redisstore.EventRiskAccepted {
-//			obs.RiskAccepted("redisstore", e.Option)
+//	Observer: func(e replay.Event) {
+//		if e.Kind == replay.EventRiskAccepted {
+//			obs.RiskAccepted(e.Store, e.Option)
 //		}
 //	}
 //

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -354,17 +355,17 @@ func (s *Store) report(accepted []risk, refusal error) {
 			seen = seen || p == r
 		}
 		if !seen {
-			s.emit(Event{Kind: EventRiskAccepted, Option: r.option, Risk: r.what})
+			s.emit(replay.Event{Kind: replay.EventRiskAccepted, Option: r.option, Risk: r.what})
 		}
 	}
 	s.accepted = accepted
 	switch {
 	case refusal != nil && "refusing: "+reasonClass(refusal) != s.refusing:
 		s.refusing = "refusing: " + reasonClass(refusal)
-		s.emit(Event{Kind: EventRefusing, Reason: refusal})
+		s.emit(replay.Event{Kind: replay.EventRefusing, Reason: refusal})
 	case refusal == nil && s.refusing != "":
 		s.refusing = ""
-		s.emit(Event{Kind: EventServing})
+		s.emit(replay.Event{Kind: replay.EventServing})
 	}
 }
 

@@ -262,10 +262,10 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 					t.Fatalf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
 				}
 			}
-			refusing, lines := r.count(EventRefusing, "", "WARN", "synchronous_commit")
-			serving, _ := r.count(EventServing, "", "", "")
+			refusing, lines := r.count(replay.EventRefusing, "", "WARN", "synchronous_commit")
+			serving, _ := r.count(replay.EventServing, "", "", "")
 			if refusing != 1 || lines != 1 || serving != 1 {
-				t.Fatalf("%s: %d EventRefusing (%d Warn lines), %d EventServing; want 1, 1, 1", c.name, refusing, lines, serving)
+				t.Fatalf("%s: %d replay.EventRefusing (%d Warn lines), %d replay.EventServing; want 1, 1, 1", c.name, refusing, lines, serving)
 			}
 		})
 	}

@@ -8,12 +8,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // recorder collects a store's events and log lines.
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []replay.Event
 	log    bytes.Buffer
 }
 
@@ -23,7 +25,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return r.log.Write(p)
 }
 
-func (r *recorder) observe(e Event) {
+func (r *recorder) observe(e replay.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
@@ -37,7 +39,7 @@ func (r *recorder) options(o *Options) {
 
 // count returns how many events of kind (with option, if not empty) were
 // reported, and how many log lines at level contain substr.
-func (r *recorder) count(kind EventKind, option, level, substr string) (events, lines int) {
+func (r *recorder) count(kind replay.EventKind, option, level, substr string) (events, lines int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
@@ -60,19 +62,10 @@ func TestEvents(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"kind string", eventKindString},
 		{"refusal reported once per reason", refusalIsReportedOncePerReason},
 		{"allow options report the risk they accept", allowOptionsReportTheRiskTheyAccept},
 	} {
 		t.Run(tc.name, tc.test)
-	}
-}
-
-func eventKindString(t *testing.T) {
-	for k, want := range map[EventKind]string{0: "", EventRiskAccepted: "risk_accepted", EventRefusing: "refusing", EventServing: "serving", numEventKinds: "", 255: ""} {
-		if got := k.String(); got != want {
-			t.Errorf("EventKind(%d).String() = %q, want %q", k, got, want)
-		}
 	}
 }
 
@@ -102,10 +95,15 @@ func refusalIsReportedOncePerReason(t *testing.T) {
 		{skew("40s"), 3, 1},
 	} {
 		s.report(nil, step.refusal)
-		refusing, lines := r.count(EventRefusing, "", "WARN", "refusing")
-		serving, _ := r.count(EventServing, "", "INFO", "serving")
+		refusing, lines := r.count(replay.EventRefusing, "", "WARN", "refusing")
+		serving, _ := r.count(replay.EventServing, "", "INFO", "serving")
 		if refusing != step.refusing || lines != step.refusing || serving != step.serving {
-			t.Fatalf("after %v: %d EventRefusing (%d Warn lines), %d EventServing; want %d, %d", step.refusal, refusing, lines, serving, step.refusing, step.serving)
+			t.Fatalf("after %v: %d replay.EventRefusing (%d Warn lines), %d replay.EventServing; want %d, %d", step.refusal, refusing, lines, serving, step.refusing, step.serving)
+		}
+	}
+	for _, e := range r.events {
+		if e.Store != "pgstore" || e.Table != "t" || e.Shard != -1 {
+			t.Fatalf("event %+v; want one of pgstore's table t, no shard", e)
 		}
 	}
 }
@@ -141,7 +139,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Run("no risk present", func(t *testing.T) {
 		var r recorder
 		storeOn(t, p.pool(t), allow, r.options)
-		if n, lines := r.count(EventRiskAccepted, "", "WARN", "Allow"); n != 0 || lines != 0 {
+		if n, lines := r.count(replay.EventRiskAccepted, "", "WARN", "Allow"); n != 0 || lines != 0 {
 			t.Fatalf("New with every Allow* option and no risk: %d events, %d Warn lines; want none", n, lines)
 		}
 	})
@@ -161,10 +159,10 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			var r recorder
 			storeOn(t, p.pool(t, c.params...), allow, r.options, func(o *Options) { o.RecheckInterval = 20 * time.Millisecond })
 			time.Sleep(200 * time.Millisecond) // rechecks that must not report it again
-			if n, lines := r.count(EventRiskAccepted, c.option, "WARN", "option="+c.option); n != 1 || lines != 1 {
+			if n, lines := r.count(replay.EventRiskAccepted, c.option, "WARN", "option="+c.option); n != 1 || lines != 1 {
 				t.Fatalf("%s with %s: %d events, %d Warn lines naming it; want 1 and 1\n%s", c.name, c.option, n, lines, r.log.String())
 			}
-			if n, _ := r.count(EventRiskAccepted, "", "", ""); n != 1 {
+			if n, _ := r.count(replay.EventRiskAccepted, "", "", ""); n != 1 {
 				t.Fatalf("%d risks reported; want only %s's", n, c.option)
 			}
 		})
@@ -175,14 +173,14 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		waitEvents := func(want int) {
 			t.Helper()
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if n, _ := r.count(EventRiskAccepted, "AllowAsyncCommit", "", ""); n == want {
+				if n, _ := r.count(replay.EventRiskAccepted, "AllowAsyncCommit", "", ""); n == want {
 					break
 				} else if n > want || time.Now().After(deadline) {
-					t.Fatalf("%d EventRiskAccepted; want %d", n, want)
+					t.Fatalf("%d replay.EventRiskAccepted; want %d", n, want)
 				}
 			}
 			time.Sleep(200 * time.Millisecond) // about ten rechecks more: still want
-			if n, lines := r.count(EventRiskAccepted, "AllowAsyncCommit", "WARN", "option=AllowAsyncCommit"); n != want || lines != want {
+			if n, lines := r.count(replay.EventRiskAccepted, "AllowAsyncCommit", "WARN", "option=AllowAsyncCommit"); n != want || lines != want {
 				t.Fatalf("%d events, %d Warn lines; want %d (once per appearance)", n, lines, want)
 			}
 		}

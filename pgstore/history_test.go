@@ -485,8 +485,8 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			primary := ownServer(t)
 			standby := &pgServer{} // attached below
 			var events atomic.Int32
-			observe := func(e Event) {
-				if e.Kind == EventRefusing && errors.Is(e.Reason, ErrFenced) {
+			observe := func(e replay.Event) {
+				if e.Kind == replay.EventRefusing && errors.Is(e.Reason, ErrFenced) {
 					events.Add(1)
 				}
 			}
@@ -544,7 +544,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 				t.Fatalf("fence lasts %v; want about %v (the longest claim's lifetime rounded up, plus SkewMargin)", fence, want)
 			}
 			if events.Load() == 0 {
-				t.Fatalf("no EventRefusing with ErrFenced")
+				t.Fatalf("no replay.EventRefusing with ErrFenced")
 			}
 			if _, err := p.Claim(bg(), "fresh", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
 				t.Fatalf("Claim of a fresh ID while fenced = %v; want ErrFenced", err)

@@ -183,7 +183,7 @@ type Options struct {
 	// (up to three times wal_writer_delay): an ID accepted just before the
 	// crash may be accepted again after it. The check still runs: while
 	// synchronous_commit is off, New and the recheck (once per appearance)
-	// log a Warn and emit [EventRiskAccepted] naming this option.
+	// log a Warn and report [replay.EventRiskAccepted] naming this option.
 	AllowAsyncCommit bool
 
 	// AllowAsyncStandby lets New accept a primary that streams to physical
@@ -196,7 +196,7 @@ type Options struct {
 	// (streaming or not), and, for a running Store, from the first recheck
 	// that saw it until synchronous replication covers it (see [New]). The
 	// check still runs: while such a standby is present, New and the
-	// recheck (once per appearance) log a Warn and emit [EventRiskAccepted]
+	// recheck (once per appearance) log a Warn and report [replay.EventRiskAccepted]
 	// naming this option.
 	AllowAsyncStandby bool
 
@@ -209,7 +209,7 @@ type Options struct {
 	// so the store cannot tell: those IDs would be accepted a second time.
 	// Without this option New refuses both with ErrConfig. The check still
 	// runs: while either is off, New and the recheck (once per appearance)
-	// log a Warn and emit [EventRiskAccepted] naming this option.
+	// log a Warn and report [replay.EventRiskAccepted] naming this option.
 	AllowRollback bool
 
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
@@ -249,25 +249,21 @@ type Options struct {
 	// Store.
 	RecheckInterval time.Duration
 
-	// Observer, when not nil, is called with every [Event]: a risk
-	// accepted by an Allow* option, a recheck that starts or stops
-	// refusing. It is called synchronously (from New or the checker
-	// goroutine) and must not block.
-	Observer func(Event)
+	// Observer, when not nil, is called with every [replay.Event] (Store
+	// "pgstore"): a risk accepted by an Allow* option, a recheck that
+	// starts or stops refusing, and each sweep of the store's own sweeper
+	// (so that a sweeper that keeps failing, and a table that keeps
+	// growing, is seen). It is called synchronously (from New, the checker
+	// or the sweeper goroutine) and must not block.
+	Observer func(replay.Event)
 
-	// Logger receives one line per [Event]. Nil means slog.Default().
-	// Lines hold no ID, token or key.
+	// Logger receives one line per event other than EventSwept. Nil means
+	// slog.Default(). Lines hold no ID, token or key.
 	Logger *slog.Logger
 
 	// SweepBatch is how many expired rows one sweeper statement deletes at
 	// most. Zero means DefaultSweepBatch.
 	SweepBatch int
-
-	// OnSweep, when set, is called after each sweep of the store's own
-	// sweeper with what [Store.Sweep] returned, so that a sweeper that
-	// keeps failing (and a table that keeps growing) is seen. It runs on
-	// the sweeper's goroutine; keep it short.
-	OnSweep func(deleted int64, err error)
 }
 
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
@@ -302,8 +298,7 @@ type Store struct {
 	fenceCall, lockedFenceCall, resetCall          string   // functions.go
 	fnSigs, fnSrcs, fnCfgs                         []string // the functions New and the recheck check (see functionsCheckSQL)
 	sweepBatch                                     int
-	onSweep                                        func(int64, error)
-	observer                                       func(Event)
+	observer                                       func(replay.Event)
 	log                                            *slog.Logger
 
 	// sawStandby is set once a check saw a physical standby (streaming, or
@@ -368,7 +363,7 @@ var (
 // streaming and its slot is dropped, until synchronous replication covers
 // it (synchronous_standby_names set, synchronous_commit not local or off)
 // or the Store is replaced: its disconnect does not make a failover to it
-// safe. Each change is reported as an [Event] and logged once.
+// safe. Each change is reported as a [replay.Event] and logged once.
 //
 // New and the checker also keep the table's history record (in the
 // marker row: the server's timeline and which standbys were synchronous),
@@ -410,7 +405,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if len(opts.Prefix) > MaxPrefixBytes {
 		return nil, fmt.Errorf("%w: Prefix longer than %d bytes", ErrConfig, MaxPrefixBytes)
 	}
-	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep,
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch,
 		observer: opts.Observer, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -203,7 +203,7 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 // — its slot stays, and so does the store's memory of it after the slot is
 // dropped — until synchronous replication covers it; a New while the
 // standby is away but has its slot is refused too, and with
-// AllowAsyncStandby served with one Warn and one EventRiskAccepted. A
+// AllowAsyncStandby served with one Warn and one replay.EventRiskAccepted. A
 // standby with neither a slot nor a connection is invisible to a new
 // Store (the documented limit).
 func standbyThatIsAwayStillCounts(t *testing.T) {
@@ -277,7 +277,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	}
 	var r recorder
 	storeOn(t, primary.pool(t), func(o *Options) { o.AllowAsyncStandby = true }, r.options)
-	if n, lines := r.count(EventRiskAccepted, "AllowAsyncStandby", "WARN", "option=AllowAsyncStandby"); n != 1 || lines != 1 {
+	if n, lines := r.count(replay.EventRiskAccepted, "AllowAsyncStandby", "WARN", "option=AllowAsyncStandby"); n != 1 || lines != 1 {
 		t.Fatalf("New with AllowAsyncStandby and a standby away: %d events, %d Warn lines; want 1 and 1", n, lines)
 	}
 

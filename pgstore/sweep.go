@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // DefaultSweepInterval is how often a Store deletes expired rows when
@@ -38,8 +40,8 @@ func (s *Store) prepareSweep() {
 // store's timeout; errors match ErrUnavailable.
 //
 // Every Store runs Sweep on its own goroutine every Options.SweepInterval
-// (errors are retried at the next interval, and reported to
-// Options.OnSweep) until Close.
+// (errors are retried at the next interval; each sweep is reported to
+// Options.Observer as a [replay.EventSwept]) until Close.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for range maxSweepBatches {
@@ -69,8 +71,8 @@ func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 			return
 		case <-tick.C:
 			n, err := s.Sweep(ctx) // a failed sweep is retried at the next tick
-			if s.onSweep != nil && ctx.Err() == nil {
-				s.onSweep(n, err)
+			if ctx.Err() == nil {
+				s.emit(replay.Event{Kind: replay.EventSwept, Deleted: n, Reason: err})
 			}
 		}
 	}

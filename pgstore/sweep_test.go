@@ -116,12 +116,18 @@ func sweeperRunsUntilClose(t *testing.T) {
 	s := storeOn(t, pool, func(o *Options) {
 		o.Table = name
 		o.SweepInterval = 50 * time.Millisecond
-		o.OnSweep = func(n int64, err error) {
-			if err != nil {
-				t.Errorf("sweep: %v", err)
+		o.Observer = func(e replay.Event) {
+			if e.Kind != replay.EventSwept {
+				return
+			}
+			if e.Reason != nil {
+				t.Errorf("sweep: %v", e.Reason)
+			}
+			if e.Store != "pgstore" || e.Table != "public."+name || e.Shard != -1 {
+				t.Errorf("EventSwept of store %q, table %q, shard %d; want pgstore, %q, -1", e.Store, e.Table, e.Shard, "public."+name)
 			}
 			mu.Lock()
-			deleted += n
+			deleted += e.Deleted
 			sweeps++
 			mu.Unlock()
 		}
@@ -145,7 +151,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 	s.Close() // idempotent
 	mu.Lock()
 	if deleted != 100 || sweeps == 0 {
-		t.Errorf("OnSweep saw %d rows deleted in %d sweeps, want 100", deleted, sweeps)
+		t.Errorf("the Observer saw %d rows deleted in %d sweeps, want 100", deleted, sweeps)
 	}
 	mu.Unlock()
 	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {

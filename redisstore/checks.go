@@ -9,6 +9,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -281,14 +282,14 @@ var risks = [numRisks]struct{ option, risk string }{
 func (r *riskSet) add(x riskSet) { *r |= x }
 
 // noteRisks reports each risk of found that the previous check did not
-// find: one Warn line and one EventRiskAccepted per appearance.
+// find: one Warn line and one replay.EventRiskAccepted per appearance.
 func (s *Store) noteRisks(found riskSet) {
 	old := riskSet(s.risks.Swap(uint32(found)))
 	for i, r := range risks {
 		bit := riskSet(1) << i
 		switch {
 		case found&bit != 0 && old&bit == 0:
-			s.emit(Event{Kind: EventRiskAccepted, Shard: -1, Option: r.option, Risk: r.risk})
+			s.emit(replay.Event{Kind: replay.EventRiskAccepted, Shard: -1, Option: r.option, Risk: r.risk})
 		case found&bit == 0 && old&bit != 0:
 			s.log.Info("redisstore: a risk an Allow* option accepted is no longer present", "prefix", s.prefix, "option", r.option)
 		}
@@ -652,7 +653,7 @@ func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
 		fenced++
 		until = time.UnixMilli(ms)
 		if s.opts.Observer != nil {
-			s.opts.Observer(Event{Kind: EventFenceRaised, Shard: i, Until: until})
+			s.observe(replay.Event{Kind: replay.EventFenceRaised, Shard: i, Until: until})
 		}
 	}
 	if fenced < Shards {

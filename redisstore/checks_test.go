@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -412,7 +413,7 @@ func recheckNow(t *testing.T, s *Store) {
 
 // Each Allow* option keeps its check running: on a real redis-server with
 // the risk it accepts, Open logs one Warn line naming the option and emits
-// one EventRiskAccepted; rechecks do not repeat it while the risk stays,
+// one replay.EventRiskAccepted; rechecks do not repeat it while the risk stays,
 // and report it again once it comes back after going away.
 func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Parallel()
@@ -452,16 +453,16 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			}
 			check := func(want int) {
 				t.Helper()
-				var got []Event
+				var got []replay.Event
 				ev.mu.Lock()
 				for _, e := range ev.all {
-					if e.Kind == EventRiskAccepted {
+					if e.Kind == replay.EventRiskAccepted {
 						got = append(got, e)
 					}
 				}
 				ev.mu.Unlock()
 				if len(got) != want {
-					t.Fatalf("%d EventRiskAccepted; want %d", len(got), want)
+					t.Fatalf("%d replay.EventRiskAccepted; want %d", len(got), want)
 				}
 				for _, e := range got {
 					if e.Option != tt.option || e.Risk == "" || e.Shard != -1 {
@@ -566,8 +567,8 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 				t.Fatalf("refused only %v after the change; want about RecheckInterval (1 s)", took)
 			}
 			waitChecks(t, s) // the fence is written by the recheck
-			if n := ev.count(EventFenceRaised); n != Shards {
-				t.Fatalf("%d EventFenceRaised; want %d", n, Shards)
+			if n := ev.count(replay.EventFenceRaised); n != Shards {
+				t.Fatalf("%d replay.EventFenceRaised; want %d", n, Shards)
 			}
 			if tt.restart {
 				waitRewrite(t, c)
@@ -673,8 +674,8 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 			t.Fatalf("Open with AllowFewerReplicas: %v", err)
 		}
 		s.Close()
-		if ev.count(EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
-			t.Fatalf("events %+v; want one EventRiskAccepted for AllowFewerReplicas", ev.all)
+		if ev.count(replay.EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
+			t.Fatalf("events %+v; want one replay.EventRiskAccepted for AllowFewerReplicas", ev.all)
 		}
 		// Timeout 10 s: WAIT's 50 ms decides, not the client's deadline
 		// on a loaded machine.
@@ -806,10 +807,10 @@ func lossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
 			defer s2.Close()
 			first, err := s2.Claim(ctx, "after", time.Now().Add(time.Minute))
 			switch {
-			case tt.fenced && (first || !errors.Is(err, ErrFenced) || ev.count(EventFenceRaised) != Shards || !lossNoted(t, s2)):
-				t.Fatalf("claim after the loss = %v, %v (%d fences raised); want ErrFenced, every shard fenced, a loss in the ledger", first, err, ev.count(EventFenceRaised))
-			case !tt.fenced && (!first || err != nil || ev.count(EventFenceRaised) != 0):
-				t.Fatalf("claim with nothing lost = %v, %v (%d fences raised); want first", first, err, ev.count(EventFenceRaised))
+			case tt.fenced && (first || !errors.Is(err, ErrFenced) || ev.count(replay.EventFenceRaised) != Shards || !lossNoted(t, s2)):
+				t.Fatalf("claim after the loss = %v, %v (%d fences raised); want ErrFenced, every shard fenced, a loss in the ledger", first, err, ev.count(replay.EventFenceRaised))
+			case !tt.fenced && (!first || err != nil || ev.count(replay.EventFenceRaised) != 0):
+				t.Fatalf("claim with nothing lost = %v, %v (%d fences raised); want first", first, err, ev.count(replay.EventFenceRaised))
 			}
 			if first, _ := s2.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
 				t.Fatal("the ID claimed before the restart was accepted again")
@@ -871,7 +872,7 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
 			}
-			if n := ev.count(EventFenceRaised); n != 0 {
+			if n := ev.count(replay.EventFenceRaised); n != 0 {
 				t.Fatalf("%d shards fenced for a condition", n)
 			}
 		})
@@ -900,8 +901,8 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	}
 	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
 	waitChecks(t, s)
-	if n := ev.count(EventFenceRaised); n != 1+Shards {
-		t.Fatalf("%d EventFenceRaised; want the claim's and one per shard (%d)", n, 1+Shards)
+	if n := ev.count(replay.EventFenceRaised); n != 1+Shards {
+		t.Fatalf("%d replay.EventFenceRaised; want the claim's and one per shard (%d)", n, 1+Shards)
 	}
 	if !lossNoted(t, s) {
 		t.Fatal("no loss entry in the ledger")

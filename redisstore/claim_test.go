@@ -240,7 +240,7 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 
 // A claim whose reply is lost and which the client resends (go-redis
 // retries by default) is first, not refused as its own replay: the claim's
-// nonce identifies its own entry, and EventClaimResent reports it. Other
+// nonce identifies its own entry, and replay.EventClaimResent reports it. Other
 // claims of the ID stay refused. Real redis-server.
 func resentClaimFindsItsOwnEntry(t *testing.T) {
 	t.Parallel()
@@ -271,8 +271,8 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 			}
 		}
 	}
-	if n := ev.count(EventClaimResent); n != 10 {
-		t.Fatalf("%d EventClaimResent; want 10", n)
+	if n := ev.count(replay.EventClaimResent); n != 10 {
+		t.Fatalf("%d replay.EventClaimResent; want 10", n)
 	}
 }
 

@@ -35,7 +35,7 @@ func TestDurabilityContract(t *testing.T) {
 	replaytest.RunDurabilityContract(t, s,
 		func(t *testing.T) { replica.signal(syscall.SIGSTOP) },
 		func(t *testing.T) { replica.signal(syscall.SIGCONT); waitReplicas(t, primary, 1) })
-	if ev.count(EventNotDurable) == 0 {
+	if ev.count(replay.EventNotDurable) == 0 {
 		t.Fatal("no not_durable event")
 	}
 }

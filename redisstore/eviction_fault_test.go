@@ -255,8 +255,8 @@ func TestEvictionAtRunTime(t *testing.T) {
 			if r.lateFirst != 0 {
 				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
 			}
-			if n := ev.count(EventFenceRaised); n < Shards {
-				t.Fatalf("%d EventFenceRaised; want every shard (%d)", n, Shards)
+			if n := ev.count(replay.EventFenceRaised); n < Shards {
+				t.Fatalf("%d replay.EventFenceRaised; want every shard (%d)", n, Shards)
 			}
 			if !lossNoted(t, s) {
 				t.Fatal("no loss entry in the ledger")
@@ -354,8 +354,8 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			if r.lateFirst != 0 {
 				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
 			}
-			if n := ev.count(EventFenceRaised); n < Shards {
-				t.Fatalf("%d EventFenceRaised; want every shard", n)
+			if n := ev.count(replay.EventFenceRaised); n < Shards {
+				t.Fatalf("%d replay.EventFenceRaised; want every shard", n)
 			}
 			if !lossNoted(t, s) {
 				t.Fatal("no loss entry in the ledger")
@@ -371,13 +371,13 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			raised := ev.count(EventFenceRaised)
+			raised := ev.count(replay.EventFenceRaised)
 			recheckAll(t, s)
 			recheckAll(t, s)
 			if first, err := s.Claim(ctx, "after-reopen", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim after the key space was reopened = %v, %v; want first", first, err)
 			}
-			if n := ev.count(EventFenceRaised); n != raised {
+			if n := ev.count(replay.EventFenceRaised); n != raised {
 				t.Fatalf("%d more fences after the reopen: the evidence was not consumed", n-raised)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/redisstore"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,7 +30,7 @@ func ExampleOpen() {
 		Prefix:     "myapp:replay:",
 		Horizon:    25 * time.Hour, // the webhook DedupWindow (24 h) plus room
 		Durability: redisstore.Durability{Replicas: 1, Timeout: 250 * time.Millisecond},
-		Observer: func(e redisstore.Event) {
+		Observer: func(e replay.Event) {
 			// count e.Kind in a metric: fence_raised, fenced, clock_skew, not_durable, ...
 		},
 	})

@@ -140,7 +140,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			if twice != 0 {
 				t.Fatalf("%d IDs claimed before the failover accepted twice", twice)
 			}
-			if n := ev.count(EventFenceRaised); n != 0 {
+			if n := ev.count(replay.EventFenceRaised); n != 0 {
 				t.Fatalf("%d shards fenced by a failover", n)
 			}
 			for _, m := range s.tags {

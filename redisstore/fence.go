@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -260,7 +261,7 @@ func (s *Store) fenceUnknown(ctx context.Context) error {
 	}
 	if s.opts.Observer != nil {
 		for i := range s.tags {
-			s.opts.Observer(Event{Kind: EventFenceRaised, Shard: i, Until: until})
+			s.observe(replay.Event{Kind: replay.EventFenceRaised, Shard: i, Until: until})
 		}
 	}
 	s.log.Warn("redisstore: key space history unknown: provisioned fenced for one lifetime; it serves when every claim that could have been lost has expired (ProvisionNew opens a prefix that never held claims at once)", "prefix", s.prefix, "lifetime", life, "until", until)
@@ -587,7 +588,7 @@ func (s *Store) getMarkers(ctx context.Context) ([Shards]*string, error) {
 // (never provisioned, or Redis lost it) with [ErrConfig], fences with
 // [ErrFenced]. Shards fenced or missing beside open ones are logged
 // (Error when a marker is missing, else Warn) and reported to the
-// Observer (EventFenced, with Until zero for a missing marker).
+// Observer (replay.EventFenced, with Until zero for a missing marker).
 func (s *Store) checkKeySpace(ctx context.Context) error {
 	ks, err := s.readKeySpace(ctx)
 	if err != nil {
@@ -613,7 +614,7 @@ func (s *Store) checkKeySpace(ctx context.Context) error {
 	if s.opts.Observer != nil {
 		for i := range s.tags {
 			if !ks.fenceEnds[i].IsZero() {
-				s.opts.Observer(Event{Kind: EventFenced, Shard: i, Until: ks.fenceEnds[i]})
+				s.observe(replay.Event{Kind: replay.EventFenced, Shard: i, Until: ks.fenceEnds[i]})
 			}
 		}
 	}
@@ -622,7 +623,7 @@ func (s *Store) checkKeySpace(ctx context.Context) error {
 			values, _ := s.getMarkers(ctx)
 			for i, v := range values {
 				if v == nil {
-					s.opts.Observer(Event{Kind: EventFenced, Shard: i})
+					s.observe(replay.Event{Kind: replay.EventFenced, Shard: i})
 				}
 			}
 		}

@@ -20,16 +20,16 @@ import (
 // events records a store's events.
 type events struct {
 	mu  sync.Mutex
-	all []Event
+	all []replay.Event
 }
 
-func (e *events) observe(ev Event) {
+func (e *events) observe(ev replay.Event) {
 	e.mu.Lock()
 	e.all = append(e.all, ev)
 	e.mu.Unlock()
 }
 
-func (e *events) count(k EventKind) int {
+func (e *events) count(k replay.EventKind) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
@@ -151,12 +151,19 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 			}
 		}
 	}
-	if n := ev.count(EventFenceRaised); n != 1 {
+	if n := ev.count(replay.EventFenceRaised); n != 1 {
 		t.Fatalf("%d fence_raised events, want 1", n)
 	}
-	if ev.count(EventFenced) == 0 {
+	if ev.count(replay.EventFenced) == 0 {
 		t.Fatal("no fenced event for the refusals")
 	}
+	ev.mu.Lock()
+	for _, e := range ev.all {
+		if e.Store != "redisstore" || e.Table != "" || e.Shard != shardOf("a") || e.Until.IsZero() {
+			t.Errorf("event %+v; want one of redisstore about the shard of \"a\" with the fence's end", e)
+		}
+	}
+	ev.mu.Unlock()
 	// After one horizon by Redis's clock the shard opens by itself.
 	time.Sleep(time.Until(start.Add(horizon + 100*time.Millisecond)))
 	if first, err := s.Claim(ctx, "a", time.Now().Add(time.Second)); !first || err != nil {
@@ -524,7 +531,7 @@ func openRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 		want   error  // nil: Open serves
 		reason string // wanted Reason
 		text   string // in the error's text
-		events int    // EventFenced reported by an Open that serves
+		events int    // replay.EventFenced reported by an Open that serves
 		log    string // the level of its one log line, "" for none
 	}{
 		{"never provisioned", func(int) string { return "" }, false, ErrConfig, whyNotProvisioned, "no shard marker", 0, ""},
@@ -566,8 +573,8 @@ func openRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 				t.Fatalf("Open = %v; want it to serve", err)
 			}
 			defer s.Close()
-			if n := ev.count(EventFenced); n != tt.events {
-				t.Fatalf("%d EventFenced; want %d", n, tt.events)
+			if n := ev.count(replay.EventFenced); n != tt.events {
+				t.Fatalf("%d replay.EventFenced; want %d", n, tt.events)
 			}
 			if lines := strings.Count(logs.String(), "\n"); (tt.log == "") != (lines == 0) || lines > 1 || !strings.Contains(logs.String(), tt.log) {
 				t.Fatalf("log %q; want one %s line", logs.String(), tt.log)

@@ -23,7 +23,7 @@ var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, t
 // SIGKILL and restart, or FLUSHALL. Right after the loss every token is
 // redeemed again and every delivery sent again, while the workers go on;
 // the load runs until the fence has opened. No token is accepted twice and
-// no delivery processed twice; the store reports the loss (EventFenceRaised)
+// no delivery processed twice; the store reports the loss (replay.EventFenceRaised)
 // and refuses (ErrFenced) for at most one horizon from the first fenced
 // refusal, and accepts new tokens again after that. (After the restart the
 // clients also fail for up to a second on their own: go-redis's pool, after
@@ -47,11 +47,11 @@ func TestStoreThatForgets(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				s, err := New(standaloneClient(t, rp.addr()), Options{
 					Prefix: prefix, Timeout: 2 * time.Second, Horizon: fenceHorizon, Logger: quietLogger(),
-					Observer: func(e Event) {
+					Observer: func(e replay.Event) {
 						switch e.Kind {
-						case EventFenceRaised:
+						case replay.EventFenceRaised:
 							raised.Add(1)
-						case EventFenced:
+						case replay.EventFenced:
 							fenced.Add(1)
 						}
 					},

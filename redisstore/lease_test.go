@@ -460,7 +460,7 @@ func renewRefusedWhileFencedAsAcquireIs(t *testing.T) {
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
 	}
-	if n := ev.count(EventFenceRaised); n != 1 {
+	if n := ev.count(replay.EventFenceRaised); n != 1 {
 		t.Fatalf("%d fence_raised events, want 1", n)
 	}
 }
@@ -531,8 +531,8 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 	if err := lag.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew {
 		t.Fatalf("renewal from a lagging instance = %v; want ErrClockSkew, as AcquireLease", err)
 	}
-	if ev.count(EventClockSkew) != 2 {
-		t.Fatalf("%d clock_skew events, want 2", ev.count(EventClockSkew))
+	if ev.count(replay.EventClockSkew) != 2 {
+		t.Fatalf("%d clock_skew events, want 2", ev.count(replay.EventClockSkew))
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
@@ -564,7 +564,7 @@ func renewWithStoppedReplicaIsNotDurable(t *testing.T) {
 	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
 	}
-	if n := ev.count(EventNotDurable); n != 1 {
+	if n := ev.count(replay.EventNotDurable); n != 1 {
 		t.Fatalf("%d not_durable events, want 1", n)
 	}
 	replica.signal(syscall.SIGCONT)

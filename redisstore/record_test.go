@@ -488,8 +488,8 @@ func recordStepsAreGuarded(t *testing.T) {
 		if err := s.ConfirmRecord(ctx, "a", tok, time.Now().Add(time.Minute), fp, result); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
 			t.Fatalf("ConfirmRecord while fenced = %v; want ErrFenced", err)
 		}
-		if ev.count(EventFenceRaised) != 1 || ev.count(EventFenced) != 2 {
-			t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 2", ev.count(EventFenceRaised), ev.count(EventFenced))
+		if ev.count(replay.EventFenceRaised) != 1 || ev.count(replay.EventFenced) != 2 {
+			t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 2", ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced))
 		}
 		if v, err := c.Get(ctx, s.key("a")).Result(); !errors.Is(err, redis.Nil) {
 			t.Fatalf("entry while fenced = %q, %v; want none", v, err)
@@ -511,8 +511,8 @@ func recordStepsAreGuarded(t *testing.T) {
 		if err := lag.ConfirmRecord(ctx, "a", tok, behind().Add(time.Hour), fp, result); !errors.Is(err, ErrClockSkew) {
 			t.Fatalf("ConfirmRecord from a clock 2 min behind = %v; want ErrClockSkew", err)
 		}
-		if ev.count(EventClockSkew) != 2 {
-			t.Fatalf("%d clock_skew events, want 2", ev.count(EventClockSkew))
+		if ev.count(replay.EventClockSkew) != 2 {
+			t.Fatalf("%d clock_skew events, want 2", ev.count(replay.EventClockSkew))
 		}
 	})
 	t.Run("horizon by Redis's clock", func(t *testing.T) {
@@ -565,8 +565,8 @@ func recordWithStoppedReplicaIsNotDurable(t *testing.T) {
 	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("ConfirmRecord with the replica stopped = %v; want ErrNotDurable", err)
 	}
-	if ev.count(EventNotDurable) != 2 {
-		t.Fatalf("%d not_durable events, want 2", ev.count(EventNotDurable))
+	if ev.count(replay.EventNotDurable) != 2 {
+		t.Fatalf("%d not_durable events, want 2", ev.count(replay.EventNotDurable))
 	}
 	replica.signal(syscall.SIGCONT)
 	waitReplicas(t, primary, 1)
@@ -811,8 +811,8 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 			return nil, errors.New("i/o timeout")
 		}
 		return int64(1), nil // the cancel script freed the lease
-	}), Options{Observer: func(e Event) {
-		if e.Kind == EventLeaseReleased {
+	}), Options{Observer: func(e replay.Event) {
+		if e.Kind == replay.EventLeaseReleased {
 			released <- struct{}{}
 		}
 	}})
@@ -860,13 +860,13 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	released := make(chan Event, 4)
+	released := make(chan replay.Event, 4)
 	// Provisioned with the default timeout (its 128 round trips can take
 	// longer than 200 ms on a loaded machine).
 	prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
 	s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
-		Observer: func(e Event) {
-			if e.Kind == EventLeaseReleased {
+		Observer: func(e replay.Event) {
+			if e.Kind == replay.EventLeaseReleased {
 				released <- e
 			}
 		}})
@@ -905,8 +905,8 @@ func lateAcquireRecordFindsItsCancelNote(t *testing.T) {
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
 	done := make(chan struct{}, 1)
-	s.opts.Observer = func(e Event) {
-		if e.Kind == EventLeaseReleased {
+	s.opts.Observer = func(e replay.Event) {
+		if e.Kind == replay.EventLeaseReleased {
 			done <- struct{}{}
 		}
 	}

@@ -109,7 +109,7 @@
 //     refused ([ErrClockSkew]).
 //
 // Each Allow* option keeps its check running and reports the risk it
-// accepts when present ([EventRiskAccepted] and one Warn line). Entries
+// accepts when present ([replay.EventRiskAccepted] and one Warn line). Entries
 // deleted by hand while their shard's marker stays cannot be detected:
 // never delete entries; delete the markers too, or FLUSHDB, and the fence
 // covers it.
@@ -263,7 +263,7 @@ type Options struct {
 	// acknowledgements: [ErrNotDurable], as
 	// TestDurability/claim with a stopped replica shows for a stopped replica.
 	// The check still runs: when the risk is present it is logged (one
-	// Warn line per appearance) and reported as [EventRiskAccepted].
+	// Warn line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowAsyncReplicas bool
 
 	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
@@ -282,7 +282,7 @@ type Options struct {
 	// or INFO (managed services) cannot be checked: the store runs, sends
 	// no probe, and logs that it could not check. The check still runs
 	// with AllowEviction: when the risk is present it is logged (one Warn
-	// line per appearance) and reported as [EventRiskAccepted].
+	// line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowEviction bool
 
 	// AllowRollback lets the store run on a Redis whose restart can bring
@@ -295,7 +295,7 @@ type Options struct {
 	// CONFIG GET cannot be checked: the store runs, and logs that it
 	// could not check. The check still runs with AllowRollback: when the
 	// risk is present it is logged (one Warn line per appearance) and
-	// reported as [EventRiskAccepted]. Persistence weakened on a server
+	// reported as [replay.EventRiskAccepted]. Persistence weakened on a server
 	// the store saw is fenced even with AllowRollback (see
 	// RecheckInterval).
 	AllowRollback bool
@@ -322,7 +322,7 @@ type Options struct {
 	// AOF for the next start to load), or a restart that lost fence
 	// markers, makes every call refuse at once ([ErrFenced]) and fences
 	// the key space for one horizon (one ledger entry, one
-	// [EventFenceRaised] per shard); the fences then refuse, until they
+	// [replay.EventFenceRaised] per shard); the fences then refuse, until they
 	// open or an operator reopens the key space. A claim that finds its
 	// shard's marker missing, or a claim whose policy probe reads an
 	// evicting maxmemory-policy (see AllowEviction), has the next call run
@@ -365,15 +365,16 @@ type Options struct {
 	// no failure that takes the acknowledging replica down together with
 	// the primary. Otherwise a promoted replica that missed writes accepts
 	// those IDs again. When the risk is present it is logged and reported
-	// as [EventRiskAccepted].
+	// as [replay.EventRiskAccepted].
 	AllowFewerReplicas bool
 
-	// Observer, when not nil, is called with every [Event]: a shard fenced,
-	// a refusal for a fence, clock skew or durability, a lease released
-	// after an unknown outcome, a risk an Allow* option accepts, a claim
-	// resent after a lost reply. It is called synchronously from the
-	// calling goroutine (or the background recheck) and must not block.
-	Observer func(Event)
+	// Observer, when not nil, is called with every [replay.Event] (Store
+	// "redisstore"): a shard fenced, a refusal for a fence, clock skew or
+	// durability, a lease released after an unknown outcome, a risk an
+	// Allow* option accepts, a claim resent after a lost reply. It is
+	// called synchronously from the calling goroutine (or the background
+	// recheck) and must not block.
+	Observer func(replay.Event)
 
 	// Logger receives one line when a shard is fenced, one Warn line each
 	// time a risk an Allow* option accepts appears, and at most one a
@@ -437,7 +438,7 @@ type Store struct {
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
 
-	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
+	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
@@ -573,7 +574,7 @@ func New(client Client, opts Options) (*Store, error) {
 // the last fence ends); each error's [Reason] names the next step
 // (ctoken-store status, provision, reopen). With some shards open it
 // serves, and logs the fenced or missing ones once and reports them to the
-// Observer ([EventFenced]).
+// Observer ([replay.EventFenced]).
 func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 	s, err := New(client, opts)
 	if err != nil {
@@ -634,7 +635,7 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // Each Claim call carries a nonce of its own, stored with the claim: a
 // client retry of a claim whose reply was lost (go-redis retries by
 // default) finds its own entry and reports first == true, with an
-// [EventClaimResent], instead of refusing a legitimate first use. A lost
+// [replay.EventClaimResent], instead of refusing a legitimate first use. A lost
 // reply the client does not retry returns an error (ErrUnavailable), and
 // the ID stays claimed: refused, never accepted twice.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
@@ -654,7 +655,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	case code == 2:
 		// The client resent this claim after its reply was lost, and the
 		// first send had recorded it: this call is the first.
-		s.emit(Event{Kind: EventClaimResent, Shard: shardOf(id)})
+		s.emit(replay.Event{Kind: replay.EventClaimResent, Shard: shardOf(id)})
 		return true, nil
 	case code == 0:
 		return false, nil

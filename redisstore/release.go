@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // maxPendingReleases bounds the background releases of one Store (see
@@ -67,7 +69,7 @@ func (s *Store) releaseLater(id, token string, end time.Time) {
 	select {
 	case s.cancels.sem <- struct{}{}:
 	default:
-		s.emit(Event{Kind: EventLeaseAbandoned, Shard: shardOf(id)})
+		s.emit(replay.Event{Kind: replay.EventLeaseAbandoned, Shard: shardOf(id)})
 		return
 	}
 	if !s.cancels.start() {
@@ -91,18 +93,18 @@ func (s *Store) releaseLater(id, token string, end time.Time) {
 			cancel()
 			if err == nil {
 				if _, ok := v.(int64); ok {
-					s.emit(Event{Kind: EventLeaseReleased, Shard: shardOf(id)})
+					s.emit(replay.Event{Kind: replay.EventLeaseReleased, Shard: shardOf(id)})
 					return
 				}
 			}
 			select {
 			case <-s.cancels.stop:
-				s.emit(Event{Kind: EventLeaseAbandoned, Shard: shardOf(id)})
+				s.emit(replay.Event{Kind: replay.EventLeaseAbandoned, Shard: shardOf(id)})
 				return
 			case <-time.After(min(backoff, time.Until(end))):
 			}
 			if time.Until(end) < time.Millisecond {
-				s.emit(Event{Kind: EventLeaseAbandoned, Shard: shardOf(id)})
+				s.emit(replay.Event{Kind: replay.EventLeaseAbandoned, Shard: shardOf(id)})
 				return
 			}
 			backoff = min(2*backoff, time.Second)

@@ -35,10 +35,10 @@ func TestRelease(t *testing.T) {
 func timedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	released := make(chan Event, 4)
+	released := make(chan replay.Event, 4)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 200 * time.Millisecond,
-		Observer: func(e Event) {
-			if e.Kind == EventLeaseReleased {
+		Observer: func(e replay.Event) {
+			if e.Kind == replay.EventLeaseReleased {
 				released <- e
 			}
 		}})
@@ -74,8 +74,8 @@ func releaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
 	done := make(chan struct{}, 1)
-	s.opts.Observer = func(e Event) {
-		if e.Kind == EventLeaseReleased {
+	s.opts.Observer = func(e replay.Event) {
+		if e.Kind == replay.EventLeaseReleased {
 			done <- struct{}{}
 		}
 	}
@@ -124,7 +124,7 @@ func backgroundReleasesAreBounded(t *testing.T) {
 	for range maxPendingReleases + 5 {
 		s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
 	}
-	if n := ev.count(EventLeaseAbandoned); n != 5 {
+	if n := ev.count(replay.EventLeaseAbandoned); n != 5 {
 		t.Fatalf("%d abandoned beyond the bound, want 5", n)
 	}
 	done := make(chan struct{})
@@ -134,11 +134,11 @@ func backgroundReleasesAreBounded(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not stop the background releases")
 	}
-	if n := ev.count(EventLeaseAbandoned); n != maxPendingReleases+5 {
+	if n := ev.count(replay.EventLeaseAbandoned); n != maxPendingReleases+5 {
 		t.Fatalf("%d abandoned after Close, want %d", n, maxPendingReleases+5)
 	}
 	s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
-	if n := ev.count(EventLeaseAbandoned); n != maxPendingReleases+5 {
+	if n := ev.count(replay.EventLeaseAbandoned); n != maxPendingReleases+5 {
 		t.Fatal("a release started after Close")
 	}
 }

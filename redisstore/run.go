@@ -119,15 +119,15 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 	switch code {
 	case -1:
 		until := time.UnixMilli(val)
-		s.emit(Event{Kind: EventFenceRaised, Shard: shard, Until: until})
+		s.emit(replay.Event{Kind: replay.EventFenceRaised, Shard: shard, Until: until})
 		s.checkSoon()
 		return code, val, fenced(whyFenceRaised, shard, until)
 	case -2:
 		until := time.UnixMilli(val)
-		s.emit(Event{Kind: EventFenced, Shard: shard, Until: until})
+		s.emit(replay.Event{Kind: replay.EventFenced, Shard: shard, Until: until})
 		return code, val, fenced(whyFenced, shard, until)
 	case -3:
-		s.emit(Event{Kind: EventClockSkew, Shard: shard})
+		s.emit(replay.Event{Kind: replay.EventClockSkew, Shard: shard})
 		return code, val, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable,
 			(time.Duration(val)*time.Millisecond-time.Duration(s.now().UnixMilli())*time.Millisecond).Round(time.Millisecond)))
 	case -4:
@@ -138,7 +138,7 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 		return code, val, refuse(ErrInvalidClaim, whyHorizon, nil)
 	}
 	if (code == 1 || (sc == &claimLua && code == 2)) && durErr != nil {
-		s.emit(Event{Kind: EventNotDurable, Shard: shard})
+		s.emit(replay.Event{Kind: replay.EventNotDurable, Shard: shard})
 		return 0, 0, durErr
 	}
 	return code, val, nil

@@ -91,7 +91,7 @@ func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 			t.Fatalf("acquire of %s from the lagging instance = %+v, %v; want ErrClockSkew", id, l, err)
 		}
 	}
-	if ev.count(EventClockSkew) == 0 {
+	if ev.count(replay.EventClockSkew) == 0 {
 		t.Fatal("no clock_skew event")
 	}
 	// The good instance is unaffected.

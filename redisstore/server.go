@@ -72,7 +72,7 @@ import (
 //
 // On evidence the store refuses every call at once (ErrFenced), then
 // fences every shard ([Store.fenceAll]: one ledger entry, one
-// EventFenceRaised per shard) and takes what it saw as the new baseline;
+// replay.EventFenceRaised per shard) and takes what it saw as the new baseline;
 // the fences then refuse, until they open or an operator reopens the key
 // space. When the fence cannot be written, every call keeps refusing and
 // the next check tries again; the baseline is not updated until it is, so

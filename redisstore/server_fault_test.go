@@ -157,8 +157,8 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 	}
 	fenced := make(chan struct{}, 1)
 	prefix := fmt.Sprintf("ctoken-fault:burst-%d:", time.Now().UnixNano())
-	opts := Options{Prefix: prefix, Logger: quietLogger(), Observer: func(e Event) {
-		if e.Kind == EventFenceRaised {
+	opts := Options{Prefix: prefix, Logger: quietLogger(), Observer: func(e replay.Event) {
+		if e.Kind == replay.EventFenceRaised {
 			select {
 			case fenced <- struct{}{}:
 			default:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // Status is what a store knows of its key space and servers, for an
@@ -173,7 +175,7 @@ const maxAcceptLen = 200
 // would refuse. It writes a "reopened" ledger entry naming who, why, how
 // many shards it opened, when the fences it cut short would have ended
 // and from when reopening would have accepted nothing twice (Status
-// ReopenSafeAt), reports [EventRiskAccepted] (Option "Reopen") to the Observer and
+// ReopenSafeAt), reports [replay.EventRiskAccepted] (Option "Reopen") to the Observer and
 // logs one Warn line. Running stores serve the reopened shards at their
 // next call. It returns how many shards it opened; 0, with nothing
 // written, when every shard was open.
@@ -224,15 +226,15 @@ func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened i
 	}
 	s.spaceOK.Store(true)
 	if s.opts.Observer != nil {
-		s.opts.Observer(Event{Kind: EventRiskAccepted, Shard: -1, Option: "Reopen", Risk: riskReopen})
+		s.observe(replay.Event{Kind: replay.EventRiskAccepted, Shard: -1, Option: "Reopen", Risk: riskReopen})
 	}
-	s.log.Warn("redisstore: key space reopened by an operator; "+riskReopen, slog.String("event", EventRiskAccepted.String()),
+	s.log.Warn("redisstore: key space reopened by an operator; "+riskReopen, slog.String("event", replay.EventRiskAccepted.String()),
 		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.String("safe_from", safeFrom), slog.Int("missing", ks.missing),
 		slog.String("accepted_by", acceptedBy), slog.String("reason", reason))
 	return opened, nil
 }
 
-// riskReopen is the Risk of Reopen's EventRiskAccepted.
+// riskReopen is the Risk of Reopen's replay.EventRiskAccepted.
 const riskReopen = "IDs claimed before the loss and not yet expired are accepted again"
 
 // checkAccept refuses an empty, long or multi-line acceptedBy or reason.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -159,7 +160,7 @@ func reopenRefusesWithoutWhoAndWhy(t *testing.T) {
 }
 
 // Reopen opens every fenced or missing shard, records who accepted the
-// risk and why in the ledger, reports EventRiskAccepted and one Warn line;
+// risk and why in the ledger, reports replay.EventRiskAccepted and one Warn line;
 // a store that was running serves again without a restart, and Open
 // serves. Run again, it changes nothing.
 func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
@@ -202,8 +203,8 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 			t.Fatalf("ledger entry %+v; want a reopened entry naming %q", last, want)
 		}
 	}
-	if ev.count(EventRiskAccepted) != 1 || ev.all[0].Option != "Reopen" || ev.all[0].Risk != riskReopen || ev.all[0].Shard != -1 {
-		t.Fatalf("events %+v; want one EventRiskAccepted for Reopen", ev.all)
+	if ev.count(replay.EventRiskAccepted) != 1 || ev.all[0].Option != "Reopen" || ev.all[0].Risk != riskReopen || ev.all[0].Shard != -1 || ev.all[0].Store != "redisstore" {
+		t.Fatalf("events %+v; want one replay.EventRiskAccepted for Reopen", ev.all)
 	}
 	if lines := strings.Split(strings.TrimSpace(logs.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "alice") {
 		t.Fatalf("log %q; want one Warn line naming who accepted", logs.String())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,8 +46,8 @@ func webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	released := make(chan struct{}, 16)
 	store := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 200 * time.Millisecond,
-		Observer: func(e Event) {
-			if e.Kind == EventLeaseReleased {
+		Observer: func(e replay.Event) {
+			if e.Kind == replay.EventLeaseReleased {
 				released <- struct{}{}
 			}
 		}})

@@ -42,6 +42,12 @@
 // confirmation writes the result with the done entry in the same atomic
 // step, so a retry finds either the lease (busy), or the fingerprint and
 // result (done), never a done entry without its result.
+//
+// # Events
+//
+// [Event] and [EventKind] are the one vocabulary the durable stores report
+// through their Options.Observer: a risk accepted, a refusal and the
+// return to service, a sweep, a Redis shard fenced.
 package replay
 
 import (

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // synchronous levels as PRAGMA synchronous reports them.
@@ -544,10 +546,10 @@ func (s *Store) check(parent context.Context) {
 	if msg != g.logged {
 		if msg != "" {
 			s.log.Warn("sqlitestore: refusing every call", "table", unquote(s.table), "reason", msg)
-			s.observe(Event{Kind: EventRefusing, Reason: g.refused()})
+			s.observe(replay.Event{Kind: replay.EventRefusing, Reason: g.refused()})
 		} else {
 			s.log.Info("sqlitestore: the checks hold again; serving", "table", unquote(s.table))
-			s.observe(Event{Kind: EventServing})
+			s.observe(replay.Event{Kind: replay.EventServing})
 		}
 		g.logged = msg
 	}

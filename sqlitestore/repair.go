@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // An I/O error is a loss until proven otherwise: Linux reports a failed
@@ -77,7 +79,7 @@ func (s *Store) startRepair(why string, err error) {
 		attrs = append(attrs, "err", err)
 	}
 	s.log.Warn("sqlitestore: "+why+": the store acknowledges nothing until it has rewritten the database file and synced it", attrs...)
-	s.observe(Event{Kind: EventRefusing, Reason: errRepairing})
+	s.observe(replay.Event{Kind: replay.EventRefusing, Reason: errRepairing})
 	s.guard.persist(s)
 	s.wg.Add(1)
 	go s.repair(s.bg)
@@ -105,7 +107,7 @@ func (s *Store) repair(ctx context.Context) {
 	s.repairing.Store(false)
 	s.guard.clearMarks(s, s.normal, "after the repair")
 	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and synced; serving", "table", unquote(s.table))
-	s.observe(Event{Kind: EventServing})
+	s.observe(replay.Event{Kind: replay.EventServing})
 }
 
 // rewriteFile is one pass; a failed write-back found meanwhile fails it.

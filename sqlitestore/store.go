@@ -92,8 +92,9 @@ type Options struct {
 	// SweepInterval is how often the store deletes expired rows. Zero
 	// means DefaultSweepInterval; negative runs no sweeper ([Store.Sweep]).
 	SweepInterval time.Duration
-	// Observer, if set, receives every [Event] synchronously; it must not block.
-	Observer func(Event)
+	// Observer, if set, receives every [replay.Event] (Store "sqlitestore")
+	// synchronously, each sweep of the sweeper included; it must not block.
+	Observer func(replay.Event)
 	// Logger receives the store's lines (no ID, token or key); nil: slog's.
 	Logger *slog.Logger
 }
@@ -114,7 +115,7 @@ type Store struct {
 	path        string // the main database file
 	walLink     string // this Store's link to the WAL (wal.go)
 	log         *slog.Logger
-	observer    func(Event)
+	observer    func(replay.Event)
 	now         func() time.Time
 	recheck     time.Duration
 	sweepInt    time.Duration
@@ -234,7 +235,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.closedConn = conn // closed when New returns
 	if s.normal {
 		s.log.Warn("sqlitestore: "+riskNormalSync+" (accepted by Options.AllowNormalSync)", "table", unquote(s.table))
-		s.observe(Event{Kind: EventRiskAccepted, Option: "AllowNormalSync", Risk: riskNormalSync})
+		s.observe(replay.Event{Kind: replay.EventRiskAccepted, Option: "AllowNormalSync", Risk: riskNormalSync})
 	}
 	s.savepoint = "ctoken_work_" + newToken()
 	s.writeMu = make(chan struct{}, 1)

@@ -517,9 +517,14 @@ func (s *Store) sweeper(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			n, err := s.Sweep(ctx)
+			if ctx.Err() != nil {
+				continue
+			}
+			if err != nil {
 				s.log.Warn("sqlitestore: sweeping expired rows failed", "table", unquote(s.table), "err", err)
 			}
+			s.observe(replay.Event{Kind: replay.EventSwept, Deleted: n, Reason: err})
 		}
 	}
 }

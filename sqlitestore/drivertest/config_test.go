@@ -597,14 +597,15 @@ func allowNormalSync(t *testing.T) {
 			safe.Close()
 			db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
 			logs := &logRecords{}
-			var events []sqlitestore.Event
-			s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e sqlitestore.Event) { events = append(events, e) }})
+			var events []replay.Event
+			s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e replay.Event) { events = append(events, e) }})
 			if n := logs.warns("AllowNormalSync"); n != 1 {
 				t.Fatalf("New logged %d Warn records naming AllowNormalSync; want 1", n)
 			}
 			// New reports it synchronously: read before the checker runs.
-			if len(events) != 1 || events[0].Kind != sqlitestore.EventRiskAccepted || events[0].Option != "AllowNormalSync" || !strings.Contains(events[0].Risk, "NORMAL") || events[0].Kind.String() != "risk_accepted" {
-				t.Fatalf("New reported %+v to the Observer; want one EventRiskAccepted naming AllowNormalSync", events)
+			if len(events) != 1 || events[0].Kind != replay.EventRiskAccepted || events[0].Option != "AllowNormalSync" || !strings.Contains(events[0].Risk, "NORMAL") || events[0].Kind.String() != "risk_accepted" ||
+				events[0].Store != "sqlitestore" || events[0].Table != sqlitestore.DefaultTable || events[0].Shard != -1 {
+				t.Fatalf("New reported %+v to the Observer; want one replay.EventRiskAccepted naming AllowNormalSync", events)
 			}
 			if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("Claim = %v, %v; want first", first, err)
@@ -761,11 +762,11 @@ func loweredConnectionRefuses(t *testing.T) {
 					safe, path := openMigrated(t, d)
 					safe.Close()
 					db := d.OpenWith(t, path, With("synchronous", tc.opened))
-					events := make(chan sqlitestore.Event, 64)
+					events := make(chan replay.Event, 64)
 					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
 						RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{}),
-						Observer: func(e sqlitestore.Event) {
-							if e.Kind != sqlitestore.EventRiskAccepted {
+						Observer: func(e replay.Event) {
+							if e.Kind != replay.EventRiskAccepted {
 								events <- e
 							}
 						}})
@@ -794,8 +795,8 @@ func loweredConnectionRefuses(t *testing.T) {
 					// (a failsafe bound, not a timing: a second on any machine).
 					select {
 					case e := <-events:
-						if e.Kind != sqlitestore.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
-							t.Fatalf("the Observer's first event = %+v; want EventRefusing naming synchronous", e)
+						if e.Kind != replay.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
+							t.Fatalf("the Observer's first event = %+v; want replay.EventRefusing naming synchronous", e)
 						}
 					case <-time.After(30 * time.Second):
 						t.Fatal("the Observer was not told of the refusal")
@@ -806,8 +807,8 @@ func loweredConnectionRefuses(t *testing.T) {
 					db.SetMaxIdleConns(0)
 					select {
 					case e := <-events:
-						if e.Kind != sqlitestore.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
-							t.Fatalf("the Observer's event after the fix = %+v; want EventServing", e)
+						if e.Kind != replay.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
+							t.Fatalf("the Observer's event after the fix = %+v; want replay.EventServing", e)
 						}
 					case <-time.After(30 * time.Second):
 						t.Fatal("the Observer was not told the store serves again")

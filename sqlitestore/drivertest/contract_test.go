@@ -156,7 +156,8 @@ func TestForgetContract(t *testing.T) {
 
 // TestSweep: Sweep deletes expired rows, 1 000 a call at most (in steps
 // of 100, each a write of its own), never a live row, the marker or a
-// Work's row; claims of the swept IDs are first again, live ones not.
+// Work's row; claims of the swept IDs are first again, live ones not. The
+// store's sweeper reports each sweep as a replay.EventSwept.
 func TestSweep(t *testing.T) {
 	runOnEveryDriver(t, []driverCase{{"deletes expired rows only, 1 000 a call", func(t *testing.T, d Driver) {
 		ctx := context.Background()
@@ -203,6 +204,40 @@ func TestSweep(t *testing.T) {
 		}
 		if first, err := s.Claim(ctx, "old-7", until); !first || err != nil {
 			t.Fatalf("Claim of a swept ID = %v, %v; want first", first, err)
+		}
+	}}, {"the sweeper reports each sweep to the Observer", func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		swept := make(chan replay.Event, 16)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 20 * time.Millisecond, Observer: func(e replay.Event) {
+			if e.Kind == replay.EventSwept {
+				select {
+				case swept <- e:
+				default:
+				}
+			}
+		}})
+		for i := range 3 {
+			key := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
+			key = append(append(key, s.Prefix()...), fmt.Sprint("old-", i)...)
+			if _, err := db.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var deleted int64
+		for deadline := time.After(10 * time.Second); deleted < 3; {
+			select {
+			case e := <-swept:
+				if e.Store != "sqlitestore" || e.Table != sqlitestore.DefaultTable || e.Shard != -1 || e.Reason != nil {
+					t.Fatalf("EventSwept %+v; want one of sqlitestore's %s table, no shard, no error", e, sqlitestore.DefaultTable)
+				}
+				deleted += e.Deleted
+			case <-deadline:
+				t.Fatalf("the sweeper reported %d rows deleted in 10 s; want 3", deleted)
+			}
+		}
+		if deleted != 3 {
+			t.Fatalf("the sweeper reported %d rows deleted; want 3", deleted)
 		}
 	}}})
 }

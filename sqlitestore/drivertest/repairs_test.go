@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
 // repairs follows a Store's repair after an I/O error through its
-// Observer: the repair starts with EventRefusing (its reason says the
-// store rewrites the database) and ends with the next EventServing.
+// Observer: the repair starts with replay.EventRefusing (its reason says the
+// store rewrites the database) and ends with the next replay.EventServing.
 type repairs struct {
 	mu             sync.Mutex
 	started, ended int
@@ -24,12 +25,12 @@ type repairs struct {
 
 func newRepairs() *repairs { return &repairs{changed: make(chan struct{}, 1)} }
 
-func (r *repairs) observe(e sqlitestore.Event) {
+func (r *repairs) observe(e replay.Event) {
 	r.mu.Lock()
 	switch {
-	case e.Kind == sqlitestore.EventRefusing && e.Reason != nil && strings.Contains(e.Reason.Error(), "rewritten the database"):
+	case e.Kind == replay.EventRefusing && e.Reason != nil && strings.Contains(e.Reason.Error(), "rewritten the database"):
 		r.started++
-	case e.Kind == sqlitestore.EventServing && r.ended < r.started:
+	case e.Kind == replay.EventServing && r.ended < r.started:
 		r.ended++
 	}
 	r.mu.Unlock()
