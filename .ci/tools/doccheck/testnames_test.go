@@ -79,7 +79,9 @@ func TestDocsCiteOnlyExistingTests(t *testing.T) {
 			n++
 		}
 	}
-	if n < 50 {
+	// The docs cite top-level tests (issue 83): the few subtests left
+	// (the reference pages, faults.md) still show the extraction works.
+	if n < 20 {
 		t.Fatalf("found %d cited subtests: the extraction is broken", n)
 	}
 	for _, c := range MissingSubtests(cites, subs) {
