@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,7 +315,11 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	case haveSide && side.Repair != "" && (side.Repair != s.boot || s.boot == ""):
 		return false, fmt.Errorf("%w: the machine went down before the store's repair after an I/O error of %s finished: pages of acknowledged claims may be gone"+rearmHint, ErrForgotten, s.path)
 	}
-	if err := judgeWALLinks(s.path, s.table, inc, seq); err != nil {
+	var db io.ReaderAt
+	if s.file != nil {
+		db = s.file.f
+	}
+	if err := judgeWALLinks(s.path, s.table, inc, seq, db); err != nil {
 		return false, err
 	}
 	g.incarnation = inc

@@ -268,7 +268,7 @@ func FuzzLastSeq(f *testing.F) {
 		if err := os.WriteFile(link, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		seq, err := lastSeq(link, "inc")
+		seq, _, err := lastSeq(link, link, "inc", nil)
 		if len(b) < 32 && (seq != 0 || err != nil) {
 			t.Fatalf("lastSeq of %d bytes = %d, %v; want 0, nil (shorter than a header)", len(b), seq, err)
 		}

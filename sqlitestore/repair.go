@@ -47,7 +47,7 @@ func (s *Store) sawIOError(err error) {
 // since its last look. Another fsync error ends the looks.
 func (s *Store) lookForWritebackFailure() {
 	h := s.file
-	if h == nil {
+	if h == nil || !s.wal {
 		return
 	}
 	h.syncMu.Lock()
@@ -131,16 +131,23 @@ func (s *Store) rewriteFile(ctx context.Context) error {
 			logged = time.Now()
 		}
 	}
-	for {
+	// PASSIVE, which never holds the application's writers back: done
+	// when it copied the whole WAL, which syncs the database file (and the
+	// next writer restarts the WAL).
+	for waited := time.Now(); ; {
 		var busy, log, done int
-		err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done)
+		err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done)
 		if err != nil {
 			return fmt.Errorf("the checkpoint after the rewrite: %w", err)
 		}
-		if busy == 0 && done == log {
+		if done == log {
 			break
 		}
-		select { // a reader kept it from copying the whole WAL
+		if time.Since(waited) > 10*time.Second {
+			s.log.Info("sqlitestore: the repair waits for a reader that holds the checkpoint back", "table", unquote(s.table), "frames", log, "copied", done)
+			waited = time.Now()
+		}
+		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -190,7 +197,8 @@ func (s *Store) rewritePages(parent context.Context, pgno int64) (next, total in
 		}
 		committed = true
 		s.log.Warn("sqlitestore: this driver's SQLite has no sqlite_dbpage: the repair rewrites the database with one VACUUM, which holds the write lock until it ends", "table", unquote(s.table), "pages", total)
-		if _, err := q.exec(`VACUUM`); err != nil {
+		// Bounded by Close alone: a large file's VACUUM outlasts any timeout.
+		if _, err := (stmtQuerier{parent, wc}).exec(`VACUUM`); err != nil {
 			return 0, 0, fmt.Errorf("VACUUM: %w", err)
 		}
 		return total, total, nil

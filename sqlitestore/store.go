@@ -221,12 +221,11 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	s.boot = bootID()
 	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
-	if s.wal {
-		if s.file, err = openHeld(s.path); err != nil {
-			s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found, nor repaired", "table", unquote(s.table), "err", err)
-		} else {
-			s.failuresSeen = s.file.failures.Load()
-		}
+	// Held in every journal mode: New compares a kept WAL's pages with it.
+	if s.file, err = openHeld(s.path); err != nil {
+		s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)
+	} else {
+		s.failuresSeen = s.file.failures.Load()
 	}
 	repair, err := s.guard.open(ctx, s, conn)
 	if err != nil {

@@ -1,11 +1,13 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,9 +84,15 @@ func (s *Store) relinkWAL() {
 	}
 }
 
-// judgeWALLinks removes each link the database (sequence seq) holds, and
-// refuses one it does not with ErrForgotten.
-func judgeWALLinks(path, table, inc string, seq int64) error {
+// judgeWALLinks removes each link the database (sequence seq, its file
+// readable through db) is known to hold, and refuses with ErrForgotten at
+// the first it may not: the link's last sequence is higher, or equal while
+// some page of the link that holds store rows differs from what SQLite
+// reads now (a checkpoint cut short copies the marker's low page before
+// the claims' higher ones; a file rewritten after the WAL's deletion,
+// VACUUM, differs too, which only an operator can tell apart). Stale
+// temporary links are removed.
+func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt) error {
 	links, err := walLinks(path, table)
 	if err != nil {
 		return fmt.Errorf("%w: listing the WALs kept beside %s: %w", ErrUnavailable, path, err)
@@ -101,12 +109,15 @@ func judgeWALLinks(path, table, inc string, seq int64) error {
 		if curErr == nil && os.SameFile(info, cur) {
 			continue // the WAL in place: a running store's link
 		}
-		last, err := lastSeq(link, inc)
+		last, copied, err := lastSeq(link, path, inc, db)
 		if err != nil {
 			return fmt.Errorf("%w: reading the WAL kept at %s: %w", ErrUnavailable, link, err)
 		}
-		if last > seq {
+		switch {
+		case last > seq:
 			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database no longer does (sequence %d, the database's %d; that WAL is kept at %s)"+rearmHint, ErrForgotten, path, last, seq, link)
+		case last == seq && last > 0 && !copied:
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database file is not the copy of it a complete checkpoint leaves (a checkpoint cut short, or the file rewritten since: VACUUM, a restored copy; that WAL is kept at %s): if the WAL was not deleted, run Rearm with a fence of 0, else with the Horizon", ErrForgotten, path, link)
 		}
 		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -136,36 +147,71 @@ func removeWALLinks(path, table string) error {
 }
 
 // lastSeq is the highest sequence of the marker of incarnation inc on the
-// last committed image of any page of the WAL at link.
-func lastSeq(link, inc string) (int64, error) {
+// last committed image of any page of the WAL at link, and whether each
+// such image that holds rows of a store's table (up to the last commit's
+// size) is the page SQLite reads now: the last committed image in the WAL
+// at path, if there is one, else the database file's page (db). Pages of
+// other tables and indexes may differ: a program's writes after the crash
+// change them.
+func lastSeq(link, path, inc string, db io.ReaderAt) (seq int64, copied bool, err error) {
 	// O_NONBLOCK: a FIFO put at the name never blocks the open.
 	f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer f.Close()
-	size, _, last, err := walfile.Committed(f)
+	size, npages, last, err := walfile.Committed(f)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	var seq int64
-	page := make([]byte, size)
+	var cur io.ReaderAt
+	var curLast map[uint32]int64
+	if w, err := os.OpenFile(path+"-wal", os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		defer w.Close()
+		if csize, _, l, err := walfile.Committed(w); err == nil && csize == size {
+			cur, curLast = w, l
+		}
+	}
+	copied = db != nil
+	page, have := make([]byte, size), make([]byte, size)
 	for pgno, off := range last {
 		if _, err := f.ReadAt(page, off); err != nil && err != io.EOF {
-			return 0, err
+			return 0, false, err
 		}
 		entries, err := walfile.IndexEntries(page, pgno, size)
 		if err != nil {
 			continue // not a page of an index b-tree
 		}
+		rows := false
 		for _, e := range entries {
 			cols, total, ok := walfile.Record(e)
-			if ok && total == 7 && len(cols) == 7 && isMarker(cols, inc) {
+			if !ok || total != 7 || len(cols) < 4 || !storeRow(cols) {
+				continue
+			}
+			rows = true
+			if len(cols) == 7 && isMarker(cols, inc) {
 				seq = max(seq, cols[6].Int)
 			}
 		}
+		if copied && rows && pgno <= npages {
+			var n int
+			if coff, ok := curLast[pgno]; ok {
+				n, _ = cur.ReadAt(have, coff)
+			} else {
+				n, _ = db.ReadAt(have, int64(pgno-1)*int64(size))
+			}
+			copied = n == size && bytes.Equal(page, have)
+		}
 	}
-	return seq, nil
+	return seq, copied, nil
+}
+
+// storeRow reports whether a record's first columns are a store row's
+// (Schema): a BLOB key, a one-letter state, a TEXT token, an INTEGER until.
+func storeRow(cols []walfile.Value) bool {
+	return !cols[0].Text && !cols[0].IsInt && !cols[0].Null && len(cols[0].Bytes) > 0 &&
+		cols[1].Text && len(cols[1].Bytes) == 1 && strings.IndexByte("mclwd", cols[1].Bytes[0]) >= 0 &&
+		cols[2].Text && cols[3].IsInt
 }
 
 // isMarker reports whether a record's columns are inc's marker row.
