@@ -482,14 +482,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 	}
 	sidecarBoot := func(t *testing.T, path string) (map[string]any, string) {
 		t.Helper()
-		b, err := os.ReadFile(sidecarOf(path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := sidecarMap(t, path)
 		id, _ := m["boot"].(string)
 		return m, id
 	}

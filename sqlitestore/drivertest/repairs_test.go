@@ -138,9 +138,8 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 	}
 }
 
-// sidecarField returns a field of the default table's sidecar beside
-// path, nil when it is absent.
-func sidecarField(t *testing.T, path, field string) any {
+// sidecarMap reads the default table's sidecar beside path.
+func sidecarMap(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(sidecarOf(path))
 	if err != nil {
@@ -150,23 +149,24 @@ func sidecarField(t *testing.T, path, field string) any {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	return m[field]
+	return m
+}
+
+// sidecarField returns a field of the default table's sidecar beside
+// path, nil when it is absent.
+func sidecarField(t *testing.T, path, field string) any {
+	t.Helper()
+	return sidecarMap(t, path)[field]
 }
 
 // setSidecarField sets a field of the default table's sidecar beside
 // path, as a store would have written it.
 func setSidecarField(t *testing.T, path, field string, v any) {
 	t.Helper()
-	b, err := os.ReadFile(sidecarOf(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := sidecarMap(t, path)
 	m[field] = v
-	if b, err = json.Marshal(m); err != nil {
+	b, err := json.Marshal(m)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
