@@ -101,9 +101,9 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 	}
 	now := s.now().UnixNano()
 	var inc, journal string
-	var fence int64
+	var fence, seq int64
 	var level int
-	err := q.queryRow(`SELECT token, until, `+connSettingsSQL+` FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &level, &journal)
+	err := q.queryRow(`SELECT token, until, seq, `+connSettingsSQL+` FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &seq, &level, &journal)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
@@ -119,6 +119,10 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 		return fmt.Errorf("%w: %w: %s runs on a connection with journal_mode=%s, not the %s the store was opened with", ErrUnavailable, ErrConfig, what, strings.ToUpper(journal), strings.ToUpper(s.journal))
 	case fence > now:
 		return fenced{time.Unix(0, fence), 0}
+	case seq < s.guard.seq.Load():
+		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, s.guard.seq.Load(), seq)
+		s.guard.refuse(err)
+		return err
 	}
 	// Without a writer, link the WAL the caller's transaction holds.
 	if s.guard.wal.Load() == nil {

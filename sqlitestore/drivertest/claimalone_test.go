@@ -119,3 +119,34 @@ func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
 		})
 	}
 }
+
+// TestWithTxRefusesASequenceGoneBack: a claim in a caller's transaction
+// (WithTx) checks the marker's sequence as the store's own transactions
+// do: a database whose sequence went back (an older copy) refuses with
+// ErrForgotten before the next check, and the claim is not first.
+func TestWithTxRefusesASequenceGoneBack(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, _ := openMigrated(t, d)
+			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+			until := time.Now().Add(time.Hour)
+			for _, id := range []string{"a", "b", "c"} {
+				if first, err := s.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("Claim(%s) = %v, %v", id, first, err)
+				}
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "d", until); first || !errors.Is(err, sqlitestore.ErrForgotten) {
+				t.Fatalf("Claim in a caller's transaction after the sequence went back = %v, %v; want ErrForgotten", first, err)
+			}
+		})
+	}
+}
