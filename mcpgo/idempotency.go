@@ -60,27 +60,14 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 }
 
 // Wrap returns a tool handler that runs h at most once per authenticated
-// caller, tool and idempotency key, and answers a retry with the first
-// result, byte for byte (a result with IsError set is a result, recorded
-// and replayed). The key comes from the argument named by KeyArgument
-// (declare it in the tool's input schema; h sees it among the arguments)
-// and/or from _meta [mcptoken.MetaIdempotencyKey]; the other arguments are
-// fingerprinted.
-//
-// h runs with a context that keeps ctx's values but not its cancellation,
-// ending three quarters of the Lease after the key was taken; with
-// Transactional it carries the store's transaction (pgstore.TxFrom,
-// sqlitestore.TxFrom). An error from h is returned as it is (mcp-go sends
-// it as -32603). One that matches mcp.ErrInvalidParams says the tool did
-// not begin (a validation failure): it records nothing and releases the
-// key. Any other says the tool began and failed, as Stripe counts a
-// request that began executing: its text is recorded, and every retry is
-// sent the same error without running h again; with Transactional, h's
-// writes are rolled back instead and the key released. A result that asks the client for input (a
-// round of a multi round-trip call) is returned as it is and not recorded
-// either: the key is released, and the round that completes the call is
-// the one recorded and replayed (with a transactional store, the writes of
-// a round that asks for input are rolled back).
+// caller, tool and idempotency key, as [mcptoken.Idempotency.Call] says,
+// and answers a retry with the first result, byte for byte (a result with
+// IsError set is a result, recorded and replayed). The key comes from the
+// argument named by KeyArgument and/or from _meta
+// [mcptoken.MetaIdempotencyKey]. An error from h is returned as it is
+// (mcp-go sends it as -32603): one that matches mcp.ErrInvalidParams says
+// the tool did not begin; any other is recorded and sent again, by its
+// text, to every retry.
 //
 // mcp-go (v1.2.1) sends every handler error as -32603, so the refusals that
 // are the client's to act on are tool error results, as [ToolResult] makes

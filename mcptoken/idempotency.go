@@ -327,6 +327,20 @@ func (f *Failure) Unwrap() error { return f.Err }
 // [ErrNotRecorded] for a retry of a call whose result was not recorded.
 // The error of run is returned as it is; a retry of a call whose run
 // returned a [*Failure] gets a *Failure holding its Record.
+//
+// What the integrations' Wrap makes of it: the tool runs with a context
+// that keeps ctx's values but not its cancellation (a client that goes
+// away does not stop work that may have taken effect), ending three
+// quarters of the Lease after the key was taken, and, with Transactional,
+// carrying the store's transaction (pgstore.TxFrom, sqlitestore.TxFrom).
+// An error that says the tool did not begin (a validation failure)
+// records nothing and releases the key; any other says it began and
+// failed, as Stripe counts a request that began executing: it is recorded
+// and every retry gets the same error without running the tool again
+// (with Transactional, the tool's writes are rolled back instead and the
+// key released). A result that asks the client for input (a round of a
+// multi round-trip call) is not recorded: the key is released, and the
+// round that completes the call is the one recorded and replayed.
 func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte, metaKey any, run RunFunc) ([]byte, error) {
 	if i == nil || i.e == nil || run == nil {
 		return nil, ErrIdempotencyStore
