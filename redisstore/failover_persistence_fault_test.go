@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // A Sentinel failover is not a configuration change: the store recognises

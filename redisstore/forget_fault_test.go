@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // fenceHorizon is the store horizon of the fence tests: short, so a test

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // resetShape is a burst of claims followed by idleness (issue 66), and
