@@ -102,25 +102,11 @@ func callerOf(ctx context.Context, in *mcptoken.Integration, f CallerFunc, req m
 // requestState, and no other implementation is known to send or understand
 // them.
 const (
-	// StateExpired tells the client to call again without the state.
-	StateExpired = mcptoken.CodeStateExpired
-	// StateInvalid reports a state that was refused as invalid: forged,
-	// edited, or presented by another caller or with other arguments.
-	StateInvalid = mcptoken.CodeStateInvalid
-	// StateUsed reports an authentic state of this very call that was
-	// already used and whose round's result cannot be answered again
-	// ([mcptoken.CodeStateUsed]): call again without it.
-	StateUsed = mcptoken.CodeStateUsed
-	// StateBusy reports that the round of the state is still running
-	// ([mcptoken.CodeStateBusy]): retry the same call, with the same
-	// state, after the "retryAfterMs" the data member also holds (at
-	// most 1000).
-	StateBusy = mcptoken.CodeStateBusy
-	// RoundInterrupted reports a state whose round began and was never
-	// recorded ([mcptoken.CodeRoundInterrupted]): whether it acted is
-	// unknown; do not retry, check the effect, and call again without
-	// the state.
-	RoundInterrupted = mcptoken.CodeRoundInterrupted
+	StateExpired     = mcptoken.CodeStateExpired     // call again without the state
+	StateInvalid     = mcptoken.CodeStateInvalid     // forged, edited, another caller's or other arguments'
+	StateUsed        = mcptoken.CodeStateUsed        // see [mcptoken.CodeStateUsed]
+	StateBusy        = mcptoken.CodeStateBusy        // see [mcptoken.CodeStateBusy]; data holds "retryAfterMs"
+	RoundInterrupted = mcptoken.CodeRoundInterrupted // see [mcptoken.CodeRoundInterrupted]
 )
 
 // errorData is the data member of the -32602 errors this package returns.

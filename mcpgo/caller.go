@@ -97,23 +97,11 @@ func integration(log *slog.Logger) *mcptoken.Integration {
 // which package ctokenmcp uses too); the reference protocol defines no code
 // for request state.
 const (
-	// StateExpired tells the client to call again without the state.
-	StateExpired = mcptoken.CodeStateExpired
-	// StateInvalid reports a state that was refused as invalid.
-	StateInvalid = mcptoken.CodeStateInvalid
-	// StateUsed reports an authentic state of this very call that was
-	// already used and whose round's result cannot be answered again
-	// ([mcptoken.CodeStateUsed]): call again without it.
-	StateUsed = mcptoken.CodeStateUsed
-	// StateBusy reports that the round of the state is still running
-	// ([mcptoken.CodeStateBusy]): retry the same call, with the same
-	// state, after the hint the message carries ([StateRetryAfter]).
-	StateBusy = mcptoken.CodeStateBusy
-	// RoundInterrupted reports a state whose round began and was never
-	// recorded ([mcptoken.CodeRoundInterrupted]): whether it acted is
-	// unknown; do not retry, check the effect, and call again without
-	// the state.
-	RoundInterrupted = mcptoken.CodeRoundInterrupted
+	StateExpired     = mcptoken.CodeStateExpired     // call again without the state
+	StateInvalid     = mcptoken.CodeStateInvalid     // forged, edited, another caller's or other arguments'
+	StateUsed        = mcptoken.CodeStateUsed        // see [mcptoken.CodeStateUsed]
+	StateBusy        = mcptoken.CodeStateBusy        // see [mcptoken.CodeStateBusy]; the message carries [StateRetryAfter]
+	RoundInterrupted = mcptoken.CodeRoundInterrupted // see [mcptoken.CodeRoundInterrupted]
 )
 
 // MetaTokenCode is the _meta key of a refusal's tool result that carries its
