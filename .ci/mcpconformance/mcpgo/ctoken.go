@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	ctokenmcpgo "github.com/ctoken/ctoken/mcpgo"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -48,6 +49,28 @@ func secure() server.ServerOption {
 		log.Fatal(err)
 	}
 	return ctokenmcpgo.SecureRequestState(states)
+}
+
+// newTasks returns the fixture's durable tasks (the MCP Tasks extension):
+// task IDs sealed under the fixture key and bound to fixtureCaller, tasks
+// kept in a replay.MemoryStore (one process; a fleet shares sqlitestore,
+// pgstore or redisstore). A task outlives its last poll by a minute.
+func newTasks() *mcptoken.Tasks {
+	keys, err := ctoken.NewKeyring(fixtureKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{
+		Keys:         keys,
+		Store:        replay.NewMemoryStore(0),
+		TTL:          10 * time.Minute,
+		PollInterval: 200 * time.Millisecond,
+		Caller:       func(*http.Request) string { return fixtureCaller },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return tasks
 }
 
 // serve listens on addr (127.0.0.1:0: a free port), writes the address it

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -31,6 +32,7 @@ func main() {
 		addr = "127.0.0.1:3000"
 	}
 
+	tasks := newTasks() // ctoken: durable tasks (ctoken.go, tasks.go)
 	mcpServer := server.NewMCPServer(
 		"mcp-go-conformance",
 		"1.0.0",
@@ -41,16 +43,18 @@ func main() {
 		server.WithCompletions(),
 		server.WithLogging(),
 		server.WithElicitation(),
+		server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}), // ctoken
 	)
 	mcpServer.EnableSampling()
 	registerTools(mcpServer)
 	registerResources(mcpServer)
 	registerPrompts(mcpServer)
-	registerMRTR(mcpServer) // ctoken: mrtr.go
+	registerMRTR(mcpServer)         // ctoken: mrtr.go
+	registerTasks(mcpServer, tasks) // ctoken: tasks.go
 
 	httpServer := server.NewStreamableHTTPServer(mcpServer)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", httpServer)
+	mux.Handle("/mcp", tasks.Handler(httpServer)) // ctoken: the Tasks extension's methods
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	log.Fatal(serve(addr, os.Getenv("CONFORMANCE_ADDR_FILE"), mux))
 }

@@ -1,0 +1,126 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// maxTaskRounds bounds the rounds of input a task's handler may ask for,
+// as mcp-go's client bounds the rounds of a multi round-trip call.
+const maxTaskRounds = 10
+
+// errTaskNoResult reports a task's handler that returned neither a result
+// nor an error; the task fails with a JSON-RPC internal error.
+var errTaskNoResult = errors.New("ctokenmcpgo: the task's tool handler returned no result")
+
+// AddTaskTool adds tool to s with handler h, and makes it a task tool of
+// tasks (the MCP Tasks extension, [mcptoken.Tasks]): a tools/call from a
+// client that declared the extension is answered by tasks.Handler, in front
+// of mcp-go's streamable HTTP handler, with a task that runs h durably
+// ([TaskRun]). With required, a client that did not declare the extension
+// is refused with -32021 ([mcptoken.CodeMissingCapability]); without it,
+// such a client's call reaches mcp-go, which runs h at once as it runs any
+// tool. The server advertises the extension with
+// server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}).
+//
+// A call answered with a task does not pass through mcp-go: its middleware
+// (SecureRequestState among them), hooks and input validation do not run
+// for it. A nil s, tasks or h is an error matching ctoken.ErrConfig, and
+// so is a tool without a name.
+func AddTaskTool(s *server.MCPServer, tasks *mcptoken.Tasks, tool mcp.Tool, h server.ToolHandlerFunc, required bool) error {
+	if s == nil || tasks == nil || h == nil || tool.Name == "" {
+		return fmt.Errorf("ctokenmcpgo: AddTaskTool: %w: nil server, tasks or handler, or a tool without a name", ctoken.ErrConfig)
+	}
+	if err := tasks.Add(mcptoken.TaskTool{Name: tool.Name, Required: required, Run: TaskRun(h)}); err != nil {
+		return err
+	}
+	s.AddTool(tool, h)
+	return nil
+}
+
+// TaskRun returns h as the Run of an [mcptoken.TaskTool]: it calls h with
+// the task's call (name, arguments and the answers the creating call
+// carried) in a context naming the task's caller ([WithCaller]), and
+// returns h's result. A result that asks for input (the multi round-trip
+// form, as server.NewInputRequestBuilder builds it) sets the task to
+// input_required with its requests; once tasks/update has answered every
+// one, h is called again with those answers and the result's requestState,
+// as a client retries a multi round-trip call, up to 10 rounds. The
+// requestState stays in the running process and is never sent. An error of
+// h, a result that asks for no input, or one more round fail the task with
+// a JSON-RPC internal error.
+func TaskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
+	return func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
+		if call.Caller != "" {
+			ctx = WithCaller(ctx, call.Caller)
+		}
+		req := mcp.CallToolRequest{}
+		req.Method = string(mcp.MethodToolsCall)
+		req.Params.Name = call.Tool
+		req.Params.RawArguments = call.Arguments
+		if err := json.Unmarshal(call.Arguments, &req.Params.Arguments); err != nil {
+			return nil, fmt.Errorf("ctokenmcpgo: the task's arguments: %w", err)
+		}
+		responses, err := inputResponsesOf(call.InputResponses)
+		if err != nil {
+			return nil, err
+		}
+		req.Params.InputResponses = responses
+		for round := 0; ; round++ {
+			res, err := h(ctx, req)
+			switch {
+			case err != nil:
+				return nil, err
+			case res == nil:
+				return nil, errTaskNoResult
+			case !res.NeedsInput():
+				return json.Marshal(res)
+			case len(res.InputRequests) == 0:
+				return nil, errors.New("ctokenmcpgo: the task's tool handler asked for no input")
+			case round+1 >= maxTaskRounds:
+				return nil, fmt.Errorf("ctokenmcpgo: the task's tool handler asked for input more than %d times", maxTaskRounds)
+			}
+			requests := make(map[string]json.RawMessage, len(res.InputRequests))
+			for key, r := range res.InputRequests {
+				b, err := json.Marshal(r)
+				if err != nil {
+					return nil, fmt.Errorf("ctokenmcpgo: encoding an input request: %w", err)
+				}
+				requests[key] = b
+			}
+			answers, err := call.Input(ctx, requests)
+			if err != nil {
+				return nil, err
+			}
+			if req.Params.InputResponses, err = inputResponsesOf(answers); err != nil {
+				return nil, err
+			}
+			req.Params.RequestState = res.RequestState
+		}
+	}
+}
+
+// inputResponsesOf decodes answers as mcp-go's input responses (each keeps
+// its JSON, decoded against its request's method when the handler reads
+// it).
+func inputResponsesOf(answers map[string]json.RawMessage) (mcp.InputResponses, error) {
+	if len(answers) == 0 {
+		return nil, nil
+	}
+	out := make(mcp.InputResponses, len(answers))
+	for key, b := range answers {
+		var r mcp.InputResponse
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("ctokenmcpgo: the answer to input request %q: %w", key, err)
+		}
+		out[key] = r
+	}
+	return out, nil
+}
