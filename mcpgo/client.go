@@ -45,6 +45,10 @@ type CallOptions struct {
 	// means 30 seconds, which rides out a server that is down (refusing
 	// connections, or answering 502 behind a proxy) for about 25 seconds.
 	MaxElapsed time.Duration
+	// Task, when set, declares the MCP Tasks extension on the call and
+	// drives a task the server answers with to its result (see CallTool,
+	// "Tasks").
+	Task *TaskOptions
 }
 
 // defaultCallElapsed is CallOptions.MaxElapsed's default.
@@ -105,6 +109,28 @@ const defaultCallElapsed = 30 * time.Second
 // Refused before anything is sent: a nil c, a key that is malformed or
 // not a string in _meta, or that differs from opts.Key (matching
 // mcptoken.ErrIdempotencyKey), a negative field of opts (ctoken.ErrConfig).
+//
+// # Tasks
+//
+// With opts.Task (a client on protocol 2026-07-28; any other is refused
+// with ctoken.ErrConfig), the call declares the Tasks extension
+// (io.modelcontextprotocol/tasks) in its _meta, besides the client's own
+// capabilities, and is sent on c's transport directly: mcp-go's client
+// cannot take a CreateTaskResult. A result is returned as above; the
+// multi round-trip rounds a server asks before it creates a task are
+// answered by opts.Task.Input (up to 10); a task is polled with tasks/get
+// at the interval its server asks (pollIntervalMs), its input requests are
+// answered by opts.Task.Input (each once) and sent with tasks/update, and
+// its result is the call's. A task that failed is an error matching
+// [*mcptoken.TaskFailure] (the JSON-RPC error it failed with, such as "the
+// server running the task stopped"), one cancelled
+// [mcptoken.ErrTaskCancelled]. While the task runs, a server that is
+// down or a lost connection is waited out until ctx ends: the task is in
+// the server's store, and [ResumeTask] with the ID opts.Task.Started was
+// given gets its result later, from this client or another of the same
+// caller. The tools/call itself is sent again only after an attempt that
+// cannot have reached the server (each call that reaches it creates a
+// task).
 func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, opts CallOptions) (*mcp.CallToolResult, error) {
 	if c == nil {
 		return nil, fmt.Errorf("ctokenmcpgo: CallTool: %w: nil client", ctoken.ErrConfig)
@@ -119,6 +145,9 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	req, key, err := keyedRequest(req, opts.Key)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Task != nil {
+		return callTask(ctx, c, req, key, opts)
 	}
 	reached := false // an attempt may have reached the server
 	return mcptoken.CallWithRetries(ctx, "ctokenmcpgo", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {

@@ -53,7 +53,9 @@ func AddTaskTool(s *server.MCPServer, tasks *mcptoken.Tasks, tool mcp.Tool, h se
 // input_required with its requests; once tasks/update has answered every
 // one, h is called again with those answers and the result's requestState,
 // as a client retries a multi round-trip call, up to 10 rounds. The
-// requestState stays in the running process and is never sent. An error of
+// requestState stays in the running process and is never sent. A key of an
+// earlier round is sent renamed ("key.N"), since a task's input keys are
+// unique over its life; h sees its own keys. An error of
 // h, a result that asks for no input, or one more round fail the task with
 // a JSON-RPC internal error.
 func TaskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
@@ -73,6 +75,10 @@ func TaskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.
 			return nil, err
 		}
 		req.Params.InputResponses = responses
+		used := map[string]bool{} // the input keys sent so far
+		for key := range call.InputResponses {
+			used[key] = true
+		}
 		for round := 0; ; round++ {
 			res, err := h(ctx, req)
 			switch {
@@ -87,19 +93,33 @@ func TaskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.
 			case round+1 >= maxTaskRounds:
 				return nil, fmt.Errorf("ctokenmcpgo: the task's tool handler asked for input more than %d times", maxTaskRounds)
 			}
+			// A key is unique over the task's life on the wire: one the
+			// handler used in an earlier round is sent renamed.
 			requests := make(map[string]json.RawMessage, len(res.InputRequests))
+			wireKey := make(map[string]string, len(res.InputRequests))
 			for key, r := range res.InputRequests {
 				b, err := json.Marshal(r)
 				if err != nil {
 					return nil, fmt.Errorf("ctokenmcpgo: encoding an input request: %w", err)
 				}
-				requests[key] = b
+				w := key
+				for n := round; used[w]; n++ {
+					w = fmt.Sprintf("%s.%d", key, n)
+				}
+				used[w] = true
+				requests[w], wireKey[w] = b, key
 			}
 			answers, err := call.Input(ctx, requests)
 			if err != nil {
 				return nil, err
 			}
-			if req.Params.InputResponses, err = inputResponsesOf(answers); err != nil {
+			own := make(map[string]json.RawMessage, len(answers))
+			for w, a := range answers {
+				if key, ok := wireKey[w]; ok {
+					own[key] = a
+				}
+			}
+			if req.Params.InputResponses, err = inputResponsesOf(own); err != nil {
 				return nil, err
 			}
 			req.Params.RequestState = res.RequestState

@@ -1,0 +1,263 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// taskServer is an mcp-go server with task tools behind Tasks.Handler,
+// served over HTTP; "Bearer <user>" names the caller.
+type taskServer struct {
+	tasks    *mcptoken.Tasks
+	s        *server.MCPServer
+	endpoint string
+	release  chan struct{} // closing it lets "held" answer
+}
+
+func newTaskServer(t *testing.T) *taskServer {
+	t.Helper()
+	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{
+		Keys:         keyring(t, 7),
+		Store:        replay.NewMemoryStore(0),
+		PollInterval: 10 * time.Millisecond,
+		Caller: func(r *http.Request) string {
+			u, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			return u
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &taskServer{tasks: tasks, release: make(chan struct{})}
+	ts.s = server.NewMCPServer("tasks", "v0", server.WithToolCapabilities(true),
+		server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}))
+	add := func(name string, required bool, h server.ToolHandlerFunc) {
+		if err := AddTaskTool(ts.s, tasks, mcp.NewTool(name), h, required); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("echo", false, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		who, _ := ContextCaller(ctx)
+		return mcp.NewToolResultText(req.GetString("say", "") + " for " + who), nil
+	})
+	add("required", true, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ran"), nil
+	})
+	add("confirm", false, func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		a := server.ElicitationResponse(req.Params.InputResponses, "sure")
+		b := server.ElicitationResponse(req.Params.InputResponses, "really")
+		if a != nil && b != nil {
+			return mcp.NewToolResultText("confirmed: " + string(a.Action) + "," + string(b.Action) + " state " + req.Params.RequestState), nil
+		}
+		return server.NewInputRequestBuilder("round-one").
+			Elicit("sure", mcp.ElicitationParams{Message: "Sure?"}).
+			Elicit("really", mcp.ElicitationParams{Message: "Really?"}).ToolResult(), nil
+	})
+	add("asks-forever", false, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return server.NewInputRequestBuilder("").Elicit("again", mcp.ElicitationParams{Message: "Again?"}).ToolResult(), nil
+	})
+	add("no-input", false, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return server.NewInputRequestBuilder("state only").ToolResult(), nil
+	})
+	add("fails", false, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("the job broke")
+	})
+	add("nil-result", false, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, nil
+	})
+	add("held", false, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-ts.release:
+			return mcp.NewToolResultText("released"), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	h := server.NewStreamableHTTPServer(ts.s, server.WithHTTPContextFunc(bearerCaller))
+	srv := httptest.NewServer(tasks.Handler(h))
+	t.Cleanup(srv.Close)
+	ts.endpoint = srv.URL + "/mcp"
+	return ts
+}
+
+// answerAll accepts every elicitation, counting the keys it was asked.
+type answerAll struct {
+	mu    sync.Mutex
+	asked map[string]int
+}
+
+func (a *answerAll) input(_ context.Context, reqs mcp.InputRequests) (mcp.InputResponses, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.asked == nil {
+		a.asked = map[string]int{}
+	}
+	out := mcp.InputResponses{}
+	for k := range reqs {
+		a.asked[k]++
+		out[k] = mcp.NewElicitationInputResponse(mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{}}})
+	}
+	return out, nil
+}
+
+func taskCall(p *peer, tool string, args map[string]any, topts *TaskOptions) (*mcp.CallToolResult, error) {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	return CallTool(p.ctx, p.c, req, CallOptions{Task: topts})
+}
+
+func TestTasks(t *testing.T) {
+	ts := newTaskServer(t)
+	alice := overHTTP(t, ts.endpoint, "alice", nil)
+	if !mcp.IsModernProtocol(alice.c.ProtocolVersion()) {
+		t.Fatalf("the test client speaks %q, not protocol 2026-07-28", alice.c.ProtocolVersion())
+	}
+
+	t.Run("a call answered with a task gets the task's result", func(t *testing.T) {
+		var started []string
+		res, err := taskCall(alice, "echo", map[string]any{"say": "hi"}, &TaskOptions{Started: func(id string) { started = append(started, id) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "hi for alice" {
+			t.Fatalf("result %q, want %q (the handler runs as the task's caller)", got, "hi for alice")
+		}
+		if len(started) != 1 || started[0] == "" || strings.Contains(started[0], "alice") {
+			t.Fatalf("Started got %q, want one opaque task ID", started)
+		}
+	})
+
+	t.Run("input requests are answered once each, then the handler runs again", func(t *testing.T) {
+		a := &answerAll{}
+		res, err := taskCall(alice, "confirm", nil, &TaskOptions{Input: a.input})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := text(res), "confirmed: accept,accept state round-one"; got != want {
+			t.Fatalf("result %q, want %q", got, want)
+		}
+		if a.asked["sure"] != 1 || a.asked["really"] != 1 || len(a.asked) != 2 {
+			t.Fatalf("Input was asked %v, want each key once", a.asked)
+		}
+	})
+
+	t.Run("a task asking for input without an Input handler fails the call", func(t *testing.T) {
+		if _, err := taskCall(alice, "confirm", nil, &TaskOptions{}); err == nil || !strings.Contains(err.Error(), "no input handler") {
+			t.Fatalf("err = %v, want the missing input handler named", err)
+		}
+	})
+
+	t.Run("a handler error fails the task with a JSON-RPC error", func(t *testing.T) {
+		_, err := taskCall(alice, "fails", nil, &TaskOptions{})
+		var f *mcptoken.TaskFailure
+		if !errors.As(err, &f) || f.Code != -32603 {
+			t.Fatalf("err = %v, want a TaskFailure with -32603", err)
+		}
+		if strings.Contains(err.Error(), "the job broke") {
+			t.Fatalf("err = %v: the handler's own error text reached the client", err)
+		}
+	})
+
+	for _, tool := range []string{"nil-result", "no-input", "asks-forever"} {
+		t.Run("the task of a handler that misbehaves fails: "+tool, func(t *testing.T) {
+			_, err := taskCall(alice, tool, nil, &TaskOptions{Input: (&answerAll{}).input})
+			var f *mcptoken.TaskFailure
+			if !errors.As(err, &f) {
+				t.Fatalf("err = %v, want a TaskFailure", err)
+			}
+		})
+	}
+
+	t.Run("without the extension an optional task tool runs synchronously", func(t *testing.T) {
+		res, err := alice.call("echo", map[string]any{"say": "sync"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "sync for alice" {
+			t.Fatalf("result %q", got)
+		}
+	})
+
+	t.Run("without the extension a required task tool is refused with -32021", func(t *testing.T) {
+		_, err := alice.call("required", nil)
+		if !errors.As(err, new(mcp.MissingRequiredClientCapabilityError)) {
+			t.Fatalf("err = %v, want -32021", err)
+		}
+	})
+
+	t.Run("a task outlives its client and another client of the caller resumes it", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var id string
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "held"
+		_, err := CallTool(ctx, alice.c, req, CallOptions{Task: &TaskOptions{Started: func(s string) { id = s; cancel() }}})
+		if !errors.Is(err, context.Canceled) || id == "" {
+			t.Fatalf("err = %v, id %q: want the call ended by its context after the task started", err, id)
+		}
+		bob := overHTTP(t, ts.endpoint, "bob", nil)
+		if _, err := ResumeTask(bob.ctx, bob.c, id, TaskOptions{}); !errors.Is(err, mcp.ErrInvalidParams) {
+			t.Fatalf("another caller's resume: err = %v, want -32602", err)
+		}
+		close(ts.release)
+		again := overHTTP(t, ts.endpoint, "alice", nil)
+		res, err := ResumeTask(again.ctx, again.c, id, TaskOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "released" {
+			t.Fatalf("result %q", got)
+		}
+	})
+
+	t.Run("a forged task ID is refused with -32602", func(t *testing.T) {
+		if _, err := ResumeTask(alice.ctx, alice.c, "v1e.forged", TaskOptions{}); !errors.Is(err, mcp.ErrInvalidParams) {
+			t.Fatalf("err = %v, want -32602", err)
+		}
+	})
+}
+
+func TestTasksRefusals(t *testing.T) {
+	ts := newTaskServer(t)
+	h := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, nil }
+	for name, err := range map[string]error{
+		"nil server":   AddTaskTool(nil, ts.tasks, mcp.NewTool("x"), h, false),
+		"nil tasks":    AddTaskTool(ts.s, nil, mcp.NewTool("x"), h, false),
+		"nil handler":  AddTaskTool(ts.s, ts.tasks, mcp.NewTool("x"), nil, false),
+		"unnamed tool": AddTaskTool(ts.s, ts.tasks, mcp.Tool{}, h, false),
+	} {
+		if !errors.Is(err, ctoken.ErrConfig) {
+			t.Errorf("AddTaskTool with %s: err = %v, want ctoken.ErrConfig", name, err)
+		}
+	}
+	p := overHTTP(t, ts.endpoint, "alice", nil)
+	if _, err := ResumeTask(p.ctx, nil, "id", TaskOptions{}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Errorf("ResumeTask with a nil client: err = %v", err)
+	}
+	if _, err := ResumeTask(p.ctx, p.c, "", TaskOptions{}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Errorf("ResumeTask with an empty ID: err = %v", err)
+	}
+	//lint:ignore SA1019 a client on a protocol before 2026-07-28 is what is refused
+	legacy := overHTTP(t, ts.endpoint, "alice", nil, client.WithLegacyProtocolOnly())
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "echo"
+	if _, err := CallTool(legacy.ctx, legacy.c, req, CallOptions{Task: &TaskOptions{}}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Errorf("CallTool with Task from a client on %q: err = %v, want ctoken.ErrConfig", legacy.c.ProtocolVersion(), err)
+	}
+	if _, err := ResumeTask(legacy.ctx, legacy.c, "id", TaskOptions{}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Errorf("ResumeTask from a client on %q: err = %v, want ctoken.ErrConfig", legacy.c.ProtocolVersion(), err)
+	}
+}
