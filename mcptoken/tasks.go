@@ -66,8 +66,11 @@ type TasksConfig struct {
 	// its answers. 0 means 500 milliseconds.
 	PollInterval time.Duration
 	// Caller names the authenticated caller of an HTTP request, the one a
-	// task is bound to; nil binds every task to the empty caller.
-	Caller func(r *http.Request) string
+	// task is bound to; required by [Tasks.Handler], which refuses a
+	// request for which it returns an error or "". It sees only the
+	// request (an authentication middleware in front of the handler, or a
+	// fixed caller), not what the SDK derives from it later.
+	Caller func(r *http.Request) (string, error)
 }
 
 // Tasks runs task-augmented tools durably and answers the Tasks
@@ -81,7 +84,7 @@ type Tasks struct {
 	ttl    time.Duration
 	hold   time.Duration
 	poll   time.Duration
-	caller func(*http.Request) string
+	caller func(*http.Request) (string, error)
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
@@ -123,7 +126,9 @@ type TaskCall struct {
 
 // Input asks the client for input: the task reports input_required with
 // requests until tasks/update has answered every key, and Input returns the
-// answers. It fails when ctx ends, or outside a running task.
+// answers. It fails when ctx ends, outside a running task, and for a key
+// an earlier Input of the task used (a key names one request for the
+// task's whole life).
 func (c *TaskCall) Input(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 	if c == nil || c.input == nil {
 		return nil, errors.New("mcptoken: TaskCall.Input outside a running task")
@@ -141,12 +146,13 @@ const (
 )
 
 const (
-	taskSealLabel = "ctoken.mcp task record xaes-256-gcm key"
-	taskSession   = "ctoken.mcp task"
-	taskIDScope   = "mcp.task"
-	codeInternal  = -32603
-	codeInvalid   = -32602
-	maxTaskInputs = 64
+	taskSealLabel      = "ctoken.mcp task record xaes-256-gcm key"
+	taskSession        = "ctoken.mcp task"
+	taskIDScope        = "mcp.task"
+	codeInternal       = -32603
+	codeInvalid        = -32602
+	codeInvalidRequest = -32600
+	maxTaskInputs      = 64
 )
 
 // ErrTaskInvalid reports a task ID that is malformed, forged, another
@@ -304,8 +310,16 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 	var lost sync.Once
 	lostCh := make(chan struct{})
 	go t.keep(ctx, ref, func() { lost.Do(func() { close(lostCh); cancel() }) })
-	round := 0
+	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+		for key := range req {
+			if used[key] {
+				return nil, fmt.Errorf("mcptoken: input request key %q used in an earlier round of the task", key)
+			}
+		}
+		for key := range req {
+			used[key] = true
+		}
 		r := round
 		round++
 		return t.input(ctx, ref, r, req)

@@ -93,7 +93,12 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				writeMissing(w, req.ID)
 				return
 			}
-			res, rerr := t.serve(r.Context(), t.callerOf(r), req.Method, &p)
+			caller, ok := t.callerOf(r)
+			if !ok {
+				writeRPC(w, http.StatusOK, req.ID, nil, rpcNoCaller, nil)
+				return
+			}
+			res, rerr := t.serve(r.Context(), caller, req.Method, &p)
 			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
 			return
 		case "tools/call":
@@ -115,7 +120,12 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				writeRPC(w, http.StatusBadRequest, req.ID, nil, &rpcError{Code: CodeHeaderMismatch, Message: "Mcp-Method or Mcp-Name header does not match the body"}, nil)
 				return
 			}
-			res, rerr := t.call(r.Context(), t.callerOf(r), tool, &p)
+			caller, ok := t.callerOf(r)
+			if !ok {
+				writeRPC(w, http.StatusOK, req.ID, nil, rpcNoCaller, nil)
+				return
+			}
+			res, rerr := t.call(r.Context(), caller, tool, &p)
 			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
 			return
 		}
@@ -123,12 +133,16 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func (t *Tasks) callerOf(r *http.Request) string {
+// callerOf returns the caller of r, or false when there is none.
+func (t *Tasks) callerOf(r *http.Request) (string, bool) {
 	if t.caller == nil {
-		return ""
+		return "", false
 	}
-	return t.caller(r)
+	c, err := t.caller(r)
+	return c, err == nil && c != ""
 }
+
+var rpcNoCaller = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
 
 // headersMatch reports whether the Mcp-Method and Mcp-Name headers, where
 // present, match the body (after trimming the whitespace HTTP allows).
