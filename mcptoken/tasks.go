@@ -185,6 +185,9 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if t.ttl < 0 || t.hold < 3*time.Millisecond || t.poll < time.Millisecond || t.ttl < t.hold {
 		return nil, fmt.Errorf("%w: TasksConfig.TTL, Hold or PollInterval out of range", ctoken.ErrConfig)
 	}
+	if b, ok := cfg.Store.(replay.Bounded); ok && b.Horizon() > 0 && b.Horizon() < t.ttl {
+		return nil, fmt.Errorf("%w: TasksConfig.TTL %v is longer than the store's horizon %v", ctoken.ErrConfig, t.ttl, b.Horizon())
+	}
 	ids, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: cfg.Keys, TTL: t.ttl, Session: []byte(taskSession), Seal: true})
 	if err != nil {
 		return nil, err
