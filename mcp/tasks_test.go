@@ -76,7 +76,9 @@ func TestTaskTool(t *testing.T) {
 	})
 	t.Run("a handler error fails the task", func(t *testing.T) {
 		ts := newTestTasks(t)
-		h := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errors.New("boom") }
+		h := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, errors.New("boom")
+		}
 		st, err := ts.Create(context.Background(), TaskTool("boom", h, true), &mcptoken.TaskCall{Caller: "alice"})
 		if err != nil {
 			t.Fatal(err)
