@@ -17,7 +17,8 @@ import (
 // CreateTaskResult (resultType "task"), so [Tasks.Handler] answers those
 // requests itself and hands every other request to the SDK unchanged.
 
-// maxTaskRequestBytes caps the body [Tasks.Handler] reads.
+// maxTaskRequestBytes caps the body [Tasks.Handler] reads; a longer one
+// goes to the SDK unread.
 const maxTaskRequestBytes = 4 << 20
 
 // CodeHeaderMismatch is the JSON-RPC code of a request whose Mcp-Method or
@@ -67,9 +68,17 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxTaskRequestBytes+1))
-		r.Body.Close()
-		if err != nil || len(body) > maxTaskRequestBytes {
-			http.Error(w, "request body unreadable or too large", http.StatusRequestEntityTooLarge)
+		if err != nil {
+			http.Error(w, "request body unreadable", http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxTaskRequestBytes {
+			// No task request is this large: the SDK reads it whole.
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+			next.ServeHTTP(w, r)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/ctoken/ctoken"
@@ -328,12 +330,24 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			t.Fatalf("answer %v", out)
 		}
 	})
-	t.Run("rejects a body over the limit", func(t *testing.T) {
+	t.Run("hands a body over the limit to the SDK whole", func(t *testing.T) {
 		s := newTaskServer(t)
-		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+1)))
+		var got int
+		h := s.tasks.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got = len(b)
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
+		if got != maxTaskRequestBytes+10 {
+			t.Fatalf("the SDK read %d bytes", got)
+		}
+	})
+	t.Run("refuses a body it cannot read", func(t *testing.T) {
+		s := newTaskServer(t)
+		req := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
 		w := httptest.NewRecorder()
 		s.h.ServeHTTP(w, req)
-		if w.Code != http.StatusRequestEntityTooLarge || s.sdk != 0 {
+		if w.Code != http.StatusBadRequest || s.sdk != 0 {
 			t.Fatalf("status %d, SDK saw %d", w.Code, s.sdk)
 		}
 	})

@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 the fixture keeps the SDK's default capability, logging (deprecated by SEP-2577), beside the extension.
 package main
 
 import (
