@@ -328,17 +328,30 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 		return t.input(ctx, ref, r, req)
 	}
 	res, err := runTool(ctx, tool, call)
-	select {
-	case <-lostCh:
-		return // cancelled, or another instance recorded the outcome
-	default:
-	}
 	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
-	if err != nil || len(res) == 0 || !json.Valid(res) {
+	var obj map[string]json.RawMessage
+	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
 		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
 	}
-	cancel()
-	t.finish(ref, ref.Token, o)
+	// Record the outcome, retrying a store that cannot answer while the
+	// lease is still kept; once it is lost (cancelled, recorded by
+	// another instance, or lapsed) nothing is recorded here.
+	for {
+		select {
+		case <-lostCh:
+			return
+		default:
+		}
+		err := t.finish(ref, ref.Token, o)
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
+			return
+		}
+		select {
+		case <-lostCh:
+			return
+		case <-time.After(t.poll):
+		}
+	}
 }
 
 // runTool runs the tool, turning a panic into an error.
@@ -364,7 +377,9 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, lose func()) {
 			return
 		case <-tick.C:
 		}
-		err := t.renew.RenewLease(ctx, ref.entry(), ref.Token, t.hold)
+		rctx, done := context.WithTimeout(ctx, t.hold/3)
+		err := t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
+		done()
 		switch {
 		case err == nil:
 			last = time.Now()
@@ -395,7 +410,8 @@ func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
 		}
 	}
 	until := ref.created().Add(t.ttl)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), t.hold)
+	defer cancel()
 	err = t.store.ConfirmRecord(ctx, ref.entry(), token, until, taskFP, sealed)
 	if errors.Is(err, replay.ErrExpired) {
 		// The task outlived its TTL: nobody can ask for it any more.
@@ -527,6 +543,7 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			// The running instance stopped and its lease lapsed: record it.
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
+				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
 				return TaskState{}, -1, err
 			}
 			continue // read what was recorded
