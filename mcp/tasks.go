@@ -4,10 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// HTTPTokenUserID is the caller of an HTTP request for
+// mcptoken.TasksConfig.Caller: the UserID of the TokenInfo that go-sdk's
+// auth.RequireBearerToken, wrapped around Tasks.Handler, put in the
+// request's context, as [TokenUserID] reads it for the SDK's own
+// requests; [ErrNoCaller] when there is none.
+func HTTPTokenUserID(r *http.Request) (string, error) {
+	if info := auth.TokenInfoFromContext(r.Context()); info != nil && info.UserID != "" {
+		return info.UserID, nil
+	}
+	return "", ErrNoCaller
+}
 
 // TaskTool makes h, a go-sdk tool handler, the task-augmented tool name of
 // a [mcptoken.Tasks]: register h with the server as usual (server.AddTool,
@@ -17,9 +31,9 @@ import (
 //
 //	server.AddTool(tool, h)
 //	tasks.Add(ctokenmcp.TaskTool(tool.Name, h, false))
-//	http.Handle("/", tasks.Handler(mcp.NewStreamableHTTPHandler(...)))
+//	http.Handle("/", auth.RequireBearerToken(verify, nil)(tasks.Handler(mcp.NewStreamableHTTPHandler(...))))
 //
-// and advertise the extension (mcptoken.TasksExtension) with
+// with [HTTPTokenUserID] as the Tasks' caller, and advertise the extension (mcptoken.TasksExtension) with
 // ServerCapabilities.AddExtension. Inside a task, h runs without a session
 // (req.Session is nil): a result with InputRequests parks the task as
 // input_required until tasks/update answers every request, then h is

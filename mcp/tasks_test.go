@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -115,4 +118,22 @@ func TestTaskTool(t *testing.T) {
 			t.Fatalf("task %+v", got)
 		}
 	})
+}
+
+func TestHTTPTokenUserID(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	if id, err := HTTPTokenUserID(r); !errors.Is(err, ErrNoCaller) || id != "" {
+		t.Fatalf("without a token: %q, %v", id, err)
+	}
+	var got string
+	h := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+		return &auth.TokenInfo{UserID: "ada", Expiration: time.Now().Add(time.Hour)}, nil
+	}, nil)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got, _ = HTTPTokenUserID(r)
+	}))
+	r.Header.Set("Authorization", "Bearer t")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if got != "ada" {
+		t.Fatalf("behind RequireBearerToken: %q", got)
+	}
 }
