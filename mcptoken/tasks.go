@@ -71,20 +71,27 @@ type TasksConfig struct {
 	// request (an authentication middleware in front of the handler, or a
 	// fixed caller), not what the SDK derives from it later.
 	Caller func(r *http.Request) (string, error)
+	// InsecureSkipLocalhostProtection turns off the DNS-rebinding check of
+	// [Tasks.Handler], which, as both Go SDKs do by default, refuses with
+	// 403 a request that arrived on a loopback address with a Host header
+	// that is not loopback. Set it only where the SDK's own check is off
+	// too (a reverse proxy on the same host that forwards the public Host).
+	InsecureSkipLocalhostProtection bool
 }
 
 // Tasks runs task-augmented tools durably and answers the Tasks
 // extension's methods. It is safe for concurrent use. Build it with
 // [NewTasks].
 type Tasks struct {
-	ids    *ctoken.CursorIssuer
-	seal   *recordSealer
-	store  replay.Recorder
-	renew  replay.Renewer
-	ttl    time.Duration
-	hold   time.Duration
-	poll   time.Duration
-	caller func(*http.Request) (string, error)
+	ids     *ctoken.CursorIssuer
+	seal    *recordSealer
+	store   replay.Recorder
+	renew   replay.Renewer
+	ttl     time.Duration
+	hold    time.Duration
+	poll    time.Duration
+	caller  func(*http.Request) (string, error)
+	anyHost bool
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
@@ -172,7 +179,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, tools: map[string]TaskTool{}}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, tools: map[string]TaskTool{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}

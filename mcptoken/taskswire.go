@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -65,6 +66,10 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if !t.anyHost && rebound(r) {
+			http.Error(w, "Forbidden: invalid Host header", http.StatusForbidden)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxTaskRequestBytes+1))
@@ -152,6 +157,28 @@ func (t *Tasks) callerOf(r *http.Request) (string, bool) {
 }
 
 var rpcNoCaller = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
+
+// rebound reports a request that arrived on a loopback address with a
+// Host that is not loopback: a DNS-rebinding attempt on a local server.
+func rebound(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && local != nil && loopback(local.String()) && !loopback(r.Host)
+}
+
+// loopback reports whether addr (a host, or host:port) is a loopback
+// address or localhost.
+func loopback(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // headersMatch reports whether the Mcp-Method and Mcp-Name headers, where
 // present, match the body (after trimming the whitespace HTTP allows).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -463,6 +464,47 @@ func FuzzTaskID(f *testing.F) {
 		}
 		if _, err := ts.open("mallory", id); err == nil {
 			t.Fatal("another caller opened the task")
+		}
+	})
+}
+
+func TestTasksHandlerLocalhostProtection(t *testing.T) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}`
+	req := func(local, host string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Host = host
+		addr, err := net.ResolveTCPAddr("tcp", local)
+		must(t, err)
+		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, addr))
+	}
+	for _, tc := range []struct {
+		name, local, host string
+		refused           bool
+	}{
+		{"refuses a loopback request for another host", "127.0.0.1:80", "evil.example:80", true},
+		{"refuses an IPv6 loopback request for another host", "[::1]:80", "evil.example", true},
+		{"serves a loopback request for localhost", "127.0.0.1:80", "localhost:80", false},
+		{"serves a loopback request for an IPv6 loopback", "127.0.0.1:80", "[::1]:8080", false},
+		{"serves a public address for any host", "192.0.2.1:80", "evil.example", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTaskServer(t)
+			w := httptest.NewRecorder()
+			s.h.ServeHTTP(w, req(tc.local, tc.host))
+			if (w.Code == http.StatusForbidden) != tc.refused {
+				t.Fatalf("status %d", w.Code)
+			}
+		})
+	}
+	t.Run("InsecureSkipLocalhostProtection serves any host", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), InsecureSkipLocalhostProtection: true})
+		must(t, err)
+		w := httptest.NewRecorder()
+		ts.Handler(http.NotFoundHandler()).ServeHTTP(w, req("127.0.0.1:80", "evil.example"))
+		if w.Code == http.StatusForbidden {
+			t.Fatal("refused")
 		}
 	})
 }
