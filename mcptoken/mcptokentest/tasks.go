@@ -49,7 +49,7 @@ func RunTasksContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Re
 
 // contractHold is the lease of the contract's tasks: long enough that a
 // renewal every third of it is not missed on a loaded machine.
-const contractHold = 1500 * time.Millisecond
+const contractHold = 2 * time.Second
 
 func newTasks(t *testing.T, s replay.Recorder, keys *ctoken.Keyring, ttl time.Duration) *mcptoken.Tasks {
 	t.Helper()
