@@ -3,6 +3,8 @@ package mcptoken
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +97,70 @@ func TestTaskRun(t *testing.T) {
 		})
 		if inputErr == nil || got.Status != taskFailed {
 			t.Fatalf("Input of %d requests: %v; task %s", len(asks), inputErr, got.Status)
+		}
+	})
+}
+
+// mangler is a MemoryStore that flips a byte of every result it records,
+// as an edit of the store would.
+type mangler struct{ *replay.MemoryStore }
+
+func (m mangler) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	edited := append([]byte(nil), result...)
+	edited[len(edited)-1] ^= 1
+	return m.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, edited)
+}
+
+// down is a MemoryStore that refuses every AcquireRecord once down is set.
+type down struct {
+	*replay.MemoryStore
+	down atomic.Bool
+}
+
+func (d *down) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if d.down.Load() {
+		return replay.Record{}, replay.ErrUnavailable
+	}
+	return d.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+func TestTaskStoreFaults(t *testing.T) {
+	t.Run("never answers from a record that does not open", func(t *testing.T) {
+		ts := newCoreTasks(t, mangler{replay.NewMemoryStore(0)})
+		st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}, &TaskCall{Caller: "alice"})
+		must(t, err)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			got, err := ts.Get(context.Background(), "alice", st.ID)
+			if err != nil {
+				if errors.Is(err, ErrTaskInvalid) || got.Status != "" {
+					t.Fatalf("Get: %+v, %v", got, err)
+				}
+				break // refused: the record does not open
+			}
+			if got.Status != taskWorking || time.Now().After(deadline) {
+				t.Fatalf("answered %+v from an edited record", got)
+			}
+		}
+	})
+	t.Run("tells the client the store could not answer", func(t *testing.T) {
+		store := &down{MemoryStore: replay.NewMemoryStore(0)}
+		s := newTaskServer(t)
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		must(t, err)
+		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}))
+		s.h = s.tasks.Handler(http.NotFoundHandler())
+		id := s.create("quick")
+		store.down.Store(true)
+		_, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+		_, out2 := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
+		if errCode(out) != codeInternal || errCode(out2) != codeInternal {
+			t.Fatalf("answers %v, %v", out, out2)
 		}
 	})
 }
