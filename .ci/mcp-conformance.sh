@@ -19,7 +19,9 @@
 # same property), on a listed failure that passes (a stale list), on a
 # required scenario that did not run, and when the fixture's states are not
 # ctoken's (a v1e. state on the wire, a refused tampered state naming its
-# ctokenCode). A scenario listed in <fixture>-flaky.txt (a known
+# ctokenCode). The ten Tasks-extension scenarios (tasks-*) run after them,
+# each alone, against the fixture's ctoken tasks (mcptoken.Tasks). A
+# scenario listed in <fixture>-flaky.txt (a known
 # intermittent failure of the SDK) that fails is run again alone, up to 4
 # times, and fails the build only if every run fails. The suite checks no
 # expiry, caller binding or single use: ctoken's own tests do.
@@ -91,6 +93,10 @@ if [ ${#required[@]} -eq 0 ]; then
 	echo "mcp-conformance.sh: the suite listed no required server scenarios" >&2
 	exit 1
 fi
+
+tasks_scenarios=(tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal
+	tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications
+	tasks-required-task-error tasks-mrtr-composition)
 
 (cd .ci/mcpconformance && for f in "${fixtures[@]}"; do go build -o "$tmp/$f-server" "./$f"; done)
 
@@ -169,6 +175,29 @@ for f in "${fixtures[@]}"; do
 			fi
 		done
 	fi
+	# The Tasks extension's scenarios, which no revision requires: each run
+	# alone (with --spec-version the suite skips them) and passed in full,
+	# warnings included, unless listed in the expected failures;
+	# tasks-status-notifications is a stub in this suite (one SKIPPED check).
+	for s in "${tasks_scenarios[@]}"; do
+		o="$tmp/$f.$s.txt"
+		rc=0
+		(cd "$tmp" && timeout 120 "${suite[@]}" server --url "$url" --scenario "$s" \
+			--expected-failures "$root/$expected" -o "$tmp/$f.tasks" >"$o" 2>&1) || rc=$?
+		line=$(sed 's/\x1b\[[0-9;]*m//g' "$o" | grep -E '^Passed: ' | tail -1)
+		echo "$f: $s: ${line:-no result}"
+		if grep -Eq "^  - $s:" "$expected"; then
+			[ "$rc" -eq 0 ] || problems+=("$s: a listed failure now passes, or another failed (exit $rc)")
+		elif [ "$s" = tasks-status-notifications ]; then
+			[ "$rc" -eq 0 ] && [ "$line" = "Passed: 0/0, 0 failed, 0 warnings" ] && grep -q SKIPPED "$o" ||
+				problems+=("$s: not the suite's stub any more; check what it runs")
+		elif [ "$rc" -ne 0 ] || ! [[ "$line" =~ ^Passed:\ ([1-9][0-9]*)/([0-9]+),\ 0\ failed,\ 0\ warnings$ ]] ||
+			[ "${BASH_REMATCH[1]}" != "${BASH_REMATCH[2]}" ]; then
+			cat "$o"
+			problems+=("$s did not pass")
+		fi
+	done
+
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	pid=""

@@ -152,6 +152,17 @@
 // state itself. Either way the codec's wire format (v1. or v1e.) is
 // unchanged, so the CLI's "ctoken verify" opens these states.
 //
+// # Durable tasks
+//
+// [TaskTool] makes a tool handler task-augmented (the MCP Tasks extension,
+// io.modelcontextprotocol/tasks) on an [mcptoken.Tasks]: the go-sdk routes
+// none of the extension's methods, so Tasks.Handler answers them, and the
+// tools/call of the tools it holds, in front of the streamable HTTP
+// handler. Task IDs are sealed ctoken cursors bound to the caller; each
+// task lives in the replay store, so any instance of a fleet answers for
+// it, and a task whose instance stopped is reported failed within the
+// lease.
+//
 // Everything that does not touch a go-sdk type (the cursor scope and page
 // turn, sealing and opening states, the argument wrapper, the codes and the
 // mapping of ctoken's errors to them, the caller check, the older-client

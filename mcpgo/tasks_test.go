@@ -33,9 +33,9 @@ func newTaskServer(t *testing.T) *taskServer {
 		Keys:         keyring(t, 7),
 		Store:        replay.NewMemoryStore(0),
 		PollInterval: 10 * time.Millisecond,
-		Caller: func(r *http.Request) string {
+		Caller: func(r *http.Request) (string, error) {
 			u, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			return u
+			return u, nil // "" is refused
 		},
 	})
 	if err != nil {

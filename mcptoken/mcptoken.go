@@ -42,6 +42,19 @@
 // store holds each result sealed under a subkey of the codec's own keys,
 // never in clear.
 //
+// # Durable tasks
+//
+// [Tasks] runs task-augmented tools under the MCP Tasks extension
+// (io.modelcontextprotocol/tasks): a task ID is a sealed ctoken cursor
+// bound to the caller, expiring with the task; the task is created with
+// one write to a replay.Recorder before its CreateTaskResult is sent, its
+// running instance holds and renews a lease on it, and its outcome is
+// recorded sealed, so any instance answers tasks/get, a task whose
+// instance stopped is reported failed within the lease (TasksConfig.Hold),
+// and tasks/cancel reaches the running instance through the store.
+// [Tasks.Handler] speaks the extension's wire in front of an SDK's HTTP
+// handler; mcptokentest.RunTasksContract is the stores' contract.
+//
 // # Codes
 //
 // A refused cursor carries the reference protocol's codes

@@ -80,6 +80,14 @@ func TestMCPIdempotencyContract(t *testing.T) {
 	mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
 }
 
+// TestMCPTasksContract: durable MCP tasks from two server instances, each
+// with its own Store on the shared server's table (one prefix).
+func TestMCPTasksContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
+}
+
 // twoInstances returns two Stores on the shared server's table with one
 // prefix, as two instances of a service have.
 func twoInstances(t *testing.T, pool *pgxpool.Pool) (*Store, *Store) {

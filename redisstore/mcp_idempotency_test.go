@@ -15,3 +15,10 @@ func TestMCPIdempotencyContract(t *testing.T) {
 	c := newTestClient(t)
 	mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, c) })
 }
+
+// TestMCPTasksContract: durable MCP tasks from two server instances, each
+// with its own Store on the test Redis (one prefix).
+func TestMCPTasksContract(t *testing.T) {
+	c := newTestClient(t)
+	mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, c) })
+}

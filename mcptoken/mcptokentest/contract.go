@@ -1,8 +1,9 @@
 // Package mcptokentest checks a replay store under idempotent MCP tool
-// calls as a fleet makes them: [RunContract] serves one tool from two
-// server instances, each with its own store value on one backend. Every
-// store of this repository runs it; the author of another store can too
-// (ExampleRunContract shows the call from a test).
+// calls and durable MCP tasks as a fleet makes them: [RunContract] and
+// [RunTasksContract] serve from two server instances, each with its own
+// store value on one backend. Every store of this repository runs both;
+// the author of another store can too (ExampleRunContract shows the call
+// from a test).
 package mcptokentest
 
 import (

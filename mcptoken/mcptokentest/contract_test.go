@@ -15,3 +15,12 @@ func TestContractOnTheMemoryStore(t *testing.T) {
 		return s, s
 	})
 }
+
+// TestTasksContractOnTheMemoryStore: durable tasks, both instances on one
+// MemoryStore.
+func TestTasksContractOnTheMemoryStore(t *testing.T) {
+	mcptokentest.RunTasksContract(t, func(*testing.T) (replay.Recorder, replay.Recorder) {
+		s := replay.NewMemoryStore(1000)
+		return s, s
+	})
+}

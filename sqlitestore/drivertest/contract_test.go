@@ -70,6 +70,10 @@ func TestContracts(t *testing.T) {
 				t.Parallel()
 				mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
 			})
+			t.Run("mcp tasks", func(t *testing.T) {
+				t.Parallel()
+				mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
+			})
 			t.Run("exchange", func(t *testing.T) {
 				t.Parallel()
 				exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })

@@ -50,6 +50,7 @@ func main() {
 		CompletionHandler:  completionHandler,
 		SubscribeHandler:   subscribeHandler,
 		UnsubscribeHandler: unsubscribeHandler,
+		Capabilities:       tasksCapabilities(), // ctoken: the Tasks extension (tasks.go)
 	}
 
 	server := mcp.NewServer(&mcp.Implementation{
@@ -66,6 +67,10 @@ func main() {
 	registerTools(server)
 	registerResources(server)
 	registerPrompts(server)
+	tasks, err := registerTasks(server) // ctoken: durable tasks (tasks.go)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	// Start the watched resource auto-update goroutine.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,7 +82,7 @@ func main() {
 		handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
 			return server
 		}, &mcp.StreamableHTTPOptions{Stateless: *stateless})
-		log.Fatal(serve(*httpAddr, *addrFile, handler))
+		log.Fatal(serve(*httpAddr, *addrFile, tasks.Handler(handler)))
 	} else {
 		t := &mcp.StdioTransport{}
 		if err := server.Run(ctx, t); err != nil {

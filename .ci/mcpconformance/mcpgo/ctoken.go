@@ -65,7 +65,7 @@ func newTasks() *mcptoken.Tasks {
 		Store:        replay.NewMemoryStore(0),
 		TTL:          10 * time.Minute,
 		PollInterval: 200 * time.Millisecond,
-		Caller:       func(*http.Request) string { return fixtureCaller },
+		Caller:       func(*http.Request) (string, error) { return fixtureCaller, nil },
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -1,0 +1,644 @@
+package mcptoken
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Durable tasks (the MCP Tasks extension, io.modelcontextprotocol/tasks).
+//
+// A task's ID is a sealed ctoken cursor (format 3) bound to the caller, whose
+// opaque state names the task's store entries, the tool and the lease token
+// of the instance that runs it; it expires with the task. Its state lives in
+// a replay.Recorder that is also a replay.Renewer, in entries of its own:
+//
+//	mcpt:<n>        the task: leased by the running instance (renewed every
+//	                Hold/3), done with its sealed outcome
+//	mcpt:<n>:q<k>   the input requests of round k, done with them sealed
+//	mcpt:<n>:a<k>:<h> the answer to the request whose key hashes to h
+//
+// so that any instance answers tasks/get: a live lease is working (or
+// input_required while a round's requests lack answers), a done entry is the
+// outcome, and a lapsed lease (its instance stopped) is recorded as failed by
+// the first instance that finds it. tasks/cancel confirms the task's entry with
+// the running instance's own lease token, which ends its lease: the running
+// instance's next renewal fails and cancels the tool's context.
+
+// TasksExtension is the identifier of the MCP Tasks extension, under which a
+// server advertises it (capabilities.extensions) and a client declares it.
+const TasksExtension = "io.modelcontextprotocol/tasks"
+
+// CodeMissingCapability is the JSON-RPC code of a request a server cannot
+// serve to a client that did not declare a capability it requires (-32021).
+const CodeMissingCapability = -32021
+
+// TasksConfig configures [NewTasks].
+type TasksConfig struct {
+	// Keys seals task IDs and the outcomes the store keeps; required. Every
+	// instance of a fleet uses the same keys.
+	Keys *ctoken.Keyring
+	// Store keeps every task; it must be a replay.Recorder that is also a
+	// replay.Renewer (replay.MemoryStore, redisstore, pgstore,
+	// sqlitestore). A fleet shares one store, so any instance answers for
+	// any task.
+	Store replay.Recorder
+	// TTL is how long a task and its outcome stay readable from its
+	// creation (ttlMs); 0 means one hour. Its ID expires with it.
+	TTL time.Duration
+	// Hold is the lease of the running instance, renewed every Hold/3: a
+	// task whose instance stopped is reported failed within Hold. 0 means
+	// 6 seconds.
+	Hold time.Duration
+	// PollInterval is the polling interval suggested to clients
+	// (pollIntervalMs), and how often a task waiting for input looks for
+	// its answers. 0 means 500 milliseconds.
+	PollInterval time.Duration
+	// Caller names the authenticated caller of an HTTP request, the one a
+	// task is bound to; required by [Tasks.Handler], which refuses a
+	// request for which it returns an error or "". It sees only the
+	// request (an authentication middleware in front of the handler, or a
+	// fixed caller), not what the SDK derives from it later.
+	Caller func(r *http.Request) (string, error)
+	// InsecureSkipLocalhostProtection turns off the DNS-rebinding check of
+	// [Tasks.Handler], which, as both Go SDKs do by default, refuses with
+	// 403 a request that arrived on a loopback address with a Host header
+	// that is not loopback. Set it only where the SDK's own check is off
+	// too (a reverse proxy on the same host that forwards the public Host).
+	InsecureSkipLocalhostProtection bool
+}
+
+// Tasks runs task-augmented tools durably and answers the Tasks
+// extension's methods. It is safe for concurrent use. Build it with
+// [NewTasks].
+type Tasks struct {
+	ids     *ctoken.CursorIssuer
+	seal    *recordSealer
+	store   replay.Recorder
+	renew   replay.Renewer
+	ttl     time.Duration
+	hold    time.Duration
+	poll    time.Duration
+	caller  func(*http.Request) (string, error)
+	anyHost bool
+
+	mu    sync.RWMutex
+	tools map[string]TaskTool
+}
+
+// TaskTool is a tool that runs as a task.
+type TaskTool struct {
+	// Name is the tool's name, as registered with the SDK.
+	Name string
+	// Required makes the tool refuse a client that did not declare the
+	// extension with [CodeMissingCapability]; otherwise such a client's
+	// call goes to the SDK, which runs the tool synchronously.
+	Required bool
+	// Ask, when set, is asked before a task is created: a non-empty map of
+	// input requests is answered at once as an input_required result, and
+	// the client's retry with the answers (TaskCall.InputResponses) creates
+	// the task.
+	Ask func(call *TaskCall) map[string]json.RawMessage
+	// Run does the tool's work and returns its CallToolResult as JSON; a
+	// tool error is a result with isError true. An error (or a panic) fails
+	// the task with a JSON-RPC internal error. Its context is cancelled
+	// when the task is cancelled or its lease is lost.
+	Run func(ctx context.Context, call *TaskCall) (json.RawMessage, error)
+}
+
+// TaskCall is the call a task runs.
+type TaskCall struct {
+	// Tool is the tool's name.
+	Tool string
+	// Caller is the caller the task is bound to.
+	Caller string
+	// Arguments are the call's arguments, as sent.
+	Arguments json.RawMessage
+	// InputResponses are the answers the creating tools/call carried.
+	InputResponses map[string]json.RawMessage
+
+	input func(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error)
+}
+
+// Input asks the client for input: the task reports input_required with
+// requests until tasks/update has answered every key, and Input returns the
+// answers. It fails when ctx ends, outside a running task, and for a key
+// an earlier Input of the task used (a key names one request for the
+// task's whole life).
+func (c *TaskCall) Input(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+	if c == nil || c.input == nil {
+		return nil, errors.New("mcptoken: TaskCall.Input outside a running task")
+	}
+	return c.input(ctx, requests)
+}
+
+// Task status values.
+const (
+	taskWorking       = "working"
+	taskInputRequired = "input_required"
+	taskCompleted     = "completed"
+	taskFailed        = "failed"
+	taskCancelled     = "cancelled"
+)
+
+const (
+	taskSealLabel      = "ctoken.mcp task record xaes-256-gcm key"
+	taskSession        = "ctoken.mcp task"
+	taskIDScope        = "mcp.task"
+	codeInternal       = -32603
+	codeInvalid        = -32602
+	codeInvalidRequest = -32600
+	maxTaskInputs      = 64
+)
+
+// ErrTaskInvalid reports a task ID that is malformed, forged, another
+// caller's or expired: the client is told -32602 and nothing is consumed.
+var ErrTaskInvalid = errors.New("mcptoken: task not found")
+
+// errTaskConfig reports an invalid TasksConfig.
+var errTaskConfig = errors.New("mcptoken: invalid TasksConfig")
+
+// NewTasks returns the Tasks of cfg, or an error matching ctoken.ErrConfig
+// (or ctoken.ErrNoKey without Keys) for an unusable configuration.
+func NewTasks(cfg TasksConfig) (*Tasks, error) {
+	if cfg.Keys == nil {
+		return nil, fmt.Errorf("%w: TasksConfig.Keys is nil", ctoken.ErrNoKey)
+	}
+	renew, ok := cfg.Store.(replay.Renewer)
+	if cfg.Store == nil || !ok {
+		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
+	}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, tools: map[string]TaskTool{}}
+	if t.ttl == 0 {
+		t.ttl = time.Hour
+	}
+	if t.hold == 0 {
+		t.hold = 6 * time.Second
+	}
+	if t.poll == 0 {
+		t.poll = 500 * time.Millisecond
+	}
+	if t.ttl < 0 || t.hold < 3*time.Millisecond || t.poll < time.Millisecond || t.ttl < t.hold {
+		return nil, fmt.Errorf("%w: TasksConfig.TTL, Hold or PollInterval out of range", ctoken.ErrConfig)
+	}
+	if b, ok := cfg.Store.(replay.Bounded); ok && b.Horizon() > 0 && b.Horizon() < t.ttl {
+		return nil, fmt.Errorf("%w: TasksConfig.TTL %v is longer than the store's horizon %v", ctoken.ErrConfig, t.ttl, b.Horizon())
+	}
+	ids, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: cfg.Keys, TTL: t.ttl, Session: []byte(taskSession), Seal: true})
+	if err != nil {
+		return nil, err
+	}
+	t.ids = ids
+	if t.seal, ok = newSealer(cfg.Keys, taskSealLabel); !ok {
+		return nil, fmt.Errorf("%w: TasksConfig.Keys holds no key", ctoken.ErrConfig)
+	}
+	return t, nil
+}
+
+// Add registers tool as task-augmented; a second tool of the same name
+// replaces the first. It fails for a tool without a name or Run.
+func (t *Tasks) Add(tool TaskTool) error {
+	if tool.Name == "" || tool.Run == nil {
+		return fmt.Errorf("%w: a TaskTool needs a Name and a Run", errTaskConfig)
+	}
+	t.mu.Lock()
+	t.tools[tool.Name] = tool
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *Tasks) tool(name string) (TaskTool, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	tool, ok := t.tools[name]
+	return tool, ok
+}
+
+// taskRef is what a task ID seals.
+type taskRef struct {
+	Nonce   []byte `cbor:"1,keyasint"`
+	Token   string `cbor:"2,keyasint"`
+	Tool    string `cbor:"3,keyasint"`
+	Created int64  `cbor:"4,keyasint"` // unix milliseconds
+}
+
+func (r taskRef) entry() string { return "mcpt:" + base64.RawURLEncoding.EncodeToString(r.Nonce) }
+
+func (r taskRef) round(k int) string { return fmt.Sprintf("%s:q%d", r.entry(), k) }
+
+func (r taskRef) answer(k int, key string) string {
+	h := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("%s:a%d:%s", r.entry(), k, hex.EncodeToString(h[:12]))
+}
+
+func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
+
+func taskScope(caller string) ctoken.CursorScope {
+	return ctoken.CursorScope{ToolID: taskIDScope, CallerID: caller}
+}
+
+// open returns the task an ID names for caller, or ErrTaskInvalid.
+func (t *Tasks) open(caller, id string) (taskRef, error) {
+	ref, _, err := ctoken.VerifyState[taskRef](t.ids, id, taskScope(caller))
+	if err != nil || len(ref.Nonce) != 16 || ref.Token == "" {
+		return taskRef{}, ErrTaskInvalid
+	}
+	return ref, nil
+}
+
+// outcome is a task's terminal record (sealed in the store).
+type outcome struct {
+	Status  string          `json:"status"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+	Updated int64           `json:"updated"`
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// taskFP is the fingerprint of every task entry: it tells a task's entry
+// from one leased without it.
+var taskFP = []byte("mcp.task")
+
+// TaskState is a task as tasks/get reports it.
+type TaskState struct {
+	ID            string
+	Status        string
+	Created       time.Time
+	Updated       time.Time
+	InputRequests map[string]json.RawMessage
+	Result        json.RawMessage
+	ErrorCode     int
+	ErrorMessage  string
+}
+
+// Create creates a task for call durably (one write to the store) and
+// starts running it in the background; it returns the task's state once
+// any instance's [Tasks.Get] would find it.
+func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (TaskState, error) {
+	ref := taskRef{Nonce: make([]byte, 16), Tool: tool.Name}
+	if _, err := rand.Read(ref.Nonce); err != nil {
+		return TaskState{}, err
+	}
+	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
+	if err != nil {
+		return TaskState{}, err
+	}
+	if rec.State != replay.LeaseAcquired {
+		return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
+	}
+	now := time.Now()
+	ref.Token, ref.Created = rec.Token, now.UnixMilli()
+	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
+	if err != nil {
+		_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+		return TaskState{}, err
+	}
+	call.Tool = tool.Name
+	go t.run(ref, tool, call)
+	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
+}
+
+// run runs a task and records its outcome, renewing its lease meanwhile.
+func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var lost sync.Once
+	lostCh := make(chan struct{})
+	go t.keep(ctx, ref, func() { lost.Do(func() { close(lostCh); cancel() }) })
+	round, used := 0, map[string]bool{}
+	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+		for key := range req {
+			if used[key] {
+				return nil, fmt.Errorf("mcptoken: input request key %q used in an earlier round of the task", key)
+			}
+		}
+		for key := range req {
+			used[key] = true
+		}
+		r := round
+		round++
+		return t.input(ctx, ref, r, req)
+	}
+	res, err := runTool(ctx, tool, call)
+	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
+	var obj map[string]json.RawMessage
+	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
+		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
+	}
+	// Record the outcome, retrying a store that cannot answer while the
+	// lease is still kept; once it is lost (cancelled, recorded by
+	// another instance, or lapsed) nothing is recorded here.
+	for {
+		select {
+		case <-lostCh:
+			return
+		default:
+		}
+		err := t.finish(ref, ref.Token, o)
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
+			return
+		}
+		select {
+		case <-lostCh:
+			return
+		case <-time.After(t.poll):
+		}
+	}
+}
+
+// runTool runs the tool, turning a panic into an error.
+func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, errors.New("mcptoken: the task's tool panicked")
+		}
+	}()
+	return tool.Run(ctx, call)
+}
+
+// keep renews the task's lease every Hold/3 until ctx ends; it calls lose
+// once the lease is lost (cancelled, or taken by another instance) or can
+// no longer be renewed before it lapses.
+func (t *Tasks) keep(ctx context.Context, ref taskRef, lose func()) {
+	tick := time.NewTicker(t.hold / 3)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, done := context.WithTimeout(ctx, t.hold/3)
+		err := t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
+		done()
+		switch {
+		case err == nil:
+			last = time.Now()
+		case errors.Is(err, replay.ErrLeaseLost):
+			lose()
+			return
+		case ctx.Err() != nil:
+			return
+		case time.Since(last) >= t.hold:
+			lose() // the lease has lapsed by now: another instance may record it
+			return
+		}
+	}
+}
+
+// finish records o as the task's outcome with the given lease token.
+func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	sealed, err := t.seal.seal(ref.entry(), taskFP, b)
+	if err != nil {
+		// A result too large to keep fails the task instead.
+		b, _ = json.Marshal(outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the result is too large to keep"}, Updated: o.Updated})
+		if sealed, err = t.seal.seal(ref.entry(), taskFP, b); err != nil {
+			return err
+		}
+	}
+	until := ref.created().Add(t.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), t.hold)
+	defer cancel()
+	err = t.store.ConfirmRecord(ctx, ref.entry(), token, until, taskFP, sealed)
+	if errors.Is(err, replay.ErrExpired) {
+		// The task outlived its TTL: nobody can ask for it any more.
+		_ = t.store.ReleaseLease(ctx, ref.entry(), token)
+		return ErrTaskInvalid
+	}
+	return err
+}
+
+// input publishes round k's requests and waits for every answer.
+func (t *Tasks) input(ctx context.Context, ref taskRef, k int, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+	if len(req) == 0 || len(req) > maxTaskInputs {
+		return nil, fmt.Errorf("mcptoken: %d input requests (1 to %d)", len(req), maxTaskInputs)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.put(ctx, ref, ref.round(k), b); err != nil {
+		return nil, err
+	}
+	got := make(map[string]json.RawMessage, len(req))
+	tick := time.NewTicker(t.poll / 4)
+	defer tick.Stop()
+	for {
+		for key := range req {
+			if _, ok := got[key]; ok {
+				continue
+			}
+			v, ok, err := t.peek(ctx, ref, ref.answer(k, key))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				got[key] = v
+			}
+		}
+		if len(got) == len(req) {
+			return got, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// put records value, sealed, under id, unless id is already recorded.
+func (t *Tasks) put(ctx context.Context, ref taskRef, id string, value []byte) error {
+	for {
+		rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
+		if err != nil {
+			return err
+		}
+		switch rec.State {
+		case replay.LeaseDone:
+			return nil
+		case replay.LeaseBusy:
+			if err := sleepCtx(ctx, min(max(rec.Wait, time.Millisecond), t.poll)); err != nil {
+				return err
+			}
+			continue
+		}
+		sealed, err := t.seal.seal(id, nil, value)
+		if err == nil {
+			err = t.store.ConfirmRecord(ctx, id, rec.Token, ref.created().Add(t.ttl), nil, sealed)
+		}
+		if err != nil {
+			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
+		}
+		return err
+	}
+}
+
+// peek reads the sealed value recorded under id without taking it: ok is
+// false when nothing is recorded there (yet).
+func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessage, bool, error) {
+	rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	switch rec.State {
+	case replay.LeaseAcquired:
+		return nil, false, t.store.ReleaseLease(ctx, id, rec.Token)
+	case replay.LeaseBusy:
+		return nil, false, nil
+	}
+	v, err := t.seal.open(id, nil, rec.Result)
+	if err != nil {
+		return nil, false, fmt.Errorf("mcptoken: task record %w", err)
+	}
+	return v, true, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// Get returns the state of the task id names for caller, from the store:
+// [ErrTaskInvalid] for an ID that is not caller's live task.
+func (t *Tasks) Get(ctx context.Context, caller, id string) (TaskState, error) {
+	ref, err := t.open(caller, id)
+	if err != nil {
+		return TaskState{}, err
+	}
+	st, _, err := t.state(ctx, ref)
+	st.ID = id
+	return st, err
+}
+
+// state reads a task; k is the round whose requests are pending (-1: none).
+func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) {
+	st := TaskState{Status: taskWorking, Created: ref.created(), Updated: ref.created()}
+	for {
+		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
+		if err != nil {
+			return TaskState{}, -1, err
+		}
+		switch rec.State {
+		case replay.LeaseAcquired:
+			// The running instance stopped and its lease lapsed: record it.
+			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
+			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
+				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+				return TaskState{}, -1, err
+			}
+			continue // read what was recorded
+		case replay.LeaseDone:
+			b, err := t.seal.open(ref.entry(), taskFP, rec.Result)
+			var o outcome
+			if err == nil {
+				err = json.Unmarshal(b, &o)
+			}
+			if err != nil {
+				return TaskState{}, -1, fmt.Errorf("mcptoken: task record %w", errRecordForged)
+			}
+			st.Status, st.Result, st.Updated = o.Status, o.Result, time.UnixMilli(o.Updated)
+			if o.Error != nil {
+				st.ErrorCode, st.ErrorMessage = o.Error.Code, o.Error.Message
+			}
+			return st, -1, nil
+		}
+		// Busy: working, or waiting for input in its latest round.
+		k, req := -1, map[string]json.RawMessage(nil)
+		for i := 0; ; i++ {
+			b, ok, err := t.peek(ctx, ref, ref.round(i))
+			if err != nil {
+				return TaskState{}, -1, err
+			}
+			if !ok {
+				break
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(b, &m); err != nil {
+				return TaskState{}, -1, err
+			}
+			k, req = i, m
+		}
+		if k < 0 {
+			return st, -1, nil
+		}
+		pending := map[string]json.RawMessage{}
+		for key, r := range req {
+			_, ok, err := t.peek(ctx, ref, ref.answer(k, key))
+			if err != nil {
+				return TaskState{}, -1, err
+			}
+			if !ok {
+				pending[key] = r
+			}
+		}
+		if len(pending) > 0 {
+			st.Status, st.InputRequests = taskInputRequired, pending
+			return st, k, nil
+		}
+		return st, -1, nil
+	}
+}
+
+// Update delivers answers to the input requests the task id names is
+// waiting for; answers to keys it is not waiting for are ignored.
+func (t *Tasks) Update(ctx context.Context, caller, id string, responses map[string]json.RawMessage) error {
+	ref, err := t.open(caller, id)
+	if err != nil {
+		return err
+	}
+	st, k, err := t.state(ctx, ref)
+	if err != nil || k < 0 {
+		return err
+	}
+	for key, v := range responses {
+		if _, ok := st.InputRequests[key]; !ok || !json.Valid(v) {
+			continue
+		}
+		if err := t.put(ctx, ref, ref.answer(k, key), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Cancel cancels the task id names: a task still running is recorded
+// cancelled and its instance cancels the tool's context at its next
+// renewal; a finished task is left as it is.
+func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
+	ref, err := t.open(caller, id)
+	if err != nil {
+		return err
+	}
+	err = t.finish(ref, ref.Token, outcome{Status: taskCancelled, Updated: time.Now().UnixMilli()})
+	if errors.Is(err, replay.ErrLeaseLost) {
+		return nil // finished by another path already
+	}
+	return err
+}

@@ -1,0 +1,166 @@
+package mcptoken
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// hiccup is a MemoryStore whose first n ConfirmRecord calls fail as
+// unavailable.
+type hiccup struct {
+	*replay.MemoryStore
+	n atomic.Int32
+}
+
+func (h *hiccup) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	if h.n.Add(-1) >= 0 {
+		return replay.ErrUnavailable
+	}
+	return h.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func newCoreTasks(t *testing.T, store replay.Recorder) *Tasks {
+	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	ts, err := NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, PollInterval: 10 * time.Millisecond})
+	must(t, err)
+	return ts
+}
+
+// runToEnd creates a task of run and returns its state once it left working.
+func runToEnd(t *testing.T, ts *Tasks, run func(context.Context, *TaskCall) (json.RawMessage, error)) TaskState {
+	t.Helper()
+	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: run}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got, err := ts.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status != taskWorking {
+			return got
+		}
+	}
+	t.Fatal("task still working")
+	return TaskState{}
+}
+
+func TestTaskRun(t *testing.T) {
+	t.Run("records its outcome through a store that failed to answer", func(t *testing.T) {
+		store := &hiccup{MemoryStore: replay.NewMemoryStore(0)}
+		store.n.Store(2)
+		got := runToEnd(t, newCoreTasks(t, store), func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		})
+		if got.Status != taskCompleted || store.n.Load() >= 0 {
+			t.Fatalf("task %+v, confirmations left to fail %d", got, store.n.Load())
+		}
+	})
+	for name, res := range map[string]string{"an array": `[1]`, "null": `null`, "nothing": ``, "not JSON": `{`} {
+		t.Run("fails a task whose tool returned "+name, func(t *testing.T) {
+			got := runToEnd(t, newCoreTasks(t, replay.NewMemoryStore(0)), func(context.Context, *TaskCall) (json.RawMessage, error) {
+				return json.RawMessage(res), nil
+			})
+			if got.Status != taskFailed || got.ErrorCode != codeInternal || got.Result != nil {
+				t.Fatalf("task %+v", got)
+			}
+		})
+	}
+	t.Run("fails a task whose result is too large to keep", func(t *testing.T) {
+		big := make([]byte, replay.MaxResultBytes)
+		for i := range big {
+			big[i] = 'a'
+		}
+		got := runToEnd(t, newCoreTasks(t, replay.NewMemoryStore(0)), func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.Marshal(map[string]string{"text": string(big)})
+		})
+		if got.Status != taskFailed || got.ErrorCode != codeInternal {
+			t.Fatalf("task %+v", got)
+		}
+	})
+	t.Run("refuses more input requests than it keeps", func(t *testing.T) {
+		asks := map[string]json.RawMessage{}
+		for i := 0; i <= maxTaskInputs; i++ {
+			asks[string(rune('a'+i%26))+string(rune('a'+i/26))] = json.RawMessage(`{}`)
+		}
+		var inputErr error
+		got := runToEnd(t, newCoreTasks(t, replay.NewMemoryStore(0)), func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+			_, inputErr = c.Input(ctx, asks)
+			return nil, inputErr
+		})
+		if inputErr == nil || got.Status != taskFailed {
+			t.Fatalf("Input of %d requests: %v; task %s", len(asks), inputErr, got.Status)
+		}
+	})
+}
+
+// mangler is a MemoryStore that flips a byte of every result it records,
+// as an edit of the store would.
+type mangler struct{ *replay.MemoryStore }
+
+func (m mangler) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	edited := append([]byte(nil), result...)
+	edited[len(edited)-1] ^= 1
+	return m.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, edited)
+}
+
+// down is a MemoryStore that refuses every AcquireRecord once down is set.
+type down struct {
+	*replay.MemoryStore
+	down atomic.Bool
+}
+
+func (d *down) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if d.down.Load() {
+		return replay.Record{}, replay.ErrUnavailable
+	}
+	return d.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+func TestTaskStoreFaults(t *testing.T) {
+	t.Run("never answers from a record that does not open", func(t *testing.T) {
+		ts := newCoreTasks(t, mangler{replay.NewMemoryStore(0)})
+		st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}, &TaskCall{Caller: "alice"})
+		must(t, err)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			got, err := ts.Get(context.Background(), "alice", st.ID)
+			if err != nil {
+				if errors.Is(err, ErrTaskInvalid) || got.Status != "" {
+					t.Fatalf("Get: %+v, %v", got, err)
+				}
+				break // refused: the record does not open
+			}
+			if got.Status != taskWorking || time.Now().After(deadline) {
+				t.Fatalf("answered %+v from an edited record", got)
+			}
+		}
+	})
+	t.Run("tells the client the store could not answer", func(t *testing.T) {
+		store := &down{MemoryStore: replay.NewMemoryStore(0)}
+		s := newTaskServer(t)
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		must(t, err)
+		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}))
+		s.h = s.tasks.Handler(http.NotFoundHandler())
+		id := s.create("quick")
+		store.down.Store(true)
+		_, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+		_, out2 := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
+		if errCode(out) != codeInternal || errCode(out2) != codeInternal {
+			t.Fatalf("answers %v, %v", out, out2)
+		}
+	})
+}

@@ -1,0 +1,510 @@
+package mcptoken
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// taskServer is a Tasks handler in front of a stand-in SDK that answers
+// every request it is handed with {"sdk":true}.
+type taskServer struct {
+	t      *testing.T
+	tasks  *Tasks
+	h      http.Handler
+	sdk    int // requests the stand-in SDK saw
+	caller string
+}
+
+func newTaskServer(t *testing.T) *taskServer {
+	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &taskServer{t: t, caller: "alice"}
+	s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second, PollInterval: 10 * time.Millisecond,
+		Caller: func(*http.Request) (string, error) {
+			if s.caller == "" {
+				return "", errors.New("not signed in")
+			}
+			return s.caller, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	must(t, s.tasks.Add(TaskTool{Name: "slow", Run: func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return json.RawMessage(`{"content":[{"type":"text","text":"slow done"}]}`), nil
+	}}))
+	must(t, s.tasks.Add(TaskTool{Name: "quick", Required: true, Run: func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+		return json.Marshal(map[string]any{"content": []any{map[string]any{"type": "text", "text": "args " + string(c.Arguments)}}})
+	}}))
+	must(t, s.tasks.Add(TaskTool{Name: "asking", Ask: func(c *TaskCall) map[string]json.RawMessage {
+		if c.InputResponses["who"] != nil {
+			return nil
+		}
+		return map[string]json.RawMessage{"who": json.RawMessage(`{"method":"elicitation/create","params":{"message":"who?"}}`)}
+	}, Run: func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+		return json.Marshal(map[string]any{"content": []any{map[string]any{"type": "text", "text": "hi " + string(c.InputResponses["who"])}}})
+	}}))
+	must(t, s.tasks.Add(TaskTool{Name: "broken", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+		panic("tool bug")
+	}}))
+	s.h = s.tasks.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.sdk++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"sdk":true}`))
+	}))
+	return s
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var declared = map[string]any{"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}
+
+// rpc posts one request and returns the HTTP status and the decoded body.
+func (s *taskServer) rpc(method string, params map[string]any, header map[string]string) (int, map[string]any) {
+	s.t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, req)
+	var out map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		s.t.Fatalf("%s: answer %q is not JSON", method, w.Body.String())
+	}
+	return w.Code, out
+}
+
+func with(params map[string]any, meta map[string]any) map[string]any {
+	if meta != nil {
+		params["_meta"] = meta
+	}
+	return params
+}
+
+func errCode(out map[string]any) int {
+	e, _ := out["error"].(map[string]any)
+	c, _ := e["code"].(float64)
+	return int(c)
+}
+
+func result(t *testing.T, out map[string]any) map[string]any {
+	t.Helper()
+	r, ok := out["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result in %v", out)
+	}
+	return r
+}
+
+// create calls tool as a declaring client and returns its taskId.
+func (s *taskServer) create(tool string) string {
+	s.t.Helper()
+	_, out := s.rpc("tools/call", with(map[string]any{"name": tool, "arguments": map[string]any{"n": 1}}, declared), nil)
+	r := result(s.t, out)
+	id, _ := r["taskId"].(string)
+	if r["resultType"] != "task" || r["status"] != "working" || id == "" {
+		s.t.Fatalf("tools/call %s: %v", tool, r)
+	}
+	return id
+}
+
+// await polls tasks/get until the task leaves status working.
+func (s *taskServer) await(id string) map[string]any {
+	s.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		_, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+		if r := result(s.t, out); r["status"] != "working" {
+			return r
+		}
+	}
+	s.t.Fatal("task still working")
+	return nil
+}
+
+func TestTasksHandler(t *testing.T) {
+	t.Run("creates a flat CreateTaskResult and inlines the result on tasks/get", func(t *testing.T) {
+		s := newTaskServer(t)
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "quick", "arguments": map[string]any{"n": 1}}, declared), nil)
+		r := result(t, out)
+		for _, k := range []string{"result", "error", "inputRequests", "task", "requestState", "ttl", "pollInterval"} {
+			if _, ok := r[k]; ok {
+				t.Errorf("CreateTaskResult carries %q", k)
+			}
+		}
+		if r["ttlMs"] != float64(time.Hour.Milliseconds()) || r["pollIntervalMs"] != float64(10) {
+			t.Errorf("ttlMs, pollIntervalMs = %v, %v", r["ttlMs"], r["pollIntervalMs"])
+		}
+		got := s.await(r["taskId"].(string))
+		res, _ := got["result"].(map[string]any)
+		if got["status"] != "completed" || got["resultType"] != "complete" || !strings.Contains(mustJSON(t, res), `args {\"n\":1}`) {
+			t.Fatalf("tasks/get: %v", got)
+		}
+		if s.sdk != 0 {
+			t.Fatalf("the SDK saw %d requests", s.sdk)
+		}
+	})
+	t.Run("a panicking tool fails the task with a JSON-RPC error and no result", func(t *testing.T) {
+		s := newTaskServer(t)
+		got := s.await(s.create("broken"))
+		e, _ := got["error"].(map[string]any)
+		if _, has := got["result"]; got["status"] != "failed" || e["code"] != float64(codeInternal) || has {
+			t.Fatalf("tasks/get: %v", got)
+		}
+	})
+	t.Run("cancel acks with an empty result, on a running and on a finished task", func(t *testing.T) {
+		s := newTaskServer(t)
+		id := s.create("slow")
+		for i := 0; i < 2; i++ {
+			_, out := s.rpc("tasks/cancel", with(map[string]any{"taskId": id}, declared), nil)
+			if r := result(t, out); len(r) != 1 || r["resultType"] != "complete" {
+				t.Fatalf("cancel ack %d: %v", i, r)
+			}
+		}
+		if got := s.await(id); got["status"] != "cancelled" {
+			t.Fatalf("after cancel: %v", got)
+		}
+	})
+	t.Run("Ask answers input_required without a task, then the answer creates one", func(t *testing.T) {
+		s := newTaskServer(t)
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "asking"}, declared), nil)
+		r := result(t, out)
+		if _, has := r["taskId"]; r["resultType"] != "input_required" || r["inputRequests"] == nil || has {
+			t.Fatalf("first round: %v", r)
+		}
+		_, out = s.rpc("tools/call", with(map[string]any{"name": "asking", "inputResponses": map[string]any{"who": map[string]any{"action": "accept"}}}, declared), nil)
+		r = result(t, out)
+		if got := s.await(r["taskId"].(string)); !strings.Contains(mustJSON(t, got["result"]), "accept") {
+			t.Fatalf("task result: %v", got)
+		}
+	})
+	t.Run("an optional tool from a client without the extension goes to the SDK", func(t *testing.T) {
+		s := newTaskServer(t)
+		_, out := s.rpc("tools/call", map[string]any{"name": "slow"}, nil)
+		if out["sdk"] != true || s.sdk != 1 {
+			t.Fatalf("answer %v, SDK saw %d", out, s.sdk)
+		}
+	})
+	t.Run("every other request goes to the SDK", func(t *testing.T) {
+		s := newTaskServer(t)
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "greet"}, declared), nil)
+		_, out2 := s.rpc("tasks/list", with(map[string]any{}, declared), nil)
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		s.h.ServeHTTP(httptest.NewRecorder(), req)
+		batch := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]`))
+		s.h.ServeHTTP(httptest.NewRecorder(), batch)
+		if out["sdk"] != true || out2["sdk"] != true || s.sdk != 4 {
+			t.Fatalf("answers %v %v, SDK saw %d", out, out2, s.sdk)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestTasksHandlerRefuses(t *testing.T) {
+	for _, m := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+		t.Run("rejects "+m+" from a client without the extension", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			_, out := s.rpc(m, map[string]any{"taskId": id, "inputResponses": map[string]any{}}, nil)
+			if errCode(out) != CodeMissingCapability {
+				t.Fatalf("answer %v", out)
+			}
+			if got := s.await2(id); got != "working" {
+				t.Fatalf("task %s after the refusal", got)
+			}
+		})
+		t.Run("rejects "+m+" whose Mcp-Name differs from the taskId", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			code, out := s.rpc(m, with(map[string]any{"taskId": id, "inputResponses": map[string]any{}}, declared), map[string]string{"Mcp-Name": "other"})
+			if code != http.StatusBadRequest || errCode(out) != CodeHeaderMismatch {
+				t.Fatalf("answer %d %v", code, out)
+			}
+			if got := s.await2(id); got != "working" {
+				t.Fatalf("task %s after the refusal", got)
+			}
+		})
+		t.Run("rejects "+m+" whose Mcp-Method differs from the body", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			code, out := s.rpc(m, with(map[string]any{"taskId": id}, declared), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": id})
+			if code != http.StatusBadRequest || errCode(out) != CodeHeaderMismatch {
+				t.Fatalf("answer %d %v", code, out)
+			}
+		})
+		t.Run("rejects "+m+" of another caller's task, consuming nothing", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			s.caller = "mallory"
+			_, out := s.rpc(m, with(map[string]any{"taskId": id, "inputResponses": map[string]any{}}, declared), nil)
+			if errCode(out) != codeInvalid {
+				t.Fatalf("answer %v", out)
+			}
+			s.caller = "alice"
+			if got := s.await2(id); got != "working" {
+				t.Fatalf("task %s after the refusal", got)
+			}
+		})
+		t.Run("rejects "+m+" of an unknown or tampered taskId", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := []byte(s.create("slow"))
+			id[len(id)-3] ^= 2
+			for _, bad := range []string{"tasks-conformance-nonexistent-12345", string(id), ""} {
+				_, out := s.rpc(m, with(map[string]any{"taskId": bad, "inputResponses": map[string]any{}}, declared), nil)
+				if errCode(out) != codeInvalid {
+					t.Fatalf("%q: answer %v", bad, out)
+				}
+			}
+		})
+		t.Run("rejects "+m+" without an authenticated caller", func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			s.caller = ""
+			_, out := s.rpc(m, with(map[string]any{"taskId": id}, declared), nil)
+			if errCode(out) != codeInvalidRequest {
+				t.Fatalf("answer %v", out)
+			}
+		})
+		t.Run("rejects "+m+" with malformed params", func(t *testing.T) {
+			s := newTaskServer(t)
+			_, out := s.rpc(m, map[string]any{"taskId": 12}, nil)
+			if errCode(out) != codeInvalid {
+				t.Fatalf("answer %v", out)
+			}
+		})
+	}
+	t.Run("rejects a required tool from a client without the extension, naming it", func(t *testing.T) {
+		s := newTaskServer(t)
+		_, out := s.rpc("tools/call", map[string]any{"name": "quick"}, nil)
+		e, _ := out["error"].(map[string]any)
+		if errCode(out) != CodeMissingCapability || !strings.Contains(mustJSON(t, e["data"]), TasksExtension) || s.sdk != 0 {
+			t.Fatalf("answer %v", out)
+		}
+	})
+	t.Run("rejects a task tool call whose Mcp-Name differs from the tool", func(t *testing.T) {
+		s := newTaskServer(t)
+		code, out := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), map[string]string{"Mcp-Name": "slow"})
+		if code != http.StatusBadRequest || errCode(out) != CodeHeaderMismatch {
+			t.Fatalf("answer %d %v", code, out)
+		}
+	})
+	t.Run("rejects a task tool call without an authenticated caller", func(t *testing.T) {
+		s := newTaskServer(t)
+		s.caller = ""
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
+		if errCode(out) != codeInvalidRequest {
+			t.Fatalf("answer %v", out)
+		}
+	})
+	t.Run("hands a body over the limit to the SDK whole", func(t *testing.T) {
+		s := newTaskServer(t)
+		var got int
+		h := s.tasks.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got = len(b)
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
+		if got != maxTaskRequestBytes+10 {
+			t.Fatalf("the SDK read %d bytes", got)
+		}
+	})
+	t.Run("refuses a body it cannot read", func(t *testing.T) {
+		s := newTaskServer(t)
+		req := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, req)
+		if w.Code != http.StatusBadRequest || s.sdk != 0 {
+			t.Fatalf("status %d, SDK saw %d", w.Code, s.sdk)
+		}
+	})
+}
+
+// await2 returns the task's status once, as its owner reads it.
+func (s *taskServer) await2(id string) string {
+	s.t.Helper()
+	_, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+	st, _ := result(s.t, out)["status"].(string)
+	return st
+}
+
+func TestNewTasksRefuses(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	store := replay.NewMemoryStore(0)
+	for name, cfg := range map[string]TasksConfig{
+		"no keys":                        {Store: store},
+		"no store":                       {Keys: keys},
+		"a store without renewal":        {Keys: keys, Store: noRenew{store}},
+		"a negative TTL":                 {Keys: keys, Store: store, TTL: -time.Second},
+		"a TTL under the hold":           {Keys: keys, Store: store, TTL: time.Second, Hold: 2 * time.Second},
+		"a TTL over the store's horizon": {Keys: keys, Store: bounded{store}, TTL: 2 * time.Hour},
+	} {
+		t.Run("refuses "+name, func(t *testing.T) {
+			if _, err := NewTasks(cfg); !errors.Is(err, ctoken.ErrConfig) && !errors.Is(err, ctoken.ErrNoKey) {
+				t.Fatalf("NewTasks: %v", err)
+			}
+		})
+	}
+	t.Run("refuses a tool without a name or Run", func(t *testing.T) {
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: store})
+		must(t, err)
+		if ts.Add(TaskTool{Name: "x"}) == nil || ts.Add(TaskTool{Run: func(context.Context, *TaskCall) (json.RawMessage, error) { return nil, nil }}) == nil {
+			t.Fatal("Add accepted a tool without a name or Run")
+		}
+	})
+	t.Run("Input outside a task fails", func(t *testing.T) {
+		if _, err := (&TaskCall{}).Input(context.Background(), nil); err == nil {
+			t.Fatal("Input outside a task succeeded")
+		}
+	})
+}
+
+// noRenew is a Recorder without RenewLease.
+type noRenew struct{ replay.Recorder }
+
+// bounded is a MemoryStore with a one-hour horizon.
+type bounded struct{ *replay.MemoryStore }
+
+func (bounded) Horizon() time.Duration { return time.Hour }
+
+func TestTaskInputKeysServeOneRound(t *testing.T) {
+	s := newTaskServer(t)
+	errs := make(chan error, 1)
+	must(t, s.tasks.Add(TaskTool{Name: "twice", Run: func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+		if _, err := c.Input(ctx, map[string]json.RawMessage{"k": json.RawMessage(`{"method":"elicitation/create"}`)}); err != nil {
+			return nil, err
+		}
+		_, err := c.Input(ctx, map[string]json.RawMessage{"k": json.RawMessage(`{"method":"elicitation/create"}`)})
+		errs <- err
+		return nil, err
+	}}))
+	id := s.create("twice")
+	for s.await2(id) != "input_required" {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, out := s.rpc("tasks/update", with(map[string]any{"taskId": id, "inputResponses": map[string]any{"k": map[string]any{"action": "accept"}}}, declared), nil)
+	if r := result(t, out); len(r) != 1 || r["resultType"] != "complete" {
+		t.Fatalf("update ack %v", r)
+	}
+	if err := <-errs; err == nil {
+		t.Fatal("a key of an earlier round was asked again")
+	}
+	if got := s.await(id); got["status"] != "failed" {
+		t.Fatalf("task %v", got)
+	}
+}
+
+func FuzzTasksHandler(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","arguments":null}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"a","method":"tasks/update","params":{"taskId":"","inputResponses":{"k":1}}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s := newTaskServer(t)
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+		if s.sdk == 0 && !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("answer %q is not JSON", w.Body.String())
+		}
+	})
+}
+
+func FuzzTaskID(f *testing.F) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(f, err)
+	ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0)})
+	must(f, err)
+	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[]}`), nil
+	}}, &TaskCall{Caller: "alice"})
+	must(f, err)
+	f.Add(st.ID)
+	f.Add("")
+	f.Fuzz(func(t *testing.T, id string) {
+		ref, err := ts.open("alice", id)
+		if err == nil && (len(ref.Nonce) != 16 || ref.Token == "") {
+			t.Fatalf("opened a malformed task %+v", ref)
+		}
+		if err != nil && !errors.Is(err, ErrTaskInvalid) {
+			t.Fatalf("open: %v", err)
+		}
+		if _, err := ts.open("mallory", id); err == nil {
+			t.Fatal("another caller opened the task")
+		}
+	})
+}
+
+func TestTasksHandlerLocalhostProtection(t *testing.T) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}`
+	req := func(local, host string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Host = host
+		addr, err := net.ResolveTCPAddr("tcp", local)
+		must(t, err)
+		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, addr))
+	}
+	for _, tc := range []struct {
+		name, local, host string
+		refused           bool
+	}{
+		{"refuses a loopback request for another host", "127.0.0.1:80", "evil.example:80", true},
+		{"refuses an IPv6 loopback request for another host", "[::1]:80", "evil.example", true},
+		{"serves a loopback request for localhost", "127.0.0.1:80", "localhost:80", false},
+		{"serves a loopback request for an IPv6 loopback", "127.0.0.1:80", "[::1]:8080", false},
+		{"serves a public address for any host", "192.0.2.1:80", "evil.example", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTaskServer(t)
+			w := httptest.NewRecorder()
+			s.h.ServeHTTP(w, req(tc.local, tc.host))
+			if (w.Code == http.StatusForbidden) != tc.refused {
+				t.Fatalf("status %d", w.Code)
+			}
+		})
+	}
+	t.Run("InsecureSkipLocalhostProtection serves any host", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), InsecureSkipLocalhostProtection: true})
+		must(t, err)
+		w := httptest.NewRecorder()
+		ts.Handler(http.NotFoundHandler()).ServeHTTP(w, req("127.0.0.1:80", "evil.example"))
+		if w.Code == http.StatusForbidden {
+			t.Fatal("refused")
+		}
+	})
+}
