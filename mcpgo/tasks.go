@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -20,45 +19,44 @@ const maxTaskRounds = 10
 // nor an error; the task fails with a JSON-RPC internal error.
 var errTaskNoResult = errors.New("ctokenmcpgo: the task's tool handler returned no result")
 
-// AddTaskTool adds tool to s with handler h, and makes it a task tool of
-// tasks (the MCP Tasks extension, [mcptoken.Tasks]): a tools/call from a
-// client that declared the extension is answered by tasks.Handler, in front
-// of mcp-go's streamable HTTP handler, with a task that runs h durably
-// ([TaskRun]). With required, a client that did not declare the extension
-// is refused with -32021 ([mcptoken.CodeMissingCapability]); without it,
-// such a client's call reaches mcp-go, which runs h at once as it runs any
-// tool. The server advertises the extension with
-// server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}).
+// TaskTool makes h, an mcp-go tool handler, the task-augmented tool name
+// of a [mcptoken.Tasks]: register h with the server as usual (s.AddTool,
+// for tools/list and for clients that did not declare the Tasks
+// extension), add TaskTool(name, h, required) to the Tasks, serve mcp-go's
+// streamable HTTP handler behind Tasks.Handler, and advertise the
+// extension:
 //
-// A call answered with a task does not pass through mcp-go: its middleware
-// (SecureRequestState among them), hooks and input validation do not run
-// for it. A nil s, tasks or h is an error matching ctoken.ErrConfig, and
-// so is a tool without a name.
-func AddTaskTool(s *server.MCPServer, tasks *mcptoken.Tasks, tool mcp.Tool, h server.ToolHandlerFunc, required bool) error {
-	if s == nil || tasks == nil || h == nil || tool.Name == "" {
-		return fmt.Errorf("ctokenmcpgo: AddTaskTool: %w: nil server, tasks or handler, or a tool without a name", ctoken.ErrConfig)
-	}
-	if err := tasks.Add(mcptoken.TaskTool{Name: tool.Name, Required: required, Run: TaskRun(h)}); err != nil {
-		return err
-	}
-	s.AddTool(tool, h)
-	return nil
+//	s := server.NewMCPServer(name, version, server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}))
+//	s.AddTool(tool, h)
+//	tasks.Add(ctokenmcpgo.TaskTool(tool.Name, h, false))
+//	http.Handle("/mcp", tasks.Handler(server.NewStreamableHTTPServer(s)))
+//
+// A tools/call from a client that declared the extension is then answered
+// by Tasks.Handler with a task that runs h durably; it does not pass
+// through mcp-go, so its middleware (SecureRequestState among them), hooks
+// and input validation do not run for it. A required tool refuses a client
+// that did not declare the extension with -32021
+// ([mcptoken.CodeMissingCapability]); an optional one's call reaches
+// mcp-go, which runs h at once.
+//
+// Inside a task, h runs in a context naming the task's caller
+// ([WithCaller]) and without an mcp-go session, with the call's name,
+// arguments and the answers the creating call carried. A result that asks
+// for input (the multi round-trip form, as server.NewInputRequestBuilder
+// builds it) parks the task as input_required with its requests; once
+// tasks/update has answered every one, h is called again with those
+// answers and the result's requestState, as a client retries a multi
+// round-trip call, up to 10 rounds. The requestState stays in the running
+// instance and is never sent. A key of an earlier round is sent renamed
+// ("key.N"), since a task's input keys are unique over its life; h sees
+// its own keys. An error of h, no result, a result that asks for no input,
+// or one round more fail the task with a JSON-RPC internal error.
+func TaskTool(name string, h server.ToolHandlerFunc, required bool) mcptoken.TaskTool {
+	return mcptoken.TaskTool{Name: name, Required: required, Run: taskRun(h)}
 }
 
-// TaskRun returns h as the Run of an [mcptoken.TaskTool]: it calls h with
-// the task's call (name, arguments and the answers the creating call
-// carried) in a context naming the task's caller ([WithCaller]), and
-// returns h's result. A result that asks for input (the multi round-trip
-// form, as server.NewInputRequestBuilder builds it) sets the task to
-// input_required with its requests; once tasks/update has answered every
-// one, h is called again with those answers and the result's requestState,
-// as a client retries a multi round-trip call, up to 10 rounds. The
-// requestState stays in the running process and is never sent. A key of an
-// earlier round is sent renamed ("key.N"), since a task's input keys are
-// unique over its life; h sees its own keys. An error of
-// h, a result that asks for no input, or one more round fail the task with
-// a JSON-RPC internal error.
-func TaskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
+// taskRun returns h as the Run of a task tool (see TaskTool).
+func taskRun(h server.ToolHandlerFunc) func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
 	return func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
 		if call.Caller != "" {
 			ctx = WithCaller(ctx, call.Caller)

@@ -45,7 +45,8 @@ func newTaskServer(t *testing.T) *taskServer {
 	ts.s = server.NewMCPServer("tasks", "v0", server.WithToolCapabilities(true),
 		server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}))
 	add := func(name string, required bool, h server.ToolHandlerFunc) {
-		if err := AddTaskTool(ts.s, tasks, mcp.NewTool(name), h, required); err != nil {
+		ts.s.AddTool(mcp.NewTool(name), h)
+		if err := tasks.Add(TaskTool(name, h, required)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -232,17 +233,6 @@ func TestTasks(t *testing.T) {
 
 func TestTasksRefusals(t *testing.T) {
 	ts := newTaskServer(t)
-	h := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, nil }
-	for name, err := range map[string]error{
-		"nil server":   AddTaskTool(nil, ts.tasks, mcp.NewTool("x"), h, false),
-		"nil tasks":    AddTaskTool(ts.s, nil, mcp.NewTool("x"), h, false),
-		"nil handler":  AddTaskTool(ts.s, ts.tasks, mcp.NewTool("x"), nil, false),
-		"unnamed tool": AddTaskTool(ts.s, ts.tasks, mcp.Tool{}, h, false),
-	} {
-		if !errors.Is(err, ctoken.ErrConfig) {
-			t.Errorf("AddTaskTool with %s: err = %v, want ctoken.ErrConfig", name, err)
-		}
-	}
 	p := overHTTP(t, ts.endpoint, "alice", nil)
 	if _, err := ResumeTask(p.ctx, nil, "id", TaskOptions{}); !errors.Is(err, ctoken.ErrConfig) {
 		t.Errorf("ResumeTask with a nil client: err = %v", err)

@@ -3,10 +3,10 @@ package main
 // The tools the conformance suite's Tasks-extension scenarios
 // (io.modelcontextprotocol/tasks, SEP-2663) call, with the names and
 // behaviour the suite's scenario descriptions fix. The task tools are plain
-// mcp-go handlers made task tools by ctokenmcpgo.AddTaskTool, on the
+// mcp-go handlers made task tools by ctokenmcpgo.TaskTool, on the
 // mcptoken.Tasks of ctoken.go: a handler that needs input returns an input-required result (the multi
 // round-trip form), which a task surfaces as status input_required and
-// answers through tasks/update (ctokenmcpgo.TaskRun).
+// answers through tasks/update (ctokenmcpgo.TaskTool).
 
 import (
 	"context"
@@ -36,7 +36,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 func registerTasks(s *server.MCPServer, tasks *mcptoken.Tasks) {
 	add := func(tool mcp.Tool, h server.ToolHandlerFunc, required bool) {
-		if err := ctokenmcpgo.AddTaskTool(s, tasks, tool, h, required); err != nil {
+		s.AddTool(tool, h)
+		if err := tasks.Add(ctokenmcpgo.TaskTool(tool.Name, h, required)); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -100,17 +101,14 @@ func registerTasks(s *server.MCPServer, tasks *mcptoken.Tasks) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := tasks.Add(mcptoken.TaskTool{
-		Name:     greetTask.Name,
-		Required: true,
-		Ask: func(call *mcptoken.TaskCall) map[string]json.RawMessage {
-			if _, ok := call.InputResponses["user_name"]; ok {
-				return nil
-			}
-			return map[string]json.RawMessage{"user_name": ask}
-		},
-		Run: ctokenmcpgo.TaskRun(run),
-	}); err != nil {
+	tool := ctokenmcpgo.TaskTool(greetTask.Name, run, true)
+	tool.Ask = func(call *mcptoken.TaskCall) map[string]json.RawMessage {
+		if _, ok := call.InputResponses["user_name"]; ok {
+			return nil
+		}
+		return map[string]json.RawMessage{"user_name": ask}
+	}
+	if err := tasks.Add(tool); err != nil {
 		log.Fatal(err)
 	}
 	s.AddTool(greetTask, run) // listed; every call of it is the task's (Required)
