@@ -101,6 +101,10 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // malformed or not a string in _meta, or that differs from opts.Key
 // (matching mcptoken.ErrIdempotencyKey), a negative field of opts
 // (ctoken.ErrConfig).
+//
+// Over a StreamableClientTransport whose HTTPClient's transport is a
+// [TaskTransport], a call the server answers with a task (the MCP Tasks
+// extension) returns the task's result, or its error, as one attempt.
 func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams, opts CallOptions) (*mcp.CallToolResult, error) {
 	if cs == nil || params == nil {
 		return nil, fmt.Errorf("ctokenmcp: CallTool: %w: nil session or params", ctoken.ErrConfig)

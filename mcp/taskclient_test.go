@@ -1,0 +1,194 @@
+package ctokenmcp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// taskEndpoint serves s behind tasks.Handler and bearer authentication
+// (testUsers), stateless, on 127.0.0.1.
+func taskEndpoint(t *testing.T, s *mcp.Server, tasks *mcptoken.Tasks) string {
+	t.Helper()
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		user, ok := testUsers[token]
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: user, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
+	srv := httptest.NewServer(auth.RequireBearerToken(verify, nil)(tasks.Handler(h)))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// bearer adds the Authorization of token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func text0(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	if res == nil || len(res.Content) == 0 {
+		t.Fatalf("result %+v has no content", res)
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("content %T", res.Content[0])
+	}
+	return tc.Text
+}
+
+func TestTaskTransport(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), PollInterval: 10 * time.Millisecond, Caller: HTTPTokenUserID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tasks", Version: "v0"}, nil)
+	release := make(chan struct{})
+	add := func(name string, h mcp.ToolHandler) {
+		s.AddTool(&mcp.Tool{Name: name, InputSchema: &jsonschema.Schema{Type: "object"}}, h)
+		if err := tasks.Add(TaskTool(name, h, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("hello", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if r, ok := req.Params.InputResponses["name"].(*mcp.ElicitResult); ok && r.Action == "accept" {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello " + r.Content["name"].(string)}}}, nil
+		}
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{Message: "name?", RequestedSchema: &jsonschema.Schema{Type: "object"}}}}, nil
+	})
+	add("fails", func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("the job broke")
+	})
+	add("held", func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	endpoint := taskEndpoint(t, s, tasks)
+
+	var mu sync.Mutex
+	var started []string
+	asked := 0
+	opts := TaskOptions{
+		Input: func(_ context.Context, reqs mcp.InputRequestMap) (mcp.InputResponseMap, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked += len(reqs)
+			out := mcp.InputResponseMap{}
+			for k := range reqs {
+				out[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}
+			}
+			return out, nil
+		},
+		Started: func(id string) { mu.Lock(); started = append(started, id); mu.Unlock() },
+	}
+	connectTasks := func(token string, opts TaskOptions) *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "tasks-client", Version: "v0"}, nil).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: TaskTransport(bearer{token, http.DefaultTransport}, opts)}, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	cs := connectTasks("alice-token", opts)
+
+	t.Run("cs.CallTool gets the task's result; its input asked once", func(t *testing.T) {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "hello Ada" {
+			t.Fatalf("result %q", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if asked != 1 || len(started) != 1 || started[0] == "" || strings.Contains(started[0], "alice") {
+			t.Fatalf("asked %d, started %q: want one question and one opaque task ID", asked, started)
+		}
+	})
+
+	t.Run("CallTool too", func(t *testing.T) {
+		res, err := CallTool(context.Background(), cs, &mcp.CallToolParams{Name: "hello"}, CallOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "hello Ada" {
+			t.Fatalf("result %q", got)
+		}
+	})
+
+	t.Run("a failed task is the JSON-RPC error it failed with", func(t *testing.T) {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "fails"})
+		wantRPCError(t, err, -32603, 0)
+		if strings.Contains(err.Error(), "the job broke") {
+			t.Fatalf("err = %v: the handler's text reached the client", err)
+		}
+	})
+
+	t.Run("a task asking for input without an Input fails the call", func(t *testing.T) {
+		bare := connectTasks("alice-token", TaskOptions{})
+		if _, err := bare.CallTool(context.Background(), &mcp.CallToolParams{Name: "hello"}); err == nil || !strings.Contains(err.Error(), "no input handler") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("ResumeTask gets the result of a task whose call ended", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var id string
+		quitter := connectTasks("alice-token", TaskOptions{Started: func(s string) { id = s; cancel() }})
+		if _, err := quitter.CallTool(ctx, &mcp.CallToolParams{Name: "held"}); err == nil || id == "" {
+			t.Fatalf("err = %v, id %q: want the call ended by its context after the task started", err, id)
+		}
+		bob := &http.Client{Transport: bearer{"bob-token", http.DefaultTransport}}
+		if _, err := ResumeTask(context.Background(), bob, endpoint, id, TaskOptions{}); err == nil || !strings.Contains(err.Error(), "-32602") {
+			t.Fatalf("another caller's resume: err = %v, want -32602", err)
+		}
+		close(release)
+		alice := &http.Client{Transport: bearer{"alice-token", http.DefaultTransport}}
+		res, err := ResumeTask(context.Background(), alice, endpoint, id, TaskOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "released" {
+			t.Fatalf("result %q", got)
+		}
+	})
+
+	t.Run("ResumeTask refuses an empty endpoint or ID", func(t *testing.T) {
+		for _, c := range [][2]string{{"", "id"}, {endpoint, ""}} {
+			if _, err := ResumeTask(context.Background(), nil, c[0], c[1], TaskOptions{}); !errors.Is(err, ctoken.ErrConfig) {
+				t.Errorf("ResumeTask(%q, %q): err = %v", c[0], c[1], err)
+			}
+		}
+	})
+}
