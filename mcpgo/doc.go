@@ -116,10 +116,25 @@
 //
 // Coverage in mcp-go v1.2.1: tools/call and prompts/get, in and out;
 // resources/read in only (mcp-go's resource handlers return contents, so
-// they cannot ask for input). Task tools registered with AddTaskTool bypass
-// mcp-go's tool middleware and are not covered. Clients on protocol versions before
+// they cannot ask for input). Task tools (mcp-go's AddTaskTool, and calls
+// answered with a task by [TaskTool]'s Tasks.Handler) bypass mcp-go's tool
+// middleware and are not covered. Clients on protocol versions before
 // 2026-07-28 never see a state: mcp-go asks them with server-initiated
 // requests and re-runs the handler in process, through the same middleware.
+//
+// # Durable tasks
+//
+// [TaskTool] makes a tool handler task-augmented (the MCP Tasks extension,
+// io.modelcontextprotocol/tasks) on an [mcptoken.Tasks], whose Handler
+// answers the extension's methods, and the tools/call of the tools it
+// holds, in front of mcp-go's streamable HTTP handler (mcp-go routes none
+// of them to application code, and no handler of it can answer a
+// CreateTaskResult or a -32021). Task IDs are sealed ctoken tokens bound
+// to the caller; each task lives in the replay store, so any instance of a
+// fleet answers for it, and a task whose instance stopped is reported
+// failed within the lease. On the client, [CallOptions].Task makes
+// [CallTool] drive a task to its result, and [ResumeTask] gets it later
+// from the kept task ID (docs/mcp-tasks.md).
 //
 // # Older clients
 //

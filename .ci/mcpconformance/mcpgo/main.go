@@ -5,7 +5,9 @@
 // writing the address it got to CONFORMANCE_ADDR_FILE (ctoken.go); the
 // tools and prompt the 2026-07-28 requirements add (multi round-trip
 // requests, SEP-2322) are in mrtr.go, ported from go-sdk's fixture; the
-// progress tool waits after its last notification (see there).
+// tools of the Tasks extension's scenarios are in tasks.go, their tasks
+// ctoken's (mcptoken.Tasks, whose Handler serves /mcp in front of mcp-go's);
+// the progress tool waits after its last notification (see there).
 
 // conformance starts the MCP server used by the official conformance suite.
 //
