@@ -147,3 +147,33 @@ func BenchmarkListPageTurn(b *testing.B) {
 		}
 	})
 }
+
+// benchTaskCall measures CallTool of newTaskServer's "echo", a tool that answers at once,
+// over loopback HTTP behind Tasks.Handler, tasks in a replay.MemoryStore.
+func benchTaskCall(b *testing.B, task bool) {
+	ts := newTaskServer(b)
+	p := overHTTP(b, ts.endpoint, "alice", nil)
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "echo"
+	req.Params.Arguments = map[string]any{"say": "hi"}
+	var opts CallOptions
+	if task {
+		opts.Task = &TaskOptions{}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := CallTool(p.ctx, p.c, req, opts)
+		if err != nil || text(res) != "hi for alice" {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkToolCallPlain is one tools/call of a tool that answers at once,
+// from a client that did not declare the Tasks extension: mcp-go runs it.
+func BenchmarkToolCallPlain(b *testing.B) { benchTaskCall(b, false) }
+
+// BenchmarkToolCallTask is the same call as a task: created in the store,
+// run in the background, polled with tasks/get at the server's
+// pollIntervalMs (10 ms) until completed.
+func BenchmarkToolCallTask(b *testing.B) { benchTaskCall(b, true) }

@@ -27,7 +27,7 @@ type taskServer struct {
 	release  chan struct{} // closing it lets "held" answer
 }
 
-func newTaskServer(t *testing.T) *taskServer {
+func newTaskServer(t testing.TB) *taskServer {
 	t.Helper()
 	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{
 		Keys:         keyring(t, 7),
