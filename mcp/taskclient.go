@@ -182,7 +182,9 @@ func withBody(r *http.Request, body []byte) *http.Request {
 // clientCapabilities, and that _meta.
 func declareTasks(raw json.RawMessage) (json.RawMessage, map[string]any, error) {
 	var params map[string]any
-	if err := json.Unmarshal(raw, &params); err != nil || params == nil {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber() // numbers pass through as they were sent
+	if err := d.Decode(&params); err != nil || params == nil {
 		return nil, nil, errors.New("ctokenmcp: tools/call params are not an object")
 	}
 	meta, _ := params["_meta"].(map[string]any)

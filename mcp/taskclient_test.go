@@ -2,6 +2,7 @@ package ctokenmcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -93,6 +94,9 @@ func TestTaskTransport(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	})
+	add("args", func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(req.Params.Arguments)}}}, nil
+	})
 	endpoint := taskEndpoint(t, s, tasks)
 
 	var mu sync.Mutex
@@ -134,6 +138,16 @@ func TestTaskTransport(t *testing.T) {
 		defer mu.Unlock()
 		if asked != 1 || len(started) != 1 || started[0] == "" || strings.Contains(started[0], "alice") {
 			t.Fatalf("asked %d, started %q: want one question and one opaque task ID", asked, started)
+		}
+	})
+
+	t.Run("the call's numbers reach the tool as sent", func(t *testing.T) {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "args", Arguments: json.RawMessage(`{"n":9007199254740993}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); !strings.Contains(got, "9007199254740993") {
+			t.Fatalf("the tool got %s", got)
 		}
 	})
 

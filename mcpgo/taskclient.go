@@ -1,6 +1,7 @@
 package ctokenmcpgo
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -151,7 +152,9 @@ func paramsMap(p mcp.CallToolParams) (map[string]any, error) {
 		return nil, fmt.Errorf("ctokenmcpgo: encoding the call: %w", err)
 	}
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // numbers pass through as they were given
+	if err := d.Decode(&m); err != nil {
 		return nil, fmt.Errorf("ctokenmcpgo: encoding the call: %w", err)
 	}
 	return m, nil

@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -53,6 +54,9 @@ func newTaskServer(t testing.TB) *taskServer {
 	add("echo", false, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		who, _ := ContextCaller(ctx)
 		return mcp.NewToolResultText(req.GetString("say", "") + " for " + who), nil
+	})
+	add("args", false, func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(string(req.Params.RawArguments)), nil
 	})
 	add("required", true, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText("ran"), nil
@@ -139,6 +143,19 @@ func TestTasks(t *testing.T) {
 		}
 		if len(started) != 1 || started[0] == "" || strings.Contains(started[0], "alice") {
 			t.Fatalf("Started got %q, want one opaque task ID", started)
+		}
+	})
+
+	t.Run("the call's numbers reach the task as sent", func(t *testing.T) {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "args"
+		req.Params.Arguments = json.RawMessage(`{"n":9007199254740993}`)
+		res, err := CallTool(alice.ctx, alice.c, req, CallOptions{Task: &TaskOptions{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); !strings.Contains(got, "9007199254740993") {
+			t.Fatalf("the task got %s", got)
 		}
 	})
 
