@@ -25,6 +25,7 @@ var TestedByPages = []string{
 	"docs/keyfile.md",
 	"docs/keys.md",
 	"docs/mcp-reference.md",
+	"docs/mcp-tasks.md",
 	"docs/mcp.md",
 	"docs/one-time.md",
 	"docs/operations.md",
