@@ -8,6 +8,7 @@ require (
 	github.com/ctoken/ctoken/mcpgo v0.1.0
 	github.com/ctoken/ctoken/pgstore v0.1.0
 	github.com/ctoken/ctoken/redisstore v0.1.0
+	github.com/google/jsonschema-go v0.4.3
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
