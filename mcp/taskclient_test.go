@@ -169,6 +169,19 @@ func TestTaskTransport(t *testing.T) {
 		}
 	})
 
+	t.Run("a cancelled task is a -32603 saying so", func(t *testing.T) {
+		canceller := connectTasks("alice-token", TaskOptions{Started: func(id string) {
+			if err := tasks.Cancel(context.Background(), "alice", id); err != nil {
+				t.Error(err)
+			}
+		}})
+		_, err := canceller.CallTool(context.Background(), &mcp.CallToolParams{Name: "held"})
+		wantRPCError(t, err, -32603, 0)
+		if !strings.Contains(err.Error(), "the task was cancelled") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
 	t.Run("a task asking for input without an Input fails the call", func(t *testing.T) {
 		bare := connectTasks("alice-token", TaskOptions{})
 		if _, err := bare.CallTool(context.Background(), &mcp.CallToolParams{Name: "hello"}); err == nil || !strings.Contains(err.Error(), "no input handler") {

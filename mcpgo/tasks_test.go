@@ -200,6 +200,17 @@ func TestTasks(t *testing.T) {
 		})
 	}
 
+	t.Run("a cancelled task is ErrTaskCancelled", func(t *testing.T) {
+		_, err := taskCall(alice, "held", nil, &TaskOptions{Started: func(id string) {
+			if err := ts.tasks.Cancel(context.Background(), "alice", id); err != nil {
+				t.Error(err)
+			}
+		}})
+		if !errors.Is(err, mcptoken.ErrTaskCancelled) {
+			t.Fatalf("err = %v, want ErrTaskCancelled", err)
+		}
+	})
+
 	t.Run("without the extension an optional task tool runs synchronously", func(t *testing.T) {
 		res, err := alice.call("echo", map[string]any{"say": "sync"})
 		if err != nil {
