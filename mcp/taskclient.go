@@ -91,16 +91,27 @@ type rpcMessage struct {
 }
 
 func (t *taskTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodPost || r.Body == nil || r.GetBody == nil && r.ContentLength > maxTaskBodyBytes {
+	if r.Method != http.MethodPost || r.Body == nil || r.ContentLength > maxTaskBodyBytes {
 		return t.base.RoundTrip(r)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTaskBodyBytes+1))
-	r.Body.Close()
 	if err != nil {
+		r.Body.Close()
 		return nil, err
 	}
+	if len(body) > maxTaskBodyBytes {
+		// Too large to look into: sent on as it is, read bytes first.
+		rest := r.Body
+		r = r.Clone(r.Context())
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), rest), rest}
+		return t.base.RoundTrip(r)
+	}
+	r.Body.Close()
 	var msg rpcMessage
-	if len(body) > maxTaskBodyBytes || json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || len(msg.ID) == 0 {
+	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || len(msg.ID) == 0 {
 		return t.base.RoundTrip(withBody(r, body))
 	}
 	params, meta, err := declareTasks(msg.Params)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -218,4 +219,49 @@ func TestTaskTransport(t *testing.T) {
 			}
 		}
 	})
+}
+
+// recordRT records the body of each request and answers 200 with an empty
+// JSON object.
+type recordRT struct{ bodies [][]byte }
+
+func (r *recordRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	var b []byte
+	if req.Body != nil {
+		var err error
+		if b, err = io.ReadAll(req.Body); err != nil {
+			return nil, err
+		}
+		req.Body.Close()
+	}
+	r.bodies = append(r.bodies, b)
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: req}, nil
+}
+
+// TestTaskTransportPassesOtherRequests: what is not a tools/call (another
+// method, not JSON, a body too large to look into) reaches the server
+// byte for byte.
+func TestTaskTransportPassesOtherRequests(t *testing.T) {
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"pad":"` + strings.Repeat("a", maxTaskBodyBytes) + `"}}}`
+	for name, body := range map[string]string{
+		"another method": `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"NAME":1,"n":9007199254740993}}`,
+		"not JSON":       `{"jsonrpc":`,
+		"a notification": `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}`,
+		"over the limit": big,
+	} {
+		rec := &recordRT{}
+		rt := TaskTransport(rec, TaskOptions{})
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1/", io.MultiReader(strings.NewReader(body))) // unknown length
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if len(rec.bodies) != 1 || string(rec.bodies[0]) != body {
+			t.Errorf("%s: the server got %d requests, the first %d bytes, want the %d sent", name, len(rec.bodies), len(rec.bodies[0]), len(body))
+		}
+	}
 }
