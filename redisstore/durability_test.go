@@ -610,7 +610,7 @@ func TestPolicyProbe(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"claim answered while eviction is on", policyProbeRefusesAClaimAnsweredWhileEvictionIsOn},
-		{"every guarded step", policyProbeRefusesEveryGuardedStep},
+		{"every step that can take a free ID", policyProbeRefusesEveryGuardedStep},
 		{"refusal holds until the check", policyProbeRefusalHoldsUntilTheCheckJudgesEvictions},
 	} {
 		t.Run(tc.name, tc.test)
@@ -718,10 +718,12 @@ func policyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 	}
 }
 
-// On a real server, every guarded step (a claim, a lease's acquisition,
-// an idempotency record's acquisition) answered after maxmemory-policy
-// was switched to an evicting policy at run time is refused by the policy
-// probe (maxmemory 0: nothing is evicted, the policy alone refuses).
+// On a real server, every step that can take a free ID (a claim, a
+// lease's acquisition, an idempotency record's acquisition) answered
+// after maxmemory-policy was switched to an evicting policy at run time
+// is refused by the policy probe (maxmemory 0: nothing is evicted, the
+// policy alone refuses); a confirmation of the caller's own lease, which
+// eviction cannot give to another holder, is answered without a probe.
 func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -740,6 +742,8 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 		// and gives step its lease token.
 		before func(t *testing.T, s *Store) string
 		step   func(s *Store, token string) error
+		// answered: the step is not probed, and succeeds.
+		answered bool
 	}{
 		{"Claim", nil, func(s *Store, _ string) error {
 			first, err := s.Claim(ctx, "claim", until())
@@ -747,22 +751,21 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 				return errors.New("reported first")
 			}
 			return err
-		}},
+		}, false},
 		{"AcquireLease", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireLease(ctx, "lease", time.Minute)
 			return err
-		}},
+		}, false},
 		{"AcquireRecord", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireRecord(ctx, "record", time.Minute, []byte("fingerprint"))
 			return err
-		}},
+		}, false},
 		{"ConfirmLease", func(t *testing.T, s *Store) string { return leased(t, s, nil) }, func(s *Store, token string) error {
 			return s.ConfirmLease(ctx, "held", token, until())
-		}},
+		}, true},
 		{"ConfirmRecord", func(t *testing.T, s *Store) string { return leased(t, s, []byte("fp")) }, func(s *Store, token string) error {
-			// The probe follows the script, which follows the staging SET.
 			return s.ConfirmRecord(ctx, "held", token, until(), []byte("fp"), []byte("result"))
-		}},
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -780,7 +783,11 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 			if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := tt.step(s, token); !errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn {
+			err := tt.step(s, token)
+			switch {
+			case tt.answered && err != nil:
+				t.Fatalf("%s while the policy evicts = %v; want nil (not probed)", tt.name, err)
+			case !tt.answered && (!errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn):
 				t.Fatalf("%s while the policy evicts = %v (reason %q); want ErrUnavailable, %q", tt.name, err, Reason(err), whyEvictionOn)
 			}
 		})

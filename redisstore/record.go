@@ -445,7 +445,7 @@ func (s *Store) sendRecord(ctx context.Context, sc *script, marker string, cmds 
 // sendRecordOnce is sendRecord on the calling goroutine.
 func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, cmds [][]any, at int) ([]any, error, error) {
 	var p pipeliner
-	if sc == nil || s.dur.pipelines() { // the fast path, the policy probe and the waits run on the connection that wrote
+	if sc == nil || s.dur.pipelines(sc) { // the fast path, the policy probe and the waits run on the connection that wrote
 		c, err := s.dur.pinned(ctx, marker)
 		if err != nil {
 			return nil, nil, err
@@ -508,7 +508,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 			cmd = asEval(*sc, cmd)
 		}
 		sent[i] = pipe.Do(ctx, cmd...)
-		if i == at && one && s.dur.probing() {
+		if i == at && one && s.dur.probes(sc) {
 			pc = probe(ctx, pipe) // right after the script: see policyProbe
 		}
 	}

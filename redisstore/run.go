@@ -124,7 +124,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 // that came with the script's reply is returned apart, as durErr, for
 // [Store.verdict]: it matters only when the script wrote.
 func (s *Store) send(ctx context.Context, sc *script, marker string, cmd []any, direct bool) (v any, durErr, err error) {
-	if !s.dur.pipelines() {
+	if !s.dur.pipelines(sc) {
 		v, err = s.evalOn(ctx, sc, cmd, direct)
 		return v, nil, err
 	}
