@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -14,19 +13,20 @@ import (
 //
 //	GET marker                       the shard's fence marker (T0)
 //	SET entry lease NX PX ms GET     the acquisition, or the entry found
-//	MGET marker side                 the marker again (T2), the record's
-//	                                 side key (GET marker for a lease)
+//	GET marker                       the marker again (T2)
 //	TIME                             Redis's clock
+//	GET side                         the record's side key (AcquireRecord)
 //
 // followed by the policy probe and the Durability waits, as after a
 // script. Its answer stands when both reads of the marker are "O", the
 // caller's clock is within MaxSkew of Redis's, and the SET either took the
 // ID (an acquired lease) or found a done entry or a claim (done, with the
-// side key read after it). The marker read "O" before and after the SET
+// side key read after it). A marker read "O" before and after the SET
 // was "O" when it ran: a loss in between (a flush, a restart, an evicted
-// marker) leaves it missing or fenced at T2, and only an operator's
-// Provision or Reopen writes "O" but to end a fence, which lasts a
-// lifetime and so cannot both begin after T0 and end before T2. Every
+// marker) leaves it missing or fenced at T2, and "O" is written again only
+// by an operator (Provision, Reopen) or when a fence ends, a lifetime
+// after it was raised, so no fence both begins after T0 and ends before
+// T2. Every
 // other answer (a marker fenced or missing, a lagging clock, an entry
 // leased, a cancel note, an error reply such as Redis 6.2's to SET NX GET)
 // is decided again by the acquire script with the same token, which finds
@@ -43,15 +43,11 @@ type fastAcquire struct {
 	durErr error
 }
 
-// noSetNXGet is set once a server refused SET NX GET (Redis 6.2): the
-// acquisitions then go to the script only.
-var noSetNXGet atomic.Bool
-
 // fastAcquirable reports whether acquisitions try the pipeline first: the
 // client is a *redis.Client or a *redis.ClusterClient (the pipeline must
 // run on one connection) and no server refused SET NX GET.
 func (s *Store) fastAcquirable() bool {
-	return (s.dur.single != nil || s.dur.cluster != nil) && !noSetNXGet.Load()
+	return (s.dur.single != nil || s.dur.cluster != nil) && !s.noSetNXGet.Load()
 }
 
 // acquireFast sends the acquisition pipeline for the entry key of marker's
@@ -62,42 +58,36 @@ func (s *Store) fastAcquirable() bool {
 // own). err is a transport error, a deadline or the probe's refusal: the
 // outcome is unknown, as after a script.
 func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val any, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
-	second := []any{"GET", marker}
-	if side != "" {
-		second = []any{"MGET", marker, side}
-	}
 	cmds := [][]any{
 		{"GET", marker},
 		{"SET", key, val, "NX", "PX", ms, "GET"},
-		second,
+		{"GET", marker},
 		{"TIME"},
+		{"GET", side},
+	}
+	if side == "" {
+		cmds = cmds[:4]
 	}
 	sent := s.now().UnixMilli()
 	replies, durErr, err := s.sendRecord(ctx, nil, *marker, cmds, 1, direct)
 	if err != nil {
 		if Reason(err) == "" && isServerError(err) {
 			if strings.Contains(err.Error(), "syntax error") {
-				noSetNXGet.Store(true)
+				s.noSetNXGet.Store(true)
 			}
-			return fastAcquire{}, false, nil // the script decides; it finds what the SET took
+			// The script decides; it finds what the SET may have taken,
+			// and a refusal releases it.
+			return fastAcquire{wrote: true}, false, nil
 		}
 		return fastAcquire{}, false, err
 	}
 	f.durErr = durErr
 	entry, isStr := replies[1].(string)
 	f.wrote = replies[1] == nil
-	m0, _ := replies[0].(string)
-	var m2 any
 	if side != "" {
-		mv, _ := replies[2].([]any)
-		if len(mv) != 2 {
-			return f, false, nil
-		}
-		m2, f.side = mv[0], mv[1]
-	} else {
-		m2 = replies[2]
+		f.side = replies[4]
 	}
-	if m0 != "O" || m2 != "O" || !s.clockWithin(replies[3], sent) {
+	if m0, _ := replies[0].(string); m0 != "O" || replies[2] != "O" || !s.clockWithin(replies[3], sent) {
 		return f, false, nil
 	}
 	if f.wrote {

@@ -440,6 +440,10 @@ type Store struct {
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
 
+	// noSetNXGet is set once the server refused SET NX GET (Redis 6.2):
+	// acquisitions then go to the script only (see acquire.go).
+	noSetNXGet atomic.Bool
+
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
 	// watched is closed when the store's watch ends (see [watch]).
