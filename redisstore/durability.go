@@ -80,9 +80,9 @@ type impliedAOF struct {
 	cmd []any // WAITAOF 1 ReplicaAOF ms
 }
 
-// policyProbe is the CONFIG GET maxmemory-policy every guarded script
-// (claim, lease and record steps) is followed by, in the same pipeline on
-// the connection that ran it, while the server checks found that every
+// policyProbe is the CONFIG GET maxmemory-policy every step that can take
+// a free ID (claims and acquisitions: see [durability.probes]) is followed
+// by, in the same pipeline on the connection that ran it, while the server checks found that every
 // master answers it (see [Store.decidePolicyProbe]). Redis runs a
 // connection's commands in order, and eviction needs an evicting policy
 // set before it: so an eviction that happened before the script ran was
@@ -107,15 +107,27 @@ var probeCmd = []any{"CONFIG", "GET", "maxmemory-policy"}
 // on reports whether Durability asks for a wait.
 func (d *durability) on() bool { return d.wait != nil || d.waitAOF != nil }
 
-// pipelines reports whether a guarded script must be pipelined with more
-// commands now: Durability asks for a wait, the implied local AOF wait is
-// on, or the policy probe is.
-func (d *durability) pipelines() bool {
-	return d.on() || (d.implied != nil && d.implied.on.Load()) || d.probing()
+// pipelines reports whether a guarded script of sc must be pipelined with
+// more commands now: Durability asks for a wait, the implied local AOF
+// wait is on, or the policy probe follows sc (see [durability.probes]).
+func (d *durability) pipelines(sc *script) bool {
+	return d.on() || (d.implied != nil && d.implied.on.Load()) || d.probes(sc)
 }
 
 // probing reports whether the policy probe is on.
 func (d *durability) probing() bool { return d.probe != nil && d.probe.on.Load() }
+
+// probes reports whether the policy probe follows a step of sc now: the
+// steps that can take an ID because they found it free (a claim, an
+// acquisition; nil is the acquisition pipeline of acquire.go). A
+// confirmation, a renewal or a release answers for the caller's own
+// lease, which eviction can only end (the lease is then lost, or the ID
+// recorded done), never give to another holder: an ID that eviction freed
+// is taken again only through an acquisition or a claim, and their probe
+// refuses it.
+func (d *durability) probes(sc *script) bool {
+	return d.probing() && (sc == nil || sc == &claimLua || sc == &acquireLua || sc == &acquireRecordLua)
+}
 
 // aofWait returns the WAITAOF command a write sends now (nil for none)
 // and whether it asks for the local fsync.
@@ -472,7 +484,7 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 	sv := redis.NewCmd(ctx, cmd...)
 	cmds := append(queue[:0], sv)
 	var pc *redis.MapStringStringCmd
-	if s.dur.probing() {
+	if s.dur.probes(sc) {
 		pc = probeCommand(ctx)
 		cmds = append(cmds, pc)
 	}

@@ -249,8 +249,9 @@ func replicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
 // after a lost reply) finds its own lease. It must write it again: WAIT
 // counts only the writes of the connection it runs on, so a resend that
 // wrote nothing would have its WAIT answer at once while the lease had not
-// reached the replica. Redis's count of SET calls (scripts' included)
-// shows the second write.
+// reached the replica. Redis's count of changes since the last save
+// (rdb_changes_since_last_save: writes only, scripts' included; a SET NX
+// that finds the key writes nothing) shows the second write.
 func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
@@ -260,22 +261,15 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	ctx := context.Background()
 	const token = "0123456789abcdef0123456789abcdef"
 	sets := func() int64 {
-		info, err := c.Info(ctx, "commandstats").Result()
+		info, err := c.Info(ctx, "persistence").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_set:calls="); ok {
-				v, _, _ = strings.Cut(v, ",")
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+		n, err := strconv.ParseInt(infoValue(info, "rdb_changes_since_last_save"), 10, 64)
+		if err != nil {
+			t.Fatalf("rdb_changes_since_last_save: %v", err)
 		}
-		t.Fatal("no cmdstat_set in INFO commandstats")
-		return 0
+		return n
 	}
 	code, _, err := s.run(ctx, &acquireLua, "delivery-1", 5000, token, 0)
 	if err != nil || code != 1 {
@@ -287,7 +281,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 		t.Fatalf("resent acquire = %d, %v; want acquired (its own lease)", code, err)
 	}
 	if after := sets(); after != before+1 {
-		t.Fatalf("%d SET calls by the resent acquire, want 1: without a write WAIT has nothing to wait on", after-before)
+		t.Fatalf("%d writes by the resent acquire, want 1: without a write WAIT has nothing to wait on", after-before)
 	}
 	if ttl := c.PTTL(ctx, s.key("delivery-1")).Val(); ttl <= 0 || ttl > 5*time.Second {
 		t.Fatalf("lease PTTL after the resend = %v; want its remaining time, at most 5s", ttl)
@@ -616,7 +610,7 @@ func TestPolicyProbe(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"claim answered while eviction is on", policyProbeRefusesAClaimAnsweredWhileEvictionIsOn},
-		{"every guarded step", policyProbeRefusesEveryGuardedStep},
+		{"every step that can take a free ID", policyProbeRefusesEveryGuardedStep},
 		{"refusal holds until the check", policyProbeRefusalHoldsUntilTheCheckJudgesEvictions},
 	} {
 		t.Run(tc.name, tc.test)
@@ -724,10 +718,12 @@ func policyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 	}
 }
 
-// On a real server, every guarded step (a claim, a lease's acquisition,
-// an idempotency record's acquisition) answered after maxmemory-policy
-// was switched to an evicting policy at run time is refused by the policy
-// probe (maxmemory 0: nothing is evicted, the policy alone refuses).
+// On a real server, every step that can take a free ID (a claim, a
+// lease's acquisition, an idempotency record's acquisition) answered
+// after maxmemory-policy was switched to an evicting policy at run time
+// is refused by the policy probe (maxmemory 0: nothing is evicted, the
+// policy alone refuses); a confirmation of the caller's own lease, which
+// eviction cannot give to another holder, is answered without a probe.
 func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -746,6 +742,8 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 		// and gives step its lease token.
 		before func(t *testing.T, s *Store) string
 		step   func(s *Store, token string) error
+		// answered: the step is not probed, and succeeds.
+		answered bool
 	}{
 		{"Claim", nil, func(s *Store, _ string) error {
 			first, err := s.Claim(ctx, "claim", until())
@@ -753,22 +751,21 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 				return errors.New("reported first")
 			}
 			return err
-		}},
+		}, false},
 		{"AcquireLease", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireLease(ctx, "lease", time.Minute)
 			return err
-		}},
+		}, false},
 		{"AcquireRecord", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireRecord(ctx, "record", time.Minute, []byte("fingerprint"))
 			return err
-		}},
+		}, false},
 		{"ConfirmLease", func(t *testing.T, s *Store) string { return leased(t, s, nil) }, func(s *Store, token string) error {
 			return s.ConfirmLease(ctx, "held", token, until())
-		}},
+		}, true},
 		{"ConfirmRecord", func(t *testing.T, s *Store) string { return leased(t, s, []byte("fp")) }, func(s *Store, token string) error {
-			// The probe follows the script, which follows the staging SET.
 			return s.ConfirmRecord(ctx, "held", token, until(), []byte("fp"), []byte("result"))
-		}},
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -786,7 +783,11 @@ func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 			if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := tt.step(s, token); !errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn {
+			err := tt.step(s, token)
+			switch {
+			case tt.answered && err != nil:
+				t.Fatalf("%s while the policy evicts = %v; want nil (not probed)", tt.name, err)
+			case !tt.answered && (!errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn):
 				t.Fatalf("%s while the policy evicts = %v (reason %q); want ErrUnavailable, %q", tt.name, err, Reason(err), whyEvictionOn)
 			}
 		})

@@ -309,16 +309,34 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	if err != nil {
 		return 0, 0, "", nil, err
 	}
+	sideK := sideKey(*marker, id)
+	wrote := false
+	if s.fastAcquirable() {
+		own := make([]byte, 0, 1+tokenLen+len(fingerprint))
+		own = append(append(append(own, 'L'), token...), fingerprint...)
+		f, ok, err := s.acquireFast(ctx, marker, key, sideK, own, ms, direct)
+		if err != nil {
+			return 0, 0, "", nil, err
+		}
+		if ok {
+			code = 3
+			if f.wrote {
+				code = 1
+			}
+			code, val, err = s.verdict(&acquireRecordLua, shard, code, 0, f.durErr)
+			return code, val, f.entry, f.side, err
+		}
+		wrote = f.wrote
+	}
 	cmds := [][]any{
 		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, bound, ms, token, fingerprint},
-		{"GET", sideKey(*marker, id)},
+		{"GET", sideK},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &acquireRecordLua, *marker, cmds, 0, direct)
 	if err != nil {
 		return 0, 0, "", nil, err
 	}
-	side = replies[1]
-	if _, ok := side.(string); !ok && side != nil {
+	if _, ok := replies[1].(string); !ok && replies[1] != nil {
 		return 0, 0, "", nil, fmt.Errorf("%w: unexpected reply to GET", ErrUnavailable)
 	}
 	reply, ok := replies[0].([]any)
@@ -338,7 +356,10 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 		return 0, 0, "", nil, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
 	code, val, err = s.verdict(&acquireRecordLua, shard, code, val, durErr)
-	return code, val, entry, side, err
+	if code < 0 && wrote {
+		s.dropOwn(ctx, id, key, token, ms)
+	}
+	return code, val, entry, replies[1], err
 }
 
 // confirmRecord stages side (token + result) under a fresh staging key and
@@ -386,7 +407,8 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	return code, err
 }
 
-// sendRecord sends cmds, one of which (cmds[at]) is a script of sc, on
+// sendRecord sends cmds, one of which (cmds[at]) is a script of sc (or,
+// with sc nil, the write of [Store.acquireFast], always on one connection), on
 // marker's shard within ctx, on the caller's goroutine when direct is set
 // (see [Store.direct]): in one pipeline on one connection, followed by the
 // Durability wait when one is set (on the master serving marker, as
@@ -423,7 +445,7 @@ func (s *Store) sendRecord(ctx context.Context, sc *script, marker string, cmds 
 // sendRecordOnce is sendRecord on the calling goroutine.
 func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, cmds [][]any, at int) ([]any, error, error) {
 	var p pipeliner
-	if s.dur.pipelines() { // the policy probe and the waits run on the connection that wrote
+	if sc == nil || s.dur.pipelines(sc) { // the fast path, the policy probe and the waits run on the connection that wrote
 		c, err := s.dur.pinned(ctx, marker)
 		if err != nil {
 			return nil, nil, err
@@ -433,7 +455,7 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 		p = c
 	}
 	replies, durErr, err := s.exchange(ctx, p, sc, cmds, at, false)
-	if err != nil && isNoScript(err) {
+	if err != nil && sc != nil && isNoScript(err) {
 		replies, durErr, err = s.exchange(ctx, p, sc, cmds, at, true)
 	}
 	if err != nil {
@@ -486,7 +508,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 			cmd = asEval(*sc, cmd)
 		}
 		sent[i] = pipe.Do(ctx, cmd...)
-		if i == at && one && s.dur.probing() {
+		if i == at && one && s.dur.probes(sc) {
 			pc = probe(ctx, pipe) // right after the script: see policyProbe
 		}
 	}
@@ -504,7 +526,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	if Reason(probeErr) == whyEvictionOn {
 		s.holdForCheck(probeErr)
 	}
-	if err := sent[at].Err(); err != nil {
+	if err := sent[at].Err(); err != nil && (sc != nil || !errors.Is(err, redis.Nil)) {
 		return nil, nil, err
 	}
 	if probeErr != nil {

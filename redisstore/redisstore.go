@@ -71,9 +71,11 @@
 //     lifetime and
 //     writes a loss entry in the key space's ledger (at once when a claim
 //     finds its shard's marker missing).
-//   - Eviction switched on at run time: every guarded script (claim, lease
-//     and record steps) is followed, in the same pipeline on the same
-//     connection, by CONFIG GET maxmemory-policy; when it answers anything
+//   - Eviction switched on at run time: every step that can take a free
+//     ID (a claim, an acquisition) is followed, in the same pipeline on
+//     the same connection, by CONFIG GET maxmemory-policy (a confirmation
+//     or renewal answers for the caller's own lease, which eviction cannot
+//     give to another holder); when it answers anything
 //     but noeviction the call is refused ([ErrUnavailable], with a
 //     [Reason] naming the policy; the script may have written, and its
 //     claim is never reported first), and every call refuses until a
@@ -83,8 +85,8 @@
 //     connection's commands in order and evicts only under a policy set
 //     before, so no claim answered after an eviction is reported first,
 //     except when the policy was set and switched back to noeviction
-//     between two of the store's scripts on that server (or in the
-//     instant between a script and its probe): that eviction is found by
+//     between two of the store's probes on that server (or in the
+//     instant between a step and its probe): that eviction is found by
 //     evicted_keys at the next check, and an evicted ID claimed again
 //     before it is accepted twice. Measured by
 //     TestEvictionAtRunTime: 0 IDs twice for
@@ -437,6 +439,10 @@ type Store struct {
 	life     atomic.Int64
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
+
+	// noSetNXGet is set once the server refused SET NX GET (Redis 6.2):
+	// acquisitions then go to the script only (see acquire.go).
+	noSetNXGet atomic.Bool
 
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels

@@ -74,6 +74,27 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err != nil {
 		return 0, 0, err
 	}
+	wrote := false
+	if sc == &acquireLua && s.fastAcquirable() {
+		// See acquire.go: the script decides only what the pipeline cannot.
+		f, ok, err := s.acquireFast(ctx, marker, string(c.entry), "", "L"+arg, ms, direct)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			code := int64(3)
+			if f.wrote {
+				code = 1
+			}
+			return s.verdict(sc, shard, code, 0, f.durErr)
+		}
+		wrote = f.wrote
+		defer func() {
+			if code < 0 && wrote {
+				s.dropOwn(ctx, id, string(c.entry), arg, ms)
+			}
+		}()
+	}
 	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
 	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)
 	if err != nil {
@@ -103,7 +124,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 // that came with the script's reply is returned apart, as durErr, for
 // [Store.verdict]: it matters only when the script wrote.
 func (s *Store) send(ctx context.Context, sc *script, marker string, cmd []any, direct bool) (v any, durErr, err error) {
-	if !s.dur.pipelines() {
+	if !s.dur.pipelines(sc) {
 		v, err = s.evalOn(ctx, sc, cmd, direct)
 		return v, nil, err
 	}

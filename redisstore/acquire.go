@@ -1,0 +1,134 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// An acquisition (AcquireLease, AcquireRecord) whose entry is free or done,
+// the common cases, needs no Lua: one pipeline on the connection of the
+// master serving the entry's slot sends
+//
+//	GET marker                       the shard's fence marker (T0)
+//	SET entry lease NX PX ms GET     the acquisition, or the entry found
+//	GET marker                       the marker again (T2)
+//	TIME                             Redis's clock
+//	GET side                         the record's side key (AcquireRecord)
+//
+// followed by the policy probe and the Durability waits, as after a
+// script. Its answer stands when both reads of the marker are "O", the
+// caller's clock is within MaxSkew of Redis's, and the SET either took the
+// ID (an acquired lease) or found a done entry or a claim (done, with the
+// side key read after it). A marker read "O" before and after the SET
+// was "O" when it ran: a loss in between (a flush, a restart, an evicted
+// marker) leaves it missing or fenced at T2, and "O" is written again only
+// by an operator (Provision, Reopen) or when a fence ends, a lifetime
+// after it was raised, so no fence both begins after T0 and ends before
+// T2. Every
+// other answer (a marker fenced or missing, a lagging clock, an entry
+// leased, a cancel note, an error reply such as Redis 6.2's to SET NX GET)
+// is decided again by the acquire script with the same token, which finds
+// the lease the SET may have taken as its own; when the script refuses,
+// that lease is released at once, so a refusal keeps nothing.
+
+// fastAcquire is what [Store.acquireFast] read: whether its SET took the
+// ID, else the entry it found; the side key's value (nil when missing or
+// not asked for); the Durability verdict of the write.
+type fastAcquire struct {
+	wrote  bool
+	entry  string
+	side   any
+	durErr error
+}
+
+// fastAcquirable reports whether acquisitions try the pipeline first: the
+// client is a *redis.Client or a *redis.ClusterClient (the pipeline must
+// run on one connection) and no server refused SET NX GET.
+func (s *Store) fastAcquirable() bool {
+	return (s.dur.single != nil || s.dur.cluster != nil) && !s.noSetNXGet.Load()
+}
+
+// acquireFast sends the acquisition pipeline for the entry key of marker's
+// shard with lease value val for ms (side names the record's side key, ""
+// for a plain lease), on the caller's goroutine when direct is set. ok
+// reports whether its answer stands; when it does not, f.wrote says
+// whether the SET took the ID (the script then finds that lease as its
+// own). err is a transport error, a deadline or the probe's refusal: the
+// outcome is unknown, as after a script.
+func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val any, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
+	cmds := [][]any{
+		{"GET", marker},
+		{"SET", key, val, "NX", "PX", ms, "GET"},
+		{"GET", marker},
+		{"TIME"},
+		{"GET", side},
+	}
+	if side == "" {
+		cmds = cmds[:4]
+	}
+	sent := s.now().UnixMilli()
+	replies, durErr, err := s.sendRecord(ctx, nil, *marker, cmds, 1, direct)
+	if err != nil {
+		if Reason(err) == "" && isServerError(err) {
+			if strings.Contains(err.Error(), "syntax error") {
+				s.noSetNXGet.Store(true)
+			}
+			// The script decides; it finds what the SET may have taken,
+			// and a refusal releases it.
+			return fastAcquire{wrote: true}, false, nil
+		}
+		return fastAcquire{}, false, err
+	}
+	f.durErr = durErr
+	entry, isStr := replies[1].(string)
+	f.wrote = replies[1] == nil
+	if side != "" {
+		f.side = replies[4]
+	}
+	if m0, _ := replies[0].(string); m0 != "O" || replies[2] != "O" || !s.clockWithin(replies[3], sent) {
+		return f, false, nil
+	}
+	if f.wrote {
+		return f, true, nil
+	}
+	if !isStr || entry == "" || (entry[0] != 'D' && entry[0] != '1') {
+		return f, false, nil // leased, a cancel note, or foreign: the script decides
+	}
+	f.entry = entry
+	return f, true, nil
+}
+
+// clockWithin reports whether t, a TIME reply, is no more than MaxSkew
+// ahead of sent (the caller's clock, Unix ms), as the scripts' guard
+// requires; false for a reply that does not parse.
+func (s *Store) clockWithin(t any, sent int64) bool {
+	tv, ok := t.([]any)
+	if !ok || len(tv) != 2 {
+		return false
+	}
+	sec, ok1 := tv[0].(string)
+	usec, ok2 := tv[1].(string)
+	if !ok1 || !ok2 {
+		return false
+	}
+	secs, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(usec, 10, 64)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	now := secs*1000 + us/1000
+	return sent >= now-s.maxSkew.Milliseconds()
+}
+
+// dropOwn releases token's lease on id (entry key) that the pipeline took
+// before the script refused the acquisition, so that the refusal keeps
+// nothing: at once when Redis answers within ctx, else in the background
+// within the lease (ms).
+func (s *Store) dropOwn(ctx context.Context, id, key, token string, ms int64) {
+	end := time.Now().Add(time.Duration(ms) * time.Millisecond)
+	if _, err := s.eval(ctx, &releaseLua, command(releaseLua, []string{key}, token)); err != nil {
+		s.releaseLater(id, token, end)
+	}
+}
