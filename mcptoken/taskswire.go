@@ -27,30 +27,133 @@ const maxTaskRequestBytes = 4 << 20
 const CodeHeaderMismatch = -32020
 
 type rpcRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
 }
 
 type taskParams struct {
-	TaskID         string                     `json:"taskId"`
-	Name           string                     `json:"name"`
-	Arguments      json.RawMessage            `json:"arguments"`
-	InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	Meta           struct {
-		Caps *struct {
-			Extensions map[string]json.RawMessage `json:"extensions"`
-		} `json:"io.modelcontextprotocol/clientCapabilities"`
-	} `json:"_meta"`
+	TaskID         string
+	Name           string
+	Arguments      json.RawMessage
+	InputResponses map[string]json.RawMessage
+	decl           bool // the client declared the extension
 }
 
-func (p *taskParams) declared() bool {
-	if p.Meta.Caps == nil {
-		return false
+func (p *taskParams) declared() bool { return p.decl }
+
+// errDuplicateKey reports an object that names a key twice.
+var errDuplicateKey = errors.New("mcptoken: duplicate JSON key")
+
+// jsonObject decodes one JSON object into its members by exact key, as
+// go-sdk's case-sensitive decoder reads them (encoding/json would match a
+// struct field's key in any case, a reading another decoder need not
+// share); a key named twice is errDuplicateKey.
+func jsonObject(b []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("mcptoken: not a JSON object")
 	}
-	_, ok := p.Meta.Caps.Extensions[TasksExtension]
-	return ok
+	m := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		if err != nil || !ok {
+			return nil, errors.New("mcptoken: not a JSON object")
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := m[key]; dup {
+			return nil, errDuplicateKey
+		}
+		m[key] = v
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("mcptoken: not a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("mcptoken: data after the JSON object")
+	}
+	return m, nil
+}
+
+// jsonString decodes the string member key of m; absent is "".
+func jsonString(m map[string]json.RawMessage, key string) (string, error) {
+	v, ok := m[key]
+	if !ok {
+		return "", nil
+	}
+	if len(v) == 0 || v[0] != '"' {
+		return "", errors.New("mcptoken: not a JSON string")
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
+}
+
+// decodeRequest reads body as one JSON-RPC 2.0 request (a string or
+// number id, a string method); ok is false for anything else, which is
+// the SDK's to answer, and err is errDuplicateKey for a body the SDK
+// might read otherwise.
+func decodeRequest(body []byte) (req rpcRequest, ok bool, err error) {
+	m, err := jsonObject(body)
+	if err != nil {
+		if errors.Is(err, errDuplicateKey) {
+			return req, false, err
+		}
+		return req, false, nil
+	}
+	if v, err := jsonString(m, "jsonrpc"); err != nil || v != "2.0" {
+		return req, false, nil
+	}
+	req.ID, req.Params = m["id"], m["params"]
+	if len(req.ID) == 0 || !(req.ID[0] == '"' || req.ID[0] == '-' || req.ID[0] >= '0' && req.ID[0] <= '9') {
+		return req, false, nil
+	}
+	if _, has := m["method"]; !has {
+		return req, false, nil
+	}
+	if req.Method, err = jsonString(m, "method"); err != nil {
+		return req, false, nil
+	}
+	return req, true, nil
+}
+
+// decodeParams reads the params of a task method or a tools/call by exact
+// key.
+func decodeParams(raw json.RawMessage) (taskParams, error) {
+	var p taskParams
+	m, err := jsonObject(raw)
+	if err != nil {
+		return p, err
+	}
+	if p.TaskID, err = jsonString(m, "taskId"); err != nil {
+		return p, err
+	}
+	if p.Name, err = jsonString(m, "name"); err != nil {
+		return p, err
+	}
+	p.Arguments = m["arguments"]
+	if v, ok := m["inputResponses"]; ok {
+		if err := json.Unmarshal(v, &p.InputResponses); err != nil {
+			return p, err
+		}
+	}
+	if v, ok := m["_meta"]; ok {
+		var mm map[string]json.RawMessage
+		if json.Unmarshal(v, &mm) == nil {
+			var caps map[string]json.RawMessage
+			if json.Unmarshal(mm["io.modelcontextprotocol/clientCapabilities"], &caps) == nil {
+				var ext map[string]json.RawMessage
+				if json.Unmarshal(caps["extensions"], &ext) == nil {
+					_, p.decl = ext[TasksExtension]
+				}
+			}
+		}
+	}
+	return p, nil
 }
 
 // Handler returns next behind the Tasks extension: it answers tasks/get,
@@ -87,15 +190,31 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req rpcRequest
-		if json.Unmarshal(body, &req) != nil || len(req.ID) == 0 {
-			next.ServeHTTP(w, r) // a batch, a notification, or not JSON: the SDK's
+		if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+			if t.batchCallsRequired(b) {
+				writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, rpcBatch, nil)
+				return
+			}
+			next.ServeHTTP(w, r) // the SDK's: tasks are not batched
+			return
+		}
+		req, ok, err := decodeRequest(body)
+		if err != nil {
+			writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, rpcDuplicate, nil)
+			return
+		}
+		if !ok {
+			next.ServeHTTP(w, r) // a notification, or not JSON-RPC: the SDK's
 			return
 		}
 		var p taskParams
 		switch req.Method {
 		case "tasks/get", "tasks/update", "tasks/cancel":
-			if json.Unmarshal(req.Params, &p) != nil {
+			if p, err = decodeParams(req.Params); err != nil {
+				if errors.Is(err, errDuplicateKey) {
+					writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcDuplicate, nil)
+					return
+				}
 				writeRPC(w, http.StatusOK, req.ID, nil, &rpcError{Code: codeInvalid, Message: "invalid params"}, nil)
 				return
 			}
@@ -116,7 +235,11 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
 			return
 		case "tools/call":
-			if json.Unmarshal(req.Params, &p) != nil {
+			if p, err = decodeParams(req.Params); err != nil {
+				if errors.Is(err, errDuplicateKey) {
+					writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcDuplicate, nil)
+					return
+				}
 				break
 			}
 			tool, ok := t.tool(p.Name)
@@ -156,7 +279,38 @@ func (t *Tasks) callerOf(r *http.Request) (string, bool) {
 	return c, err == nil && c != ""
 }
 
-var rpcNoCaller = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
+var (
+	rpcNoCaller  = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
+	rpcDuplicate = &rpcError{Code: codeInvalidRequest, Message: "a JSON key is named twice"}
+	rpcBatch     = &rpcError{Code: CodeMissingCapability, Message: "a batch may not call a tool that requires the " + TasksExtension + " extension"}
+)
+
+// batchCallsRequired reports whether a batch calls a Required task tool
+// (which only a request of its own, declaring the extension, may do), or
+// holds a request the SDK might read otherwise (a key named twice).
+func (t *Tasks) batchCallsRequired(b []byte) bool {
+	var msgs []json.RawMessage
+	if json.Unmarshal(b, &msgs) != nil {
+		return false // not JSON: the SDK refuses it
+	}
+	for _, m := range msgs {
+		req, ok, err := decodeRequest(m)
+		if err != nil {
+			return true
+		}
+		if !ok || req.Method != "tools/call" {
+			continue
+		}
+		p, err := decodeParams(req.Params)
+		if errors.Is(err, errDuplicateKey) {
+			return true
+		}
+		if tool, ok := t.tool(p.Name); err == nil && ok && tool.Required {
+			return true
+		}
+	}
+	return false
+}
 
 // rebound reports a request that arrived on a loopback address with a
 // Host that is not loopback: a DNS-rebinding attempt on a local server.

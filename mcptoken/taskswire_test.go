@@ -508,3 +508,62 @@ func TestTasksHandlerLocalhostProtection(t *testing.T) {
 		}
 	})
 }
+
+// post posts body as it is and returns the recorder.
+func (s *taskServer) post(body string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+	return w
+}
+
+// TestTasksHandlerReadsKeysExactly: go-sdk decodes JSON-RPC with exact,
+// case-sensitive keys; a body the adapter read differently (encoding/json
+// matches keys case-insensitively, last duplicate wins) would take a
+// required task tool's call past the adapter's -32021 to the SDK, which
+// runs it synchronously for a client that did not declare the extension.
+func TestTasksHandlerReadsKeysExactly(t *testing.T) {
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","NAME":"other"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","METHOD":"ping","params":{"name":"quick"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick"},"Params":{"name":"other"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"other","name":"quick"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","name":"other"}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick"}}]`,
+		` [{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quick","NAME":"x"}}]`,
+	} {
+		s := newTaskServer(t)
+		w := s.post(body)
+		if s.sdk != 0 {
+			t.Errorf("%s: reached the SDK", body)
+			continue
+		}
+		var out map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || (errCode(out) != CodeMissingCapability && errCode(out) != codeInvalidRequest) {
+			t.Errorf("%s: answer %d %q", body, w.Code, w.Body.String())
+		}
+	}
+	// A key the adapter reads exactly as the SDK does is not refused.
+	s := newTaskServer(t)
+	if s.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","Name":"quick"}}`); s.sdk != 1 {
+		t.Error("an optional tool's call from a client without the extension did not reach the SDK")
+	}
+}
+
+// TestTasksHandlerLeavesInvalidRequests: a message that is not a JSON-RPC
+// 2.0 request (wrong or missing version, an id that is null, an object or
+// a boolean) is the SDK's to refuse; the adapter creates no task for it.
+func TestTasksHandlerLeavesInvalidRequests(t *testing.T) {
+	params := `"params":{"name":"quick","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`
+	for _, head := range []string{
+		`"jsonrpc":"2.0","id":null`,
+		`"jsonrpc":"2.0","id":{"a":1}`,
+		`"jsonrpc":"2.0","id":true`,
+		`"jsonrpc":"1.0","id":1`,
+		`"id":1`,
+	} {
+		s := newTaskServer(t)
+		if w := s.post(`{` + head + `,"method":"tools/call",` + params + `}`); s.sdk != 1 {
+			t.Errorf("%s: the adapter answered %q", head, w.Body.String())
+		}
+	}
+}
