@@ -164,7 +164,10 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // Required tool from any other client with [CodeMissingCapability], and
 // hands every other request to next unchanged. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
-// HTTP 400 and [CodeHeaderMismatch].
+// HTTP 400 and [CodeHeaderMismatch]. It reads keys exactly, as the SDKs
+// do, and refuses with HTTP 400 a request that names a key twice and a
+// batch that calls a Required tool, so that no reading of a body takes a
+// call past it to the SDK that it would have refused.
 func (t *Tasks) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
