@@ -195,7 +195,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if b, ok := cfg.Store.(replay.Bounded); ok && b.Horizon() > 0 && b.Horizon() < t.ttl {
 		return nil, fmt.Errorf("%w: TasksConfig.TTL %v is longer than the store's horizon %v", ctoken.ErrConfig, t.ttl, b.Horizon())
 	}
-	ids, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: cfg.Keys, TTL: t.ttl, Session: []byte(taskSession), Seal: true})
+	ids, err := newTaskIDs(cfg.Keys, t.ttl, time.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +204,14 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 		return nil, fmt.Errorf("%w: TasksConfig.Keys holds no key", ctoken.ErrConfig)
 	}
 	return t, nil
+}
+
+// newTaskIDs returns the issuer of the task IDs of a TTL. A cursor's issue
+// time is stamped in whole seconds, up to a second before the task's
+// creation: its ID lives a second longer, so that it outlives the task,
+// whose end the store decides.
+func newTaskIDs(keys *ctoken.Keyring, ttl time.Duration, now func() time.Time) (*ctoken.CursorIssuer, error) {
+	return ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys, TTL: ttl + time.Second, Session: []byte(taskSession), Seal: true, Now: now})
 }
 
 // Add registers tool as task-augmented; a second tool of the same name
@@ -301,7 +309,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	if rec.State != replay.LeaseAcquired {
 		return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
 	}
-	now := time.Now()
+	now := time.UnixMilli(time.Now().UnixMilli()) // as tasks/get reports it
 	ref.Token, ref.Created = rec.Token, now.UnixMilli()
 	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
 	if err != nil {

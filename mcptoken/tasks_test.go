@@ -164,3 +164,44 @@ func TestTaskStoreFaults(t *testing.T) {
 		}
 	})
 }
+
+// TestTaskIDLivesAsLongAsTheTask: a task is readable for its whole TTL
+// (ttlMs from createdAt), so its ID must not expire sooner, although
+// cursors stamp their issue time in whole seconds.
+func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	const ttl = time.Minute
+	var clock atomic.Pointer[time.Time]
+	now := func() time.Time {
+		if c := clock.Load(); c != nil {
+			return *c
+		}
+		return time.Now()
+	}
+	store := replay.NewMemoryStore(0)
+	store.Now = now
+	ts, err := NewTasks(TasksConfig{Keys: keys, Store: store, TTL: ttl, Hold: time.Second, PollInterval: 10 * time.Millisecond})
+	must(t, err)
+	ts.ids, err = newTaskIDs(keys, ttl, now)
+	must(t, err)
+	var st TaskState
+	for st.Created.Nanosecond() < int(10*time.Millisecond) { // else no rounding to see
+		st = runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) { return json.RawMessage(`{"content":[]}`), nil })
+	}
+	created, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) { return nil, nil }}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	if got, err := ts.Get(context.Background(), "alice", created.ID); err != nil || !got.Created.Equal(created.Created) {
+		t.Fatalf("created at %v, read as created at %v (%v)", created.Created, got.Created, err)
+	}
+	late := st.Created.Add(ttl - time.Millisecond)
+	clock.Store(&late)
+	if got, err := ts.Get(context.Background(), "alice", st.ID); err != nil || got.Status != taskCompleted {
+		t.Fatalf("a task created at %v read at %v (ttl %v): %+v, %v", st.Created, late, ttl, got, err)
+	}
+	gone := st.Created.Add(ttl)
+	clock.Store(&gone)
+	if got, err := ts.Get(context.Background(), "alice", st.ID); !errors.Is(err, ErrTaskInvalid) {
+		t.Fatalf("a task read at its end: %+v, %v", got, err)
+	}
+}
