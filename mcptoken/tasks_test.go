@@ -187,7 +187,9 @@ func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
 	must(t, err)
 	var st TaskState
 	for st.Created.Nanosecond() < int(10*time.Millisecond) { // else no rounding to see
-		st = runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) { return json.RawMessage(`{"content":[]}`), nil })
+		st = runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		})
 	}
 	created, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) { return nil, nil }}, &TaskCall{Caller: "alice"})
 	must(t, err)
