@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -77,6 +78,10 @@ type TasksConfig struct {
 	// that is not loopback. Set it only where the SDK's own check is off
 	// too (a reverse proxy on the same host that forwards the public Host).
 	InsecureSkipLocalhostProtection bool
+	// Logger is told of every failure: a store that could not answer, a
+	// tool that failed or panicked, a lease lost (never a key, a caller or
+	// a task ID). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Tasks runs task-augmented tools durably and answers the Tasks
@@ -92,6 +97,7 @@ type Tasks struct {
 	poll    time.Duration
 	caller  func(*http.Request) (string, error)
 	anyHost bool
+	log     *slog.Logger
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
@@ -179,7 +185,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, tools: map[string]TaskTool{}}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -224,6 +230,23 @@ func (t *Tasks) Add(tool TaskTool) error {
 	t.tools[tool.Name] = tool
 	t.mu.Unlock()
 	return nil
+}
+
+// logger returns the Logger, or slog.Default().
+func (t *Tasks) logger() *slog.Logger {
+	if t.log != nil {
+		return t.log
+	}
+	return slog.Default()
+}
+
+// fail logs a failure of a task of tool.
+func (t *Tasks) fail(level slog.Level, msg, tool string, err error) {
+	attrs := []slog.Attr{slog.String("tool", tool)}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	t.logger().LogAttrs(context.Background(), level, "mcptoken: "+msg, attrs...)
 }
 
 func (t *Tasks) tool(name string) (TaskTool, bool) {
@@ -346,6 +369,10 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
 	var obj map[string]json.RawMessage
 	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
+		if err == nil {
+			err = errors.New("mcptoken: the result is not a JSON object")
+		}
+		t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
 		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
 	}
 	// Record the outcome, retrying a store that cannot answer while the
@@ -361,6 +388,7 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
 			return
 		}
+		t.fail(slog.LevelWarn, "a task's outcome could not be recorded yet; retrying", ref.Tool, err)
 		select {
 		case <-lostCh:
 			return
@@ -404,8 +432,11 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, lose func()) {
 		case ctx.Err() != nil:
 			return
 		case time.Since(last) >= t.hold:
+			t.fail(slog.LevelError, "a task's lease could not be renewed before it lapsed; its tool is cancelled", ref.Tool, err)
 			lose() // the lease has lapsed by now: another instance may record it
 			return
+		default:
+			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)
 		}
 	}
 }
@@ -556,6 +587,7 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 		switch rec.State {
 		case replay.LeaseAcquired:
 			// The running instance stopped and its lease lapsed: record it.
+			t.fail(slog.LevelWarn, "a task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)

@@ -1,10 +1,14 @@
 package mcptoken
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,6 +167,66 @@ func TestTaskStoreFaults(t *testing.T) {
 			t.Fatalf("answers %v, %v", out, out2)
 		}
 	})
+	t.Run("logs each failure, to slog.Default without a Logger, never the caller or the ID", func(t *testing.T) {
+		var buf bytes.Buffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		store := &down{MemoryStore: replay.NewMemoryStore(0)}
+		s := newTaskServer(t)
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		must(t, err)
+		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}))
+		s.h = s.tasks.Handler(http.NotFoundHandler())
+		id := s.create("quick")
+		store.down.Store(true)
+		s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+		s.rpc("tasks/cancel", with(map[string]any{"taskId": id}, declared), nil)
+		s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
+		logged := buf.String()
+		if n := strings.Count(logged, `"level":"ERROR"`); n < 2 {
+			t.Fatalf("%d errors logged for a store that failed two requests: %s", n, logged)
+		}
+		if strings.Contains(logged, "alice") || strings.Contains(logged, id) || !strings.Contains(logged, `"tool":"quick"`) {
+			t.Fatalf("logged %s", logged)
+		}
+	})
+	t.Run("logs a tool that panicked", func(t *testing.T) {
+		var buf syncBuffer
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second, PollInterval: 10 * time.Millisecond,
+			Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+		must(t, err)
+		if got := runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) { panic("secret detail") }); got.Status != taskFailed {
+			t.Fatalf("task %+v", got)
+		}
+		if logged := buf.String(); !strings.Contains(logged, `"level":"ERROR"`) || !strings.Contains(logged, "panicked") || strings.Contains(logged, "secret") {
+			t.Fatalf("logged %q", logged)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger in another goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestTaskIDLivesAsLongAsTheTask: a task is readable for its whole TTL

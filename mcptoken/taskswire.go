@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -364,6 +365,7 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 	}
 	st, err := t.Create(ctx, tool, c)
 	if err != nil {
+		t.fail(slog.LevelError, "task not created: the task store could not answer", tool.Name, err)
 		return nil, &rpcError{Code: codeInternal, Message: "internal error: the task could not be created"}
 	}
 	return t.wire(st, "task"), nil
@@ -387,6 +389,11 @@ func (t *Tasks) serve(ctx context.Context, caller, method string, p *taskParams)
 	case errors.Is(err, ErrTaskInvalid):
 		return nil, &rpcError{Code: codeInvalid, Message: "unknown or expired taskId"}
 	case err != nil:
+		tool := ""
+		if ref, oerr := t.open(caller, p.TaskID); oerr == nil {
+			tool = ref.Tool
+		}
+		t.fail(slog.LevelError, method+" failed: the task store could not answer", tool, err)
 		return nil, &rpcError{Code: codeInternal, Message: "internal error: the task store could not answer"}
 	}
 	return map[string]any{"resultType": "complete"}, nil
