@@ -325,6 +325,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	if _, err := rand.Read(ref.Nonce); err != nil {
 		return TaskState{}, err
 	}
+	held := time.Now() // the lease lasts until held+Hold at least
 	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
 	if err != nil {
 		return TaskState{}, err
@@ -340,17 +341,17 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		return TaskState{}, err
 	}
 	call.Tool = tool.Name
-	go t.run(ref, tool, call)
+	go t.run(ref, held, tool, call)
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
 
 // run runs a task and records its outcome, renewing its lease meanwhile.
-func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
+func (t *Tasks) run(ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
-	go t.keep(ctx, ref, func() { lost.Do(func() { close(lostCh); cancel() }) })
+	go t.keep(ctx, ref, held, func() { lost.Do(func() { close(lostCh); cancel() }) })
 	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 		for key := range req {
@@ -408,32 +409,45 @@ func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMe
 }
 
 // keep renews the task's lease every Hold/3 until ctx ends; it calls lose
-// once the lease is lost (cancelled, or taken by another instance) or can
-// no longer be renewed before it lapses.
-func (t *Tasks) keep(ctx context.Context, ref taskRef, lose func()) {
-	tick := time.NewTicker(t.hold / 3)
+// once the lease is lost (cancelled, or taken by another instance), or
+// could lapse before the next renewal. A lease acquired or renewed by a
+// call begun at held lasts until held+Hold at least, so an instance that
+// cannot renew gives its tool up a third of the Hold before then, while no
+// other instance can yet find the lease lapsed and report the task failed.
+func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func()) {
+	step := t.hold / 3
+	tick := time.NewTicker(step)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		rctx, done := context.WithTimeout(ctx, t.hold/3)
-		err := t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
-		done()
+		start, giveUp := time.Now(), held.Add(t.hold-step/2)
+		var err error
+		if start.Before(giveUp) {
+			deadline := start.Add(step)
+			if giveUp.Before(deadline) {
+				deadline = giveUp
+			}
+			rctx, done := context.WithDeadline(ctx, deadline)
+			err = t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
+			done()
+		} else {
+			err = errors.New("mcptoken: no renewal in time (a late tick)")
+		}
 		switch {
 		case err == nil:
-			last = time.Now()
+			held = start
 		case errors.Is(err, replay.ErrLeaseLost):
 			lose()
 			return
 		case ctx.Err() != nil:
 			return
-		case time.Since(last) >= t.hold:
-			t.fail(slog.LevelError, "a task's lease could not be renewed before it lapsed; its tool is cancelled", ref.Tool, err)
-			lose() // the lease has lapsed by now: another instance may record it
+		case !time.Now().Add(step).Before(giveUp):
+			t.fail(slog.LevelError, "a task's lease could not be renewed before it could lapse; its tool is cancelled", ref.Tool, err)
+			lose() // its lease may lapse before the next renewal
 			return
 		default:
 			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)

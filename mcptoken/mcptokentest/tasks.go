@@ -162,12 +162,16 @@ func tasksStoppedInstance(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Key
 	if st.Status != "failed" || st.ErrorCode == 0 || st.ErrorMessage == "" {
 		t.Fatalf("task of a stopped instance: %+v", st)
 	}
+	select {
+	case <-stopped: // the stopped instance gave up its tool before its lease could lapse
+	default:
+		t.Fatal("the task was reported failed while its tool still ran on the stopped instance")
+	}
 	d := time.Since(t0)
 	if d > 20*contractHold {
 		t.Fatalf("failed reported after %v, lease %v", d, contractHold)
 	}
 	t.Logf("a stopped instance's task reported failed %v after it stopped (lease %v)", d.Round(time.Millisecond), contractHold)
-	<-stopped // the stopped instance gave up its tool once its lease could have lapsed
 	if again, err := b.Get(context.Background(), "alice", id); err != nil || again.Status != "failed" {
 		t.Fatalf("Get again = %+v, %v", again, err)
 	}
