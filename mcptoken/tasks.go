@@ -165,6 +165,7 @@ const (
 	codeInternal       = -32603
 	codeInvalid        = -32602
 	codeInvalidRequest = -32600
+	codeParse          = -32700
 	maxTaskInputs      = 64
 )
 

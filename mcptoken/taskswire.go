@@ -19,8 +19,8 @@ import (
 // CreateTaskResult (resultType "task"), so [Tasks.Handler] answers those
 // requests itself and hands every other request to the SDK unchanged.
 
-// maxTaskRequestBytes caps the body [Tasks.Handler] reads; a longer one
-// goes to the SDK unread.
+// maxTaskRequestBytes caps the body [Tasks.Handler] reads, as go-sdk's
+// DefaultMaxRequestBodyBytes does; a longer one is refused.
 const maxTaskRequestBytes = 4 << 20
 
 // CodeHeaderMismatch is the JSON-RPC code of a request whose Mcp-Method or
@@ -165,10 +165,12 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // Required tool from any other client with [CodeMissingCapability], and
 // hands every other request to next unchanged. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
-// HTTP 400 and [CodeHeaderMismatch]. It reads keys exactly, as the SDKs
-// do, and refuses with HTTP 400 a request that names a key twice and a
-// batch that calls a Required tool, so that no reading of a body takes a
-// call past it to the SDK that it would have refused.
+// HTTP 400 and [CodeHeaderMismatch]. So that no reading of a body takes
+// a call past it to the SDK that it would have refused, it reads keys
+// exactly, as the SDKs do, and refuses a body over 4 MiB (413), one that
+// is not exactly one JSON value (400, -32700), a request that names a key
+// twice (400, -32600) and a batch that calls a Required tool (400,
+// -32021).
 func (t *Tasks) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
@@ -185,12 +187,13 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			return
 		}
 		if len(body) > maxTaskRequestBytes {
-			// No task request is this large: the SDK reads it whole.
-			r.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-			next.ServeHTTP(w, r)
+			// Unread, it could call a Required tool past the adapter.
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if !json.Valid(body) {
+			// go-sdk reads the first JSON value and ignores what follows.
+			writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, &rpcError{Code: codeParse, Message: "parse error: the body is not one JSON value"}, nil)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -331,16 +331,22 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			t.Fatalf("answer %v", out)
 		}
 	})
-	t.Run("hands a body over the limit to the SDK whole", func(t *testing.T) {
+	t.Run("refuses a body over the limit, which it cannot route", func(t *testing.T) {
 		s := newTaskServer(t)
-		var got int
-		h := s.tasks.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			got = len(b)
-		}))
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
-		if got != maxTaskRequestBytes+10 {
-			t.Fatalf("the SDK read %d bytes", got)
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
+		if w.Code != http.StatusRequestEntityTooLarge || s.sdk != 0 {
+			t.Fatalf("answer %d, %d requests reached the SDK", w.Code, s.sdk)
+		}
+	})
+	t.Run("refuses a body that is not one JSON value, which the SDK may read otherwise", func(t *testing.T) {
+		for _, body := range []string{"", "{", `{"jsonrpc":"2.0","id":1,"method":"ping"} x`, `{"jsonrpc":"2.0","id":1,"method":"ping"}{}`, "\ufeff{}"} {
+			s := newTaskServer(t)
+			w := s.post(body)
+			var out map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || w.Code != http.StatusBadRequest || errCode(out) != -32700 || s.sdk != 0 {
+				t.Fatalf("%q: answer %d %q, %d requests reached the SDK", body, w.Code, w.Body.String(), s.sdk)
+			}
 		}
 	})
 	t.Run("refuses a body it cannot read", func(t *testing.T) {
