@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -165,7 +166,8 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // Required tool from any other client with [CodeMissingCapability], and
 // hands every other request to next unchanged. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
-// HTTP 400 and [CodeHeaderMismatch]. So that no reading of a body takes
+// HTTP 400 and [CodeHeaderMismatch]. A POST whose Content-Type is not
+// application/json goes to the SDK, which refuses it. So that no reading of a body takes
 // a call past it to the SDK that it would have refused, it reads keys
 // exactly, as the SDKs do, and refuses a body over 4 MiB (413), one that
 // is not exactly one JSON value (400, -32700), a request that names a key
@@ -179,6 +181,12 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 		}
 		if !t.anyHost && rebound(r) {
 			http.Error(w, "Forbidden: invalid Host header", http.StatusForbidden)
+			return
+		}
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			// The SDK's to refuse: a web page may send a text/plain or
+			// form body without a CORS preflight.
+			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxTaskRequestBytes+1))

@@ -89,7 +89,7 @@ var declared = map[string]any{"io.modelcontextprotocol/clientCapabilities": map[
 func (s *taskServer) rpc(method string, params map[string]any, header map[string]string) (int, map[string]any) {
 	s.t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	req := jsonPost(bytes.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -218,7 +218,7 @@ func TestTasksHandler(t *testing.T) {
 		_, out2 := s.rpc("tasks/list", with(map[string]any{}, declared), nil)
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		s.h.ServeHTTP(httptest.NewRecorder(), req)
-		batch := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]`))
+		batch := jsonPost(strings.NewReader(`[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]`))
 		s.h.ServeHTTP(httptest.NewRecorder(), batch)
 		if out["sdk"] != true || out2["sdk"] != true || s.sdk != 4 {
 			t.Fatalf("answers %v %v, SDK saw %d", out, out2, s.sdk)
@@ -334,7 +334,7 @@ func TestTasksHandlerRefuses(t *testing.T) {
 	t.Run("refuses a body over the limit, which it cannot route", func(t *testing.T) {
 		s := newTaskServer(t)
 		w := httptest.NewRecorder()
-		s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
+		s.h.ServeHTTP(w, jsonPost(bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
 		if w.Code != http.StatusRequestEntityTooLarge || s.sdk != 0 {
 			t.Fatalf("answer %d, %d requests reached the SDK", w.Code, s.sdk)
 		}
@@ -351,7 +351,7 @@ func TestTasksHandlerRefuses(t *testing.T) {
 	})
 	t.Run("refuses a body it cannot read", func(t *testing.T) {
 		s := newTaskServer(t)
-		req := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
+		req := jsonPost(io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
 		w := httptest.NewRecorder()
 		s.h.ServeHTTP(w, req)
 		if w.Code != http.StatusBadRequest || s.sdk != 0 {
@@ -442,7 +442,7 @@ func FuzzTasksHandler(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s := newTaskServer(t)
 		w := httptest.NewRecorder()
-		s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+		s.h.ServeHTTP(w, jsonPost(bytes.NewReader(body)))
 		if s.sdk == 0 && !json.Valid(w.Body.Bytes()) {
 			t.Fatalf("answer %q is not JSON", w.Body.String())
 		}
@@ -477,7 +477,7 @@ func FuzzTaskID(f *testing.F) {
 func TestTasksHandlerLocalhostProtection(t *testing.T) {
 	body := `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}`
 	req := func(local, host string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r := jsonPost(strings.NewReader(body))
 		r.Host = host
 		addr, err := net.ResolveTCPAddr("tcp", local)
 		must(t, err)
@@ -518,7 +518,7 @@ func TestTasksHandlerLocalhostProtection(t *testing.T) {
 // post posts body as it is and returns the recorder.
 func (s *taskServer) post(body string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
-	s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+	s.h.ServeHTTP(w, jsonPost(strings.NewReader(body)))
 	return w
 }
 
@@ -572,4 +572,39 @@ func TestTasksHandlerLeavesInvalidRequests(t *testing.T) {
 			t.Errorf("%s: the adapter answered %q", head, w.Body.String())
 		}
 	}
+}
+
+// TestTasksHandlerNeedsJSONContentType: a web page may POST a text/plain
+// or form body to a local server without a CORS preflight (its response
+// unread, its effect done); go-sdk refuses any Content-Type but
+// application/json, and so must the adapter before it starts a task.
+func TestTasksHandlerNeedsJSONContentType(t *testing.T) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`
+	for _, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		s := newTaskServer(t)
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, r)
+		if s.sdk != 1 {
+			t.Errorf("Content-Type %q: the adapter answered %q", ct, w.Body.String())
+		}
+	}
+	s := newTaskServer(t)
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+	r.Header.Set("Content-Type", "Application/JSON; charset=utf-8")
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, r)
+	if s.sdk != 0 || !strings.Contains(w.Body.String(), `"resultType":"task"`) {
+		t.Errorf("application/json with a charset: %q", w.Body.String())
+	}
+}
+
+// jsonPost is a POST of body as application/json.
+func jsonPost(body io.Reader) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/", body)
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }
