@@ -557,7 +557,7 @@ func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessa
 	}
 	switch rec.State {
 	case replay.LeaseAcquired:
-		return nil, false, t.store.ReleaseLease(ctx, id, rec.Token)
+		return nil, false, t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
 	case replay.LeaseBusy:
 		return nil, false, nil
 	}

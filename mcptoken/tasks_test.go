@@ -271,3 +271,45 @@ func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
 		t.Fatalf("a task read at its end: %+v, %v", got, err)
 	}
 }
+
+// cancelAfterPeek is a MemoryStore that cancels the caller's context once
+// it granted a lease on a task's round entry, as a client that hangs up.
+type cancelAfterPeek struct {
+	*replay.MemoryStore
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfterPeek) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := c.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	if err == nil && rec.State == replay.LeaseAcquired && strings.HasSuffix(id, ":q0") && c.cancel != nil {
+		c.cancel()
+	}
+	return rec, err
+}
+
+// TestTaskReadLeavesNoLease: tasks/get looks for a task's input requests
+// by taking and releasing a lease on each entry; a client that hangs up
+// between the two must not leave the lease held, which would stall the
+// task's own write of its requests for a whole Hold.
+func TestTaskReadLeavesNoLease(t *testing.T) {
+	store := &cancelAfterPeek{MemoryStore: replay.NewMemoryStore(0)}
+	ts := newCoreTasks(t, store)
+	release := make(chan struct{})
+	defer close(release)
+	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+		<-release
+		return nil, nil
+	}}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	store.cancel = cancel
+	_, _ = ts.Get(ctx, "alice", st.ID)
+	store.cancel = nil
+	ref, err := ts.open("alice", st.ID)
+	must(t, err)
+	rec, err := store.MemoryStore.AcquireRecord(context.Background(), ref.round(0), time.Second, nil)
+	must(t, err)
+	if rec.State != replay.LeaseAcquired {
+		t.Fatalf("the round entry is %v after a read whose client hung up", rec.State)
+	}
+}
