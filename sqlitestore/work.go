@@ -241,12 +241,11 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 	if err != nil {
 		return nil, err
 	}
-	q := stmtQuerier{ctx, wc}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		s.dropWriter()
 		return nil, unavailable(ctx, err)
 	}
-	q = s.inTx(ctx, wc)
+	q := s.inTx(ctx, wc)
 	w := &work{s: s, id: id, token: token, wc: wc, key: s.key(id)}
 	fail := func(err error) (*work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
@@ -350,18 +349,20 @@ func (s *Store) triggers(q querier, temp bool) (int, error) {
 }
 
 // untriggered rolls the Work back when a trigger, which could change
-// Commit's rows, is on the table; it also reads what writerConn checks.
+// Commit's rows, is on the table, and reads whether the handler left
+// temporary objects. Its caller proved the transaction the Work's, which
+// SQLite lets no statement change synchronous or journal_mode in (after
+// the Work's first write), nor ATTACH: writerConn's other checks hold.
 func (w *work) untriggered(ctx context.Context, q querier) error {
 	name := unquote(w.s.table)
-	var triggers, level, objects int
-	var journal string
-	if err := q.queryRow(commitCheck, name, name).Scan(&triggers, &level, &journal, &objects); err != nil {
+	var triggers, objects int
+	if err := q.queryRow(commitCheck, name, name).Scan(&triggers, &objects); err != nil {
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if triggers != 0 {
 		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, errTriggered))
 	}
-	w.clean = level == w.wc.level && strings.ToLower(journal) == w.s.journal && objects == 0
+	w.clean = objects == 0
 	// The checkpoint after COMMIT stays the store's (see checkpoint).
 	if w.s.wal {
 		if err := setPragma(q, `PRAGMA wal_autocheckpoint = 0`); err != nil {
@@ -372,8 +373,8 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 }
 
 // commitCheck reads at Commit the triggers in main and temp (the name
-// twice) and what writerCheck reads.
-const commitCheck = `SELECT ` + mainTriggersSQL + ` + ` + tempTriggersSQL + `, ` + connSettingsSQL + `, ` + connObjectsSQL
+// twice) and the temporary objects.
+const commitCheck = `SELECT ` + mainTriggersSQL + ` + ` + tempTriggersSQL + `, (SELECT count(*) FROM temp.sqlite_master)`
 
 func (w *work) end(ctx context.Context, err error) error {
 	_, rerr := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)

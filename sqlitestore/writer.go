@@ -62,14 +62,15 @@ func (q connQuerier) queryRow(query string, args ...any) *sql.Row {
 // commit; durable: on the disk before it is answered.
 func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int64) error) error {
 	ctx = orBackground(ctx)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	if tx := s.txOf(ctx); tx != nil {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
 		return tx.step(ctx, s, fn)
 	}
-	o := &op{ctx: ctx, durable: durable, fn: fn}
+	o := &op{durable: durable, fn: fn}
 	// An idle writer: commit on the caller's goroutine, saving two
-	// hand-offs; otherwise queue, to share a commit.
+	// hand-offs, within the store's Timeout; otherwise queue, to share a
+	// commit.
 	if len(s.ops) == 0 {
 		select {
 		case s.writeMu <- struct{}{}:
@@ -79,7 +80,9 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 		default:
 		}
 	}
-	o.done = make(chan struct{})
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	o.ctx, o.done = ctx, make(chan struct{})
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
@@ -209,18 +212,18 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	for _, o := range batch {
 		durable = durable || o.durable
 	}
-	q := stmtQuerier{ctx, wc}
 	if !durable && level > syncNormal {
+		q := stmtQuerier{context.WithoutCancel(ctx), wc}
 		if _, err := q.exec(`PRAGMA synchronous = NORMAL`); err != nil {
 			return unavailable(ctx, err)
 		}
 		defer func() {
-			if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
+			if _, rerr := q.exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
 				clean = false
 			}
 		}()
 	}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		return unavailable(ctx, err)
 	}
 	committed := false
@@ -230,7 +233,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 			clean = rerr == nil
 		}
 	}()
-	q = s.inTx(ctx, wc) // the lock is held: the steps run to their end
+	q := s.inTx(ctx, wc) // the lock is held: the steps run to their end
 	now := s.now().UnixNano()
 	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
@@ -316,6 +319,10 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 			// The store checkpoints at the pace the DSN asks.
 			var pages int
 			if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
+				s.dropWriter()
+				return nil, 0, unavailable(ctx, err)
+			}
+			if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA busy_timeout`).Scan(&s.wc.busy); err != nil {
 				s.dropWriter()
 				return nil, 0, unavailable(ctx, err)
 			}
@@ -443,12 +450,38 @@ type wconn struct {
 	// autockpt is the DSN's wal_autocheckpoint; ckptEvery 0: the
 	// application checkpoints.
 	autockpt, ckptEvery, sinceCkpt int
+	busy                           int // the DSN's busy_timeout, in WAL mode
 }
 
 // stmtQuerier runs statements on the writer's connection, prepared once.
 type stmtQuerier struct {
 	ctx context.Context
 	wc  *wconn
+}
+
+// begin runs BEGIN IMMEDIATE on the writer's connection, waiting for
+// another writer within ctx. In WAL mode it first tries without a wait
+// (busy_timeout 0) and so without ctx: modernc and mattn start a
+// goroutine for each statement run with a context that can end.
+func (s *Store) begin(ctx context.Context, wc *wconn) error {
+	if s.wal && wc.busy > 0 {
+		q := stmtQuerier{context.WithoutCancel(ctx), wc}
+		if err := setPragma(q, `PRAGMA busy_timeout = 0`); err != nil {
+			return err
+		}
+		_, err := q.exec(`BEGIN IMMEDIATE`)
+		if rerr := setPragma(q, `PRAGMA busy_timeout = `+strconv.Itoa(wc.busy)); rerr != nil {
+			if err == nil {
+				_, _ = q.exec(`ROLLBACK`)
+			}
+			return rerr
+		}
+		if err == nil || !strings.Contains(err.Error(), "database is locked") {
+			return err
+		}
+	}
+	_, err := stmtQuerier{ctx, wc}.exec(`BEGIN IMMEDIATE`)
+	return err
 }
 
 // inTx is the querier after BEGIN IMMEDIATE. In WAL mode its statements
