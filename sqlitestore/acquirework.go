@@ -281,7 +281,7 @@ func (w *work) rolledBack(ctx context.Context) error {
 				}
 			}
 		}
-		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		if err := s.begin(bg, q.wc); err != nil {
 			return err
 		}
 		// Never over a live row another process took meanwhile.

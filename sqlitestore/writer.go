@@ -336,11 +336,13 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		return s.wc, s.wc.level, nil
 	}
 	// Again after a Work: a handler's value would bring SQLite's own
-	// checkpoints back.
+	// checkpoints back, or make begin wait without its context.
 	if s.wal {
-		if err := setPragma(stmtQuerier{ctx, s.wc}, `PRAGMA wal_autocheckpoint = 0`); err != nil {
-			s.dropWriter()
-			return nil, 0, unavailable(ctx, err)
+		for _, pragma := range []string{`PRAGMA wal_autocheckpoint = 0`, `PRAGMA busy_timeout = 0`} {
+			if err := setPragma(stmtQuerier{ctx, s.wc}, pragma); err != nil {
+				s.dropWriter()
+				return nil, 0, unavailable(ctx, err)
+			}
 		}
 	}
 	var level, objects, triggers int
@@ -432,10 +434,12 @@ func (s *Store) closeWriter() {
 		st.Close()
 	}
 	if s.wal {
-		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(s.wc.autockpt)); err != nil {
-			discard(s.wc.conn)
-			s.wc = nil
-			return
+		for _, pragma := range []string{`PRAGMA wal_autocheckpoint = ` + strconv.Itoa(s.wc.autockpt), `PRAGMA busy_timeout = ` + strconv.Itoa(s.wc.busy)} {
+			if _, err := s.wc.conn.ExecContext(context.Background(), pragma); err != nil {
+				discard(s.wc.conn)
+				s.wc = nil
+				return
+			}
 		}
 	}
 	s.wc.conn.Close()
@@ -450,7 +454,7 @@ type wconn struct {
 	// autockpt is the DSN's wal_autocheckpoint; ckptEvery 0: the
 	// application checkpoints.
 	autockpt, ckptEvery, sinceCkpt int
-	busy                           int // the DSN's busy_timeout, in WAL mode
+	busy                           int // the DSN's busy_timeout (WAL mode: see begin)
 }
 
 // stmtQuerier runs statements on the writer's connection, prepared once.
@@ -459,28 +463,35 @@ type stmtQuerier struct {
 	wc  *wconn
 }
 
-// begin runs BEGIN IMMEDIATE on the writer's connection, waiting for
-// another writer within ctx. In WAL mode it first tries without a wait
-// (busy_timeout 0) and so without ctx: modernc and mattn start a
-// goroutine for each statement run with a context that can end.
+// begin runs BEGIN IMMEDIATE on the writer's connection. In WAL mode it
+// first tries without ctx (modernc and mattn start a goroutine for each
+// statement run with a context that can end) and without a wait: the
+// connection runs with busy_timeout 0 (openWriter); then it waits.
 func (s *Store) begin(ctx context.Context, wc *wconn) error {
-	if s.wal && wc.busy > 0 {
-		q := stmtQuerier{context.WithoutCancel(ctx), wc}
-		if err := setPragma(q, `PRAGMA busy_timeout = 0`); err != nil {
-			return err
-		}
-		_, err := q.exec(`BEGIN IMMEDIATE`)
-		if rerr := setPragma(q, `PRAGMA busy_timeout = `+strconv.Itoa(wc.busy)); rerr != nil {
-			if err == nil {
-				_, _ = q.exec(`ROLLBACK`)
-			}
-			return rerr
-		}
+	if s.wal {
+		_, err := stmtQuerier{context.WithoutCancel(ctx), wc}.exec(`BEGIN IMMEDIATE`)
 		if err == nil || !strings.Contains(err.Error(), "database is locked") {
 			return err
 		}
 	}
-	_, err := stmtQuerier{ctx, wc}.exec(`BEGIN IMMEDIATE`)
+	return s.waiting(ctx, wc, `BEGIN IMMEDIATE`)
+}
+
+// waiting runs query on the writer's connection within ctx, waiting for
+// other connections as long as the DSN's busy_timeout allows.
+func (s *Store) waiting(ctx context.Context, wc *wconn, query string) error {
+	if !s.wal {
+		_, err := stmtQuerier{ctx, wc}.exec(query)
+		return err
+	}
+	q := stmtQuerier{context.WithoutCancel(ctx), wc}
+	if err := setPragma(q, `PRAGMA busy_timeout = `+strconv.Itoa(wc.busy)); err != nil {
+		return err
+	}
+	_, err := stmtQuerier{ctx, wc}.exec(query)
+	if rerr := setPragma(q, `PRAGMA busy_timeout = 0`); rerr != nil {
+		wc.level = 0 // openWriter sets it again
+	}
 	return err
 }
 
