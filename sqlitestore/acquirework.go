@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -129,12 +128,11 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 	if err != nil {
 		return replay.Record{}, nil, err
 	}
-	q := stmtQuerier{ctx, wc}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		s.dropWriter()
 		return replay.Record{}, nil, unavailable(ctx, err)
 	}
-	q = s.inTx(ctx, wc)
+	q := s.inTx(ctx, wc)
 	fail := func(r replay.Record, err error) (replay.Record, *work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
 			s.dropWriter()
@@ -150,40 +148,39 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 	if w.seq, err = s.guard.step(q, s, now, true); err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err)) // a loss or a fence passes as it is
 	}
-	// The row, and the connection's changes before the Work's write.
-	var e entry
-	var state, token sql.NullString
-	var until sql.NullInt64
-	var changes int64
-	if err := q.queryRow(`SELECT total_changes(), r.state, r.token, r.until, r.fingerprint, r.result FROM (SELECT 1)`+
-		` LEFT JOIN `+s.table+` AS r ON r.key = ?`, key).
-		Scan(&changes, &state, &token, &until, &e.fingerprint, &e.result); err != nil {
-		return fail(replay.Record{}, unavailable(ctx, err))
-	}
-	if state.Valid {
-		e.found, e.state, e.token, e.until = true, state.String, token.String, until.Int64
-		e.live = e.until > now
-	}
-	switch {
-	case e.found && e.state == "w" && !e.live:
-		return fail(replay.Record{}, fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
-	case e.live && (e.state == "l" || e.state == "w"):
-		return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(e.until - now)}, Fingerprint: e.fingerprint}, nil)
-	case e.live && e.state == "d":
-		return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Fingerprint: e.fingerprint, Result: e.result}, nil)
-	case e.live:
-		return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseDone}}, nil)
-	}
 	if _, err := q.exec(`SAVEPOINT ` + s.savepoint); err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err))
 	}
+	// A fresh ID, the common case, takes the 'w' row at once.
 	w.deadline = now + int64(lease)
-	if _, err := q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, ?, NULL)`,
-		key, w.token, w.deadline, h.fp); err != nil {
+	const row = ` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, ?, NULL)`
+	n, err := execN(q, `INSERT INTO `+s.table+row+` ON CONFLICT (key) DO NOTHING`, key, w.token, w.deadline, h.fp)
+	if err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err))
 	}
-	// The INSERT counts one change; a REPLACE's deletion none.
-	w.changes = changes + 1
+	if n == 0 {
+		e, err := s.row(q, key, now)
+		if err != nil {
+			return fail(replay.Record{}, unavailable(ctx, err))
+		}
+		switch {
+		case e.state == "w" && !e.live:
+			return fail(replay.Record{}, fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
+		case e.live && (e.state == "l" || e.state == "w"):
+			return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(e.until - now)}, Fingerprint: e.fingerprint}, nil)
+		case e.live && e.state == "d":
+			return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Fingerprint: e.fingerprint, Result: e.result}, nil)
+		case e.live:
+			return fail(replay.Record{Lease: replay.Lease{State: replay.LeaseDone}}, nil)
+		}
+		if _, err := q.exec(`INSERT OR REPLACE INTO `+s.table+row, key, w.token, w.deadline, h.fp); err != nil {
+			return fail(replay.Record{}, unavailable(ctx, err))
+		}
+	}
+	// The connection's changes once the Work's row is written (rolledBack).
+	if err := q.queryRow(`SELECT total_changes()`).Scan(&w.changes); err != nil {
+		return fail(replay.Record{}, unavailable(ctx, err))
+	}
 	s.holds.mu.Lock()
 	h.end = w.deadline
 	s.holds.mu.Unlock()
@@ -284,7 +281,7 @@ func (w *work) rolledBack(ctx context.Context) error {
 				}
 			}
 		}
-		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		if err := s.begin(bg, q.wc); err != nil {
 			return err
 		}
 		// Never over a live row another process took meanwhile.

@@ -175,7 +175,7 @@ func (s *Store) rewritePages(parent context.Context, pgno int64) (next, total in
 		return 0, 0, err
 	}
 	q := stmtQuerier{ctx, wc}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		return 0, 0, err
 	}
 	committed := false
@@ -198,7 +198,7 @@ func (s *Store) rewritePages(parent context.Context, pgno int64) (next, total in
 		committed = true
 		s.log.Warn("sqlitestore: this driver's SQLite has no sqlite_dbpage: the repair rewrites the database with one VACUUM, which holds the write lock until it ends", "table", unquote(s.table), "pages", total)
 		// Bounded by Close alone: a large file's VACUUM outlasts any timeout.
-		if _, err := (stmtQuerier{parent, wc}).exec(`VACUUM`); err != nil {
+		if err := s.waiting(parent, wc, `VACUUM`); err != nil {
 			return 0, 0, fmt.Errorf("VACUUM: %w", err)
 		}
 		return total, total, nil

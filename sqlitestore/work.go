@@ -156,6 +156,7 @@ type work struct {
 	ended    bool
 	result   error
 	clean    bool // Commit found the connection's settings unchanged
+	pragma   bool // a handler's statement may have been a PRAGMA
 }
 
 func (t *Tx) step(ctx context.Context, s *Store, fn func(q querier, now int64) error) error {
@@ -180,6 +181,7 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 	if w.ended {
 		return nil, sql.ErrTxDone
 	}
+	w.sawPragma(query)
 	res, err := w.wc.conn.ExecContext(ctx, query, args...)
 	w.s.sawIOError(err) // the Work holds writeMu
 	return res, err
@@ -194,6 +196,7 @@ func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.
 	if w.ended {
 		return nil, sql.ErrTxDone
 	}
+	w.sawPragma(query)
 	rows, err := w.wc.conn.QueryContext(ctx, query, args...)
 	w.s.sawIOError(err) // the Work holds writeMu
 	return rows, err
@@ -207,7 +210,17 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	if w.ended {
 		return w.s.closedConn.QueryRowContext(ctx, query, args...)
 	}
+	w.sawPragma(query)
 	return w.wc.conn.QueryRowContext(ctx, query, args...)
+}
+
+// sawPragma marks the Work when a handler's statement may be a PRAGMA,
+// the one statement that changes the writer's wal_autocheckpoint and
+// busy_timeout inside a transaction: then Commit sets them again.
+func (w *work) sawPragma(query string) {
+	for i := 0; i+6 <= len(query) && !w.pragma; i++ {
+		w.pragma = strings.EqualFold(query[i:i+6], "pragma")
+	}
 }
 
 // BeginWork opens the transaction for token's lease on id
@@ -241,12 +254,11 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 	if err != nil {
 		return nil, err
 	}
-	q := stmtQuerier{ctx, wc}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		s.dropWriter()
 		return nil, unavailable(ctx, err)
 	}
-	q = s.inTx(ctx, wc)
+	q := s.inTx(ctx, wc)
 	w := &work{s: s, id: id, token: token, wc: wc, key: s.key(id)}
 	fail := func(err error) (*work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
@@ -350,20 +362,23 @@ func (s *Store) triggers(q querier, temp bool) (int, error) {
 }
 
 // untriggered rolls the Work back when a trigger, which could change
-// Commit's rows, is on the table; it also reads what writerConn checks.
+// Commit's rows, is on the table, and reads whether the handler left
+// temporary objects. Its caller proved the transaction the Work's, in
+// which SQLite lets no statement change synchronous or journal_mode
+// (after the Work's first write), nor ATTACH: writerConn's other checks
+// hold.
 func (w *work) untriggered(ctx context.Context, q querier) error {
 	name := unquote(w.s.table)
-	var triggers, level, objects int
-	var journal string
-	if err := q.queryRow(commitCheck, name, name).Scan(&triggers, &level, &journal, &objects); err != nil {
+	var triggers, objects int
+	if err := q.queryRow(commitCheck, name, name).Scan(&triggers, &objects); err != nil {
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if triggers != 0 {
 		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, errTriggered))
 	}
-	w.clean = level == w.wc.level && strings.ToLower(journal) == w.s.journal && objects == 0
+	w.clean = objects == 0 && !w.pragma // else openWriter sets busy_timeout again
 	// The checkpoint after COMMIT stays the store's (see checkpoint).
-	if w.s.wal {
+	if w.s.wal && w.pragma {
 		if err := setPragma(q, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 			return w.end(ctx, unavailable(ctx, err))
 		}
@@ -372,8 +387,8 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 }
 
 // commitCheck reads at Commit the triggers in main and temp (the name
-// twice) and what writerCheck reads.
-const commitCheck = `SELECT ` + mainTriggersSQL + ` + ` + tempTriggersSQL + `, ` + connSettingsSQL + `, ` + connObjectsSQL
+// twice) and the temporary objects.
+const commitCheck = `SELECT ` + mainTriggersSQL + ` + ` + tempTriggersSQL + `, (SELECT count(*) FROM temp.sqlite_master)`
 
 func (w *work) end(ctx context.Context, err error) error {
 	_, rerr := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)

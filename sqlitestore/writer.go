@@ -62,14 +62,15 @@ func (q connQuerier) queryRow(query string, args ...any) *sql.Row {
 // commit; durable: on the disk before it is answered.
 func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int64) error) error {
 	ctx = orBackground(ctx)
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	if tx := s.txOf(ctx); tx != nil {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
 		return tx.step(ctx, s, fn)
 	}
-	o := &op{ctx: ctx, durable: durable, fn: fn}
+	o := &op{durable: durable, fn: fn}
 	// An idle writer: commit on the caller's goroutine, saving two
-	// hand-offs; otherwise queue, to share a commit.
+	// hand-offs, within the store's Timeout; otherwise queue, to share a
+	// commit.
 	if len(s.ops) == 0 {
 		select {
 		case s.writeMu <- struct{}{}:
@@ -79,7 +80,9 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 		default:
 		}
 	}
-	o.done = make(chan struct{})
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	o.ctx, o.done = ctx, make(chan struct{})
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
@@ -209,18 +212,18 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	for _, o := range batch {
 		durable = durable || o.durable
 	}
-	q := stmtQuerier{ctx, wc}
 	if !durable && level > syncNormal {
+		q := stmtQuerier{context.WithoutCancel(ctx), wc}
 		if _, err := q.exec(`PRAGMA synchronous = NORMAL`); err != nil {
 			return unavailable(ctx, err)
 		}
 		defer func() {
-			if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
+			if _, rerr := q.exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
 				clean = false
 			}
 		}()
 	}
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+	if err := s.begin(ctx, wc); err != nil {
 		return unavailable(ctx, err)
 	}
 	committed := false
@@ -230,7 +233,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 			clean = rerr == nil
 		}
 	}()
-	q = s.inTx(ctx, wc) // the lock is held: the steps run to their end
+	q := s.inTx(ctx, wc) // the lock is held: the steps run to their end
 	now := s.now().UnixNano()
 	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
@@ -319,6 +322,10 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 				s.dropWriter()
 				return nil, 0, unavailable(ctx, err)
 			}
+			if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA busy_timeout`).Scan(&s.wc.busy); err != nil {
+				s.dropWriter()
+				return nil, 0, unavailable(ctx, err)
+			}
 			s.wc.autockpt = pages
 			if pages > 0 { // 0: the application checkpoints itself
 				s.wc.ckptEvery = max(pages/2, 1)
@@ -329,11 +336,13 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		return s.wc, s.wc.level, nil
 	}
 	// Again after a Work: a handler's value would bring SQLite's own
-	// checkpoints back.
+	// checkpoints back, or make begin wait without its context.
 	if s.wal {
-		if err := setPragma(stmtQuerier{ctx, s.wc}, `PRAGMA wal_autocheckpoint = 0`); err != nil {
-			s.dropWriter()
-			return nil, 0, unavailable(ctx, err)
+		for _, pragma := range []string{`PRAGMA wal_autocheckpoint = 0`, `PRAGMA busy_timeout = 0`} {
+			if err := setPragma(stmtQuerier{ctx, s.wc}, pragma); err != nil {
+				s.dropWriter()
+				return nil, 0, unavailable(ctx, err)
+			}
 		}
 	}
 	var level, objects, triggers int
@@ -425,10 +434,12 @@ func (s *Store) closeWriter() {
 		st.Close()
 	}
 	if s.wal {
-		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(s.wc.autockpt)); err != nil {
-			discard(s.wc.conn)
-			s.wc = nil
-			return
+		for _, pragma := range []string{`PRAGMA wal_autocheckpoint = ` + strconv.Itoa(s.wc.autockpt), `PRAGMA busy_timeout = ` + strconv.Itoa(s.wc.busy)} {
+			if _, err := s.wc.conn.ExecContext(context.Background(), pragma); err != nil {
+				discard(s.wc.conn)
+				s.wc = nil
+				return
+			}
 		}
 	}
 	s.wc.conn.Close()
@@ -443,12 +454,45 @@ type wconn struct {
 	// autockpt is the DSN's wal_autocheckpoint; ckptEvery 0: the
 	// application checkpoints.
 	autockpt, ckptEvery, sinceCkpt int
+	busy                           int // the DSN's busy_timeout (WAL mode: see begin)
 }
 
 // stmtQuerier runs statements on the writer's connection, prepared once.
 type stmtQuerier struct {
 	ctx context.Context
 	wc  *wconn
+}
+
+// begin runs BEGIN IMMEDIATE on the writer's connection. In WAL mode it
+// first tries without ctx (modernc and mattn start a goroutine for each
+// statement run with a context that can end) and without a wait: the
+// connection runs with busy_timeout 0 (openWriter); then it waits.
+func (s *Store) begin(ctx context.Context, wc *wconn) error {
+	if s.wal {
+		_, err := stmtQuerier{context.WithoutCancel(ctx), wc}.exec(`BEGIN IMMEDIATE`)
+		if err == nil || !strings.Contains(err.Error(), "database is locked") {
+			return err
+		}
+	}
+	return s.waiting(ctx, wc, `BEGIN IMMEDIATE`)
+}
+
+// waiting runs query on the writer's connection within ctx, waiting for
+// other connections as long as the DSN's busy_timeout allows.
+func (s *Store) waiting(ctx context.Context, wc *wconn, query string) error {
+	if !s.wal {
+		_, err := stmtQuerier{ctx, wc}.exec(query)
+		return err
+	}
+	q := stmtQuerier{context.WithoutCancel(ctx), wc}
+	if err := setPragma(q, `PRAGMA busy_timeout = `+strconv.Itoa(wc.busy)); err != nil {
+		return err
+	}
+	_, err := stmtQuerier{ctx, wc}.exec(query)
+	if rerr := setPragma(q, `PRAGMA busy_timeout = 0`); rerr != nil {
+		wc.level = 0 // openWriter sets it again
+	}
+	return err
 }
 
 // inTx is the querier after BEGIN IMMEDIATE. In WAL mode its statements
