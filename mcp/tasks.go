@@ -35,7 +35,8 @@ func HTTPTokenUserID(r *http.Request) (string, error) {
 //
 // with [HTTPTokenUserID] as the Tasks' caller, and advertise the extension (mcptoken.TasksExtension) with
 // ServerCapabilities.AddExtension. Inside a task, h runs without a session
-// (req.Session is nil): a result with InputRequests parks the task as
+// (req.Session is nil) and with the creating request's TokenInfo in
+// req.Extra (no Header): a result with InputRequests parks the task as
 // input_required until tasks/update answers every request, then h is
 // called again with the answers and the RequestState it returned, as an
 // MRTR retry (the state stays in the running instance, never on the wire).
@@ -43,13 +44,14 @@ func HTTPTokenUserID(r *http.Request) (string, error) {
 func TaskTool(name string, h mcp.ToolHandler, required bool) mcptoken.TaskTool {
 	return mcptoken.TaskTool{Name: name, Required: required, Run: func(ctx context.Context, call *mcptoken.TaskCall) (json.RawMessage, error) {
 		params := &mcp.CallToolParamsRaw{Name: name, Arguments: call.Arguments}
+		extra := &mcp.RequestExtra{TokenInfo: auth.TokenInfoFromContext(ctx)}
 		if len(call.InputResponses) > 0 {
 			if err := decodeResponses(call.InputResponses, &params.InputResponses); err != nil {
 				return nil, err
 			}
 		}
 		for {
-			res, err := h(ctx, &mcp.CallToolRequest{Params: params})
+			res, err := h(ctx, &mcp.CallToolRequest{Params: params, Extra: extra})
 			if err != nil {
 				return nil, err
 			}

@@ -77,6 +77,35 @@ func TestTaskTool(t *testing.T) {
 			t.Fatalf("result %s, states %q", done.Result, states)
 		}
 	})
+	t.Run("the handler sees the creating request's TokenInfo, not its end", func(t *testing.T) {
+		ts := newTestTasks(t)
+		seen := make(chan *mcp.RequestExtra, 1)
+		h := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			seen <- req.Extra
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, ctx.Err()
+		}
+		var created mcptoken.TaskState
+		var cerr error
+		create := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+			return &auth.TokenInfo{UserID: "ada", Expiration: time.Now().Add(time.Hour)}, nil
+		}, nil)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithCancel(r.Context())
+			created, cerr = ts.Create(ctx, TaskTool("who", h, false), &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
+			cancel() // the request ends before the task does
+		}))
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Authorization", "Bearer t")
+		create.ServeHTTP(httptest.NewRecorder(), r)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		if extra := <-seen; extra == nil || extra.TokenInfo == nil || extra.TokenInfo.UserID != "ada" {
+			t.Fatalf("req.Extra inside the task: %+v", extra)
+		}
+		if got := awaitTask(t, ts, created.ID, func(s mcptoken.TaskState) bool { return s.Status != "working" }); got.Status != "completed" {
+			t.Fatalf("task %+v", got)
+		}
+	})
 	t.Run("a handler error fails the task", func(t *testing.T) {
 		ts := newTestTasks(t)
 		h := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -320,8 +320,9 @@ type TaskState struct {
 }
 
 // Create creates a task for call durably (one write to the store) and
-// starts running it in the background; it returns the task's state once
-// any instance's [Tasks.Get] would find it.
+// starts running it in the background, with ctx's values (such as the
+// request's auth) but not its cancellation or deadline; it returns the
+// task's state once any instance's [Tasks.Get] would find it.
 func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (TaskState, error) {
 	ref := taskRef{Nonce: make([]byte, 16), Tool: tool.Name}
 	if _, err := rand.Read(ref.Nonce); err != nil {
@@ -343,13 +344,14 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		return TaskState{}, err
 	}
 	call.Tool = tool.Name
-	go t.run(ref, held, tool, call)
+	go t.run(context.WithoutCancel(ctx), ref, held, tool, call)
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
 
-// run runs a task and records its outcome, renewing its lease meanwhile.
-func (t *Tasks) run(ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
-	ctx, cancel := context.WithCancel(context.Background())
+// run runs a task and records its outcome, renewing its lease meanwhile,
+// under parent's values (the creating request's, such as its auth).
+func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
