@@ -56,7 +56,8 @@ type TasksConfig struct {
 	// any task.
 	Store replay.Recorder
 	// TTL is how long a task and its outcome stay readable from its
-	// creation (ttlMs); 0 means one hour. Its ID expires with it.
+	// creation (ttlMs); 0 means one hour. Its ID expires with it, and a
+	// tool still running then has its context cancelled.
 	TTL time.Duration
 	// Hold is the lease of the running instance, renewed every Hold/3: a
 	// task whose instance stopped is reported failed within Hold. 0 means
@@ -351,7 +352,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 // run runs a task and records its outcome, renewing its lease meanwhile,
 // under parent's values (the creating request's, such as its auth).
 func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
-	ctx, cancel := context.WithCancel(parent)
+	ctx, cancel := context.WithDeadline(parent, ref.created().Add(t.ttl))
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})

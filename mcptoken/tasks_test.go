@@ -58,6 +58,25 @@ func runToEnd(t *testing.T, ts *Tasks, run func(context.Context, *TaskCall) (jso
 }
 
 func TestTaskRun(t *testing.T) {
+	t.Run("cancels a tool still running at the TTL", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), TTL: time.Second, Hold: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+		must(t, err)
+		ended := make(chan error, 1)
+		st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+			<-ctx.Done()
+			ended <- ctx.Err()
+			return nil, ctx.Err()
+		}}, &TaskCall{Caller: "alice"})
+		must(t, err)
+		if err := <-ended; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the tool's context ended with %v", err)
+		}
+		if end := st.Created.Add(time.Second); time.Now().Before(end) {
+			t.Fatalf("the tool was stopped %v before the TTL", time.Until(end))
+		}
+	})
 	t.Run("records its outcome through a store that failed to answer", func(t *testing.T) {
 		store := &hiccup{MemoryStore: replay.NewMemoryStore(0)}
 		store.n.Store(2)
