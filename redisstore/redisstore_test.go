@@ -541,14 +541,30 @@ func newRefusesInvalidOptions(t *testing.T) {
 // may still take the port before the server binds it; the caller retries a
 // start that fails. (pgstore's and redisstore's tests each keep a copy:
 // nested modules import no internal package of the root module.)
+//
+// CTOKEN_PORT_PARITY=0 or 1 keeps the ports even or odd (a Cluster bus at
+// port+10000 too), so that two suites run side by side (.ci/fleet.sh's
+// failures on Redis and on Valkey) never pick, or restart a server on, a
+// port of the other's.
 func belowEphemeral() (string, error) {
 	top := ephemeralLow() - 10000 // a Cluster bus listens at port+10000
 	const bottom = 10000
 	if top-bottom < 1000 {
 		return "", errors.New("the ephemeral port range leaves no room below it")
 	}
+	parity := -1
+	switch os.Getenv("CTOKEN_PORT_PARITY") {
+	case "0":
+		parity = 0
+	case "1":
+		parity = 1
+	}
 	for range 100 {
-		p := strconv.Itoa(bottom + mathrand.IntN(top-bottom))
+		n := bottom + mathrand.IntN(top-bottom-1)
+		if parity >= 0 {
+			n = n&^1 | parity
+		}
+		p := strconv.Itoa(n)
 		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
 		if err != nil {
 			continue
