@@ -1,6 +1,7 @@
 package mcptoken
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,16 +14,23 @@ import (
 func TestAnswerJSON(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
+	// sealed returns States that answer retries and a state they sealed
+	// for alice's deploy with args.
+	sealed := func(t *testing.T) (*States, *bytes.Buffer, string) {
+		t.Helper()
+		s, log := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, log, wire
+	}
 	decode := func(b []byte) (*toolResult, error) {
 		var r toolResult
 		return &r, json.Unmarshal(b, &r)
 	}
 	t.Run("answers the retry with the recorded result, decoded", func(t *testing.T) {
-		s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
-		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, _, wire := sealed(t)
 		runs := 0
 		round := func(_ context.Context, plain string) (any, error) {
 			runs++
@@ -36,12 +44,8 @@ func TestAnswerJSON(t *testing.T) {
 		}
 	})
 	t.Run("a result that does not encode is the round's error", func(t *testing.T) {
-		s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
-		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = AnswerJSON(ctx, s, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) (any, error) {
+		s, _, wire := sealed(t)
+		_, err := AnswerJSON(ctx, s, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) (any, error) {
 			return func() {}, nil
 		}, decode)
 		var je *json.UnsupportedTypeError
@@ -50,12 +54,8 @@ func TestAnswerJSON(t *testing.T) {
 		}
 	})
 	t.Run("a record that does not decode is an Internal refusal, logged", func(t *testing.T) {
-		s, log := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
-		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = AnswerJSON(ctx, s, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) (any, error) {
+		s, log, wire := sealed(t)
+		_, err := AnswerJSON(ctx, s, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) (any, error) {
 			return undecodable{N: 1}, nil
 		}, func(b []byte) (undecodable, error) {
 			var u undecodable
