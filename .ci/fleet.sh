@@ -121,13 +121,13 @@ if [ "$what" = all ] || [ "$what" = failures ]; then
 	# failures (CTOKEN_REDIS_FLAVOR=valkey) runs side by side with them.
 	# Both mostly wait (failovers, Sentinel's down-after, restarts): a
 	# failover test here uses under half a core. They share no server, port
-	# (odd ports for Valkey, even here: CTOKEN_PORT_PARITY) or directory.
+	# (CTOKEN_PORT_CLASS: 0/4 here, 1/4 for Valkey) or directory.
 	valkey_pid=""
 	if [ -n "${CTOKEN_FLEET_VALKEY_ALONGSIDE:-}" ]; then
 		valkey_log="$(mktemp)"
-		CTOKEN_PORT_PARITY=1 CTOKEN_REDIS_FLAVOR=valkey bash "$root/.ci/fleet.sh" failures >"$valkey_log" 2>&1 &
+		CTOKEN_PORT_CLASS=1/4 CTOKEN_REDIS_FLAVOR=valkey bash "$root/.ci/fleet.sh" failures >"$valkey_log" 2>&1 &
 		valkey_pid=$!
-		export CTOKEN_PORT_PARITY=0
+		export CTOKEN_PORT_CLASS=0/4
 	fi
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
 	# TestAOFSwitchedOffThenCrash runs on redis-server and on valkey-server
@@ -148,7 +148,7 @@ if [ "$what" = all ] || [ "$what" = failures ]; then
 		wait "$valkey_pid" || valkey_status=$?
 		cat "$valkey_log"
 		rm -f "$valkey_log"
-		unset CTOKEN_PORT_PARITY
+		unset CTOKEN_PORT_CLASS
 		if [ "$valkey_status" != 0 ]; then
 			echo "fleet.sh: the Valkey leg of the store failures failed (above)" >&2
 			status=1
