@@ -20,6 +20,8 @@ for mode in ${FIPS_MODES:-only on}; do
 	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore and pgstore (contract and fleet), sqlitestore (its tests, drivertest contracts)"
 	# Every root package: the static scans (constant-time compares, doc
 	# snippets, mutation reports) live in the tools module, .ci/tools.
+	# It is also .ci/run's run of the root module without -race, where
+	# internal/jcs's exhaustive checks run (they skip under -race).
 	GODEBUG=fips140=$mode go test -count=1 ./...
 	(cd mcp && GODEBUG=fips140=$mode go test -count=1 ./...)
 	(cd mcpgo && GODEBUG=fips140=$mode go test -count=1 ./...)

@@ -26,7 +26,9 @@
 #                           # (issue 46); CONFIG RESETSTAT after a burst then
 #                           # idleness (issue 66).
 #                           # ~60 s; without -race, so the logged throughput
-#                           # ratios mean something
+#                           # ratios mean something. With
+#                           # CTOKEN_FLEET_VALKEY_ALONGSIDE=1, the Valkey
+#                           # leg (below) runs side by side.
 #   .ci/fleet.sh load       # the sustained-load test alone
 #
 # CTOKEN_LOAD_DURATION (Go duration, default 30s) and CTOKEN_LOAD_CLIENTS
@@ -115,6 +117,18 @@ if [ "$what" = all ] || [ "$what" = faults ]; then
 fi
 
 if [ "$what" = all ] || [ "$what" = failures ]; then
+	# CTOKEN_FLEET_VALKEY_ALONGSIDE=1 (.ci/run): the Valkey leg of these
+	# failures (CTOKEN_REDIS_FLAVOR=valkey) runs side by side with them.
+	# Both mostly wait (failovers, Sentinel's down-after, restarts): a
+	# failover test here uses under half a core. They share no server, port
+	# (CTOKEN_PORT_CLASS: 0/4 here, 1/4 for Valkey) or directory.
+	valkey_pid=""
+	if [ -n "${CTOKEN_FLEET_VALKEY_ALONGSIDE:-}" ]; then
+		valkey_log="$(mktemp)"
+		CTOKEN_PORT_CLASS=1/4 CTOKEN_REDIS_FLAVOR=valkey bash "$root/.ci/fleet.sh" failures >"$valkey_log" 2>&1 &
+		valkey_pid=$!
+		export CTOKEN_PORT_CLASS=0/4
+	fi
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
 	# TestAOFSwitchedOffThenCrash runs on redis-server and on valkey-server
 	# when installed (so not again under CTOKEN_REDIS_FLAVOR=valkey): 8
@@ -124,10 +138,23 @@ if [ "$what" = all ] || [ "$what" = failures ]; then
 	# TestResetStatAfterABurst (issue 66) likewise runs on redis-server and
 	# valkey-server: one pass of its runs here (CTOKEN_RESETSTAT_RUNS; the
 	# 30-pass figures are in docs/fleet-reference.md).
+	status=0
 	(cd redisstore && CTOKEN_AOF_RUNS="${CTOKEN_AOF_RUNS:-8}" CTOKEN_AOF_WINDOW_RUNS="${CTOKEN_AOF_WINDOW_RUNS:-1}" \
 		CTOKEN_RESETSTAT_RUNS="${CTOKEN_RESETSTAT_RUNS:-1}" \
 		go test -tags fault -count=1 -timeout 900s -v \
-		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestAOFSwitchedOffThenCrash|TestResetStatAfterABurst)' .)
+		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestAOFSwitchedOffThenCrash|TestResetStatAfterABurst)' .) || status=$?
+	if [ -n "$valkey_pid" ]; then
+		valkey_status=0
+		wait "$valkey_pid" || valkey_status=$?
+		cat "$valkey_log"
+		rm -f "$valkey_log"
+		unset CTOKEN_PORT_CLASS
+		if [ "$valkey_status" != 0 ]; then
+			echo "fleet.sh: the Valkey leg of the store failures failed (above)" >&2
+			status=1
+		fi
+	fi
+	if [ "$status" != 0 ]; then exit "$status"; fi
 fi
 
 if [ "$what" = all ] || [ "$what" = load ]; then

@@ -14,6 +14,7 @@
 #                      # crash, 10-16 s)
 #   .ci/pg.sh load     # the load test alone, without -race, so that its
 #                      # throughput and latency figures mean something
+#   .ci/pg.sh install  # install PostgreSQL when missing, and nothing else
 #
 # The tests start and stop their own servers: TestMain runs initdb once and
 # starts a shared server, and the fault tests start servers of their own;
@@ -32,9 +33,9 @@ export CI=true
 
 what="${1:-all}"
 case "$what" in
-all | load) ;;
+all | load | install) ;;
 *)
-	echo "usage: $0 [all|load]" >&2
+	echo "usage: $0 [all|load|install]" >&2
 	exit 2
 	;;
 esac
@@ -54,6 +55,8 @@ if ! have_pg; then
 	# The package may start a cluster of its own on 5432; the tests never use it.
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 fi
+
+if [ "$what" = install ]; then exit 0; fi
 
 cd "$root/pgstore"
 timeout=600s

@@ -22,15 +22,11 @@ type Cursors struct {
 
 // NewCursors returns Cursors that sign with issuer. opts may be nil.
 func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, error) {
-	var o CursorOptions
-	if opts != nil {
-		o = *opts
-	}
-	core, err := mcptoken.NewCursors(issuer, integration(o.Logger))
+	core, caller, err := mcptoken.NewCursorsFor(issuer, opts, integration)
 	if err != nil {
 		return nil, err
 	}
-	return &Cursors{core: core, caller: callerOr(o.Caller)}, nil
+	return &Cursors{core: core, caller: callerOr(caller)}, nil
 }
 
 // Scope returns the scope a cursor of req is bound to: the tool

@@ -44,11 +44,11 @@ type Idempotency struct {
 // ctoken.ErrConfig that names the invalid field (see
 // [mcptoken.NewIdempotency]).
 func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
-	core, err := mcptoken.NewIdempotency(opts.IdempotencyConfig, integration(opts.Logger))
+	core, caller, err := mcptoken.NewIdempotencyFor(opts, integration)
 	if err != nil {
 		return nil, err
 	}
-	return &Idempotency{core: core, caller: callerOr(opts.Caller)}, nil
+	return &Idempotency{core: core, caller: callerOr(caller)}, nil
 }
 
 // Wrap returns a tool handler that runs h at most once per authenticated
@@ -76,38 +76,17 @@ func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 		if h == nil {
 			return nil, errMisconfigured()
 		}
-		var first *mcp.CallToolResult
-		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
-			res, err := h(hctx, req)
-			if err != nil {
-				return nil, failure(err)
-			}
-			if res == nil {
-				return nil, failure(&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"})
-			}
-			first = res
-			if needsInput(res) {
-				return nil, errInputRequired
-			}
-			return json.Marshal(res)
-		})
-		if errors.Is(err, errInputRequired) {
-			return first, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The first call and every retry send the recorded bytes decoded
-		// the same way, so the client sees the same result each time.
-		var out mcp.CallToolResult
-		if err := json.Unmarshal(b, &out); err != nil {
-			if first != nil {
-				return first, nil // an unkeyed call of a result the SDK cannot decode
-			}
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded result unreadable"}
-		}
-		return &out, nil
+		return call(ctx, i, req, toolRules, func(hctx context.Context) (*mcp.CallToolResult, error) { return h(hctx, req) })
 	}
+}
+
+// toolRules are [Idempotency.Wrap]'s rules for the core.
+var toolRules = mcptoken.ToolRules[mcp.CallToolResult]{
+	Failure:    failure,
+	NoResult:   &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"},
+	NeedsInput: needsInput,
+	Replay:     replayFailure,
+	Refused:    func(err error) (*mcp.CallToolResult, error) { return nil, idempotencyError(err) },
 }
 
 // typedRecord is what [WrapFor] records: the handler's result and output.
@@ -125,42 +104,27 @@ type typedRecord[Out any] struct {
 // any error of a typed handler, a tool error result, recorded as Wrap
 // records h's errors (a -32602 releases the key).
 func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	rules := mcptoken.ToolRules[typedRecord[Out]]{
+		Failure:    failure,
+		NeedsInput: func(r *typedRecord[Out]) bool { return r.Result != nil && needsInput(r.Result) },
+		Replay:     replayFailure,
+		Refused:    func(err error) (*typedRecord[Out], error) { return nil, idempotencyError(err) },
+	}
 	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
 		if h == nil {
 			return nil, zero, errMisconfigured()
 		}
-		var first typedRecord[Out]
-		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
+		rec, err := call(ctx, i, req, rules, func(hctx context.Context) (*typedRecord[Out], error) {
 			res, out, err := h(hctx, req, in)
-			if err != nil {
-				return nil, failure(err)
-			}
-			if res != nil && needsInput(res) {
-				first = typedRecord[Out]{Result: res, Output: out}
-				return nil, errInputRequired
-			}
-			return json.Marshal(typedRecord[Out]{Result: res, Output: out})
+			return &typedRecord[Out]{Result: res, Output: out}, err
 		})
-		if errors.Is(err, errInputRequired) {
-			return first.Result, first.Output, nil
-		}
 		if err != nil {
 			return nil, zero, err
-		}
-		var rec typedRecord[Out]
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return nil, zero, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded result unreadable"}
 		}
 		return rec.Result, rec.Output, nil
 	}
 }
-
-// errInputRequired tells the engine that the tool asked for input: a
-// round of a multi round-trip call, sent as it is and not recorded (the
-// key is released), so that the round that completes the call is the one
-// recorded and replayed.
-var errInputRequired = errors.New("input required: not recorded")
 
 // needsInput reports whether res asks the client for input.
 func needsInput(res *mcp.CallToolResult) bool {
@@ -172,9 +136,9 @@ func errMisconfigured() error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotent tool misconfigured"}
 }
 
-// call runs run for req under i: the recorded result's bytes, or the error
-// the client is sent.
-func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mcptoken.RunFunc) ([]byte, error) {
+// call runs run, the handler of req, under i with rules: what the handler
+// returns.
+func call[R any](ctx context.Context, i *Idempotency, req *mcp.CallToolRequest, rules mcptoken.ToolRules[R], run func(context.Context) (*R, error)) (*R, error) {
 	if i == nil || i.core == nil || req == nil || req.Params == nil {
 		return nil, errMisconfigured()
 	}
@@ -182,21 +146,7 @@ func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mc
 	if err != nil {
 		caller = "" // refused by the core, and logged, when the call carries a key
 	}
-	var metaKey any
-	if req.Params.Meta != nil {
-		metaKey = mcptoken.MetaKeyOf(req.Params.Meta)
-	}
-	b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, run)
-	var f *mcptoken.Failure
-	switch {
-	case errors.As(err, &f) && f.Err != nil:
-		return nil, f.Err // the first call's own failure
-	case errors.As(err, &f):
-		return nil, replayFailure(f.Record)
-	case err != nil:
-		return nil, idempotencyError(err)
-	}
-	return b, nil
+	return rules.Call(ctx, i.core, caller, req.Params.Name, req.Params.Arguments, mcptoken.MetaKeyOf(req.Params.Meta), run)
 }
 
 // failureRecord is what is recorded of a tool's error: its JSON-RPC code

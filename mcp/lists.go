@@ -54,15 +54,11 @@ func SecureListCursors(server *mcp.Server, issuer *ctoken.CursorIssuer, opts *Cu
 	if server == nil {
 		return errors.New("ctokenmcp: SecureListCursors: nil server")
 	}
-	var o CursorOptions
-	if opts != nil {
-		o = *opts
-	}
-	core, err := mcptoken.NewListCursors(issuer, integration(o.Logger))
+	core, caller, err := mcptoken.NewListCursorsFor(issuer, opts, integration)
 	if err != nil {
 		return err
 	}
-	l := &listCursors{core: core, caller: callerOr(o.Caller)}
+	l := &listCursors{core: core, caller: callerOr(caller)}
 	server.AddReceivingMiddleware(l.middleware)
 	return nil
 }

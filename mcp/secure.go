@@ -279,28 +279,15 @@ func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request
 		return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
 	}
 	var ranErr error // the error a handler's result carries (SetError), for sending middleware
-	out, err := s.core.Answer(ctx, subject, method, call.name, args, call.state, func(ctx context.Context, plain string) ([]byte, error) {
+	res, err := mcptoken.AnswerJSON(ctx, s.core, subject, method, call.name, args, call.state, func(ctx context.Context, plain string) (any, error) {
 		res, err := s.runRound(ctx, method, withState(req, plain), call, subject, args, next)
-		if err != nil {
-			return nil, err
-		}
-		if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+		if r, ok := res.(*mcp.CallToolResult); ok && r != nil && err == nil {
 			ranErr = r.GetError()
 		}
-		b, err := json.Marshal(res)
-		if err != nil {
-			return nil, fmt.Errorf("ctokenmcp: encoding the tool result: %w", err)
-		}
-		return b, nil
-	})
+		return res, err
+	}, toolResultOf)
 	if err != nil {
 		return nil, err
-	}
-	res, err := toolResultOf(out)
-	if err != nil {
-		s.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcp: a recorded tool result does not decode",
-			mcptoken.NameAttr(method, call.name), slog.String("error", err.Error()))
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error answering requestState"}
 	}
 	if ranErr != nil && res.IsError {
 		// Not encoded: the content and isError are already the handler's.

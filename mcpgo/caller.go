@@ -69,27 +69,6 @@ func FixedCaller(id string) CallerFunc {
 	}
 }
 
-// integration returns the description of this package the shared core
-// reports through, logging to log: a request without a caller is
-// [ErrNoCaller], a replay store that cannot answer [ErrStoreUnavailable],
-// and a refused token a [*Rejection].
-func integration(log *slog.Logger) *mcptoken.Integration {
-	return &mcptoken.Integration{
-		Name:     "ctokenmcpgo",
-		Log:      log,
-		NoCaller: func() error { return ErrNoCaller },
-		Refused: func(r mcptoken.Refusal) error {
-			if r.Internal {
-				return ErrInternal
-			}
-			if r.StoreFailed {
-				return ErrStoreUnavailable
-			}
-			return rejection(r)
-		},
-	}
-}
-
 // Codes carried with a rejected request state, beside ctoken's cursor codes
 // [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021),
 // which come from the reference protocol. These two are local to ctoken (the
@@ -180,6 +159,26 @@ func rejection(r mcptoken.Refusal) *Rejection {
 		return roundInterrupted
 	}
 	return stateInvalid
+}
+
+// integration returns the description of this package the shared core
+// reports through, logging to log: a request without a caller is
+// [ErrNoCaller], and a refused token the error [refusal] builds.
+func integration(log *slog.Logger) *mcptoken.Integration {
+	return &mcptoken.Integration{Name: "ctokenmcpgo", Log: log, NoCaller: func() error { return ErrNoCaller }, Refused: refusal}
+}
+
+// refusal is the error a handler returns for a refused token: a
+// [*Rejection], or [ErrInternal] for a codec or issuer without a key, or
+// [ErrStoreUnavailable] for a replay store that could not answer.
+func refusal(r mcptoken.Refusal) error {
+	if r.Internal {
+		return ErrInternal
+	}
+	if r.StoreFailed {
+		return ErrStoreUnavailable
+	}
+	return rejection(r)
 }
 
 // maxRetryAfterMs bounds the hint [StateRetryAfter] accepts: an hour, as

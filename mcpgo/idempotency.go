@@ -52,11 +52,11 @@ type Idempotency struct {
 // ctoken.ErrConfig that names the invalid field (see
 // [mcptoken.NewIdempotency]).
 func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
-	core, err := mcptoken.NewIdempotency(opts.IdempotencyConfig, integration(opts.Logger))
+	core, caller, err := mcptoken.NewIdempotencyFor(opts, integration)
 	if err != nil {
 		return nil, err
 	}
-	return &Idempotency{core: core, caller: callerOr(opts.Caller)}, nil
+	return &Idempotency{core: core, caller: callerOr(caller)}, nil
 }
 
 // Wrap returns a tool handler that runs h at most once per authenticated
@@ -100,41 +100,18 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 				return mcp.NewToolResultError("arguments cannot be encoded"), nil
 			}
 		}
-		var first *mcp.CallToolResult
-		b, err := i.core.Call(ctx, caller, req.Params.Name, args, metaKey, func(hctx context.Context) ([]byte, error) {
-			res, err := h(hctx, req)
-			if err != nil {
-				return nil, failure(err)
-			}
-			if res == nil {
-				return nil, failure(errors.New("tool returned no result"))
-			}
-			first = res
-			if len(res.InputRequests) > 0 || res.NeedsInput() {
-				return nil, errInputRequired
-			}
-			return json.Marshal(res)
-		})
-		var f *mcptoken.Failure
-		switch {
-		case errors.Is(err, errInputRequired):
-			return first, nil
-		case errors.As(err, &f) && f.Err != nil:
-			return nil, f.Err // the first call's own failure
-		case errors.As(err, &f):
-			return nil, errors.New(string(f.Record)) // sent as the first was: -32603 with its text
-		case err != nil:
-			return idempotencyResult(err)
-		}
-		var out mcp.CallToolResult
-		if err := json.Unmarshal(b, &out); err != nil {
-			if first != nil {
-				return first, nil
-			}
-			return nil, ErrIdempotencyStore
-		}
-		return &out, nil
+		return toolRules.Call(ctx, i.core, caller, req.Params.Name, args, metaKey, func(hctx context.Context) (*mcp.CallToolResult, error) { return h(hctx, req) })
 	}
+}
+
+// toolRules are [Idempotency.Wrap]'s rules for the core: a recorded
+// failure is sent again as the first was, -32603 with its text.
+var toolRules = mcptoken.ToolRules[mcp.CallToolResult]{
+	Failure:    failure,
+	NoResult:   errors.New("tool returned no result"),
+	NeedsInput: func(res *mcp.CallToolResult) bool { return len(res.InputRequests) > 0 || res.NeedsInput() },
+	Replay:     func(record []byte) error { return errors.New(string(record)) },
+	Refused:    idempotencyResult,
 }
 
 // failure returns what a handler's error is to the engine: one that
@@ -148,12 +125,6 @@ func failure(err error) error {
 	}
 	return &mcptoken.Failure{Record: []byte(err.Error()), Err: err}
 }
-
-// errInputRequired tells the engine that the tool asked for input: a
-// round of a multi round-trip call, returned as it is and not recorded
-// (the key is released), so that the round that completes the call is the
-// one recorded and replayed.
-var errInputRequired = errors.New("input required: not recorded")
 
 // idempotencyResult maps an error of mcptoken.Idempotency.Call to what
 // the handler returns.

@@ -65,15 +65,11 @@ import (
 // and its calls. mcp-go has no filter for resources, so a server that
 // serves resources and no tools or prompts gets no such check.
 func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server.ServerOption, error) {
-	var o CursorOptions
-	if opts != nil {
-		o = *opts
-	}
-	core, err := mcptoken.NewListCursors(issuer, integration(o.Logger))
+	core, caller, err := mcptoken.NewListCursorsFor(issuer, opts, integration)
 	if err != nil {
 		return nil, err
 	}
-	l := &listCursors{core: core, caller: callerOr(o.Caller)}
+	l := &listCursors{core: core, caller: callerOr(caller)}
 	return l.install, nil
 }
 

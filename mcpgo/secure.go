@@ -212,31 +212,14 @@ func (st *States) answerRetry(ctx context.Context, req mcp.CallToolRequest, args
 	if err != nil {
 		return nil, err
 	}
-	out, err := st.core.Answer(ctx, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) ([]byte, error) {
+	return mcptoken.AnswerJSON(ctx, st.core, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) (any, error) {
 		req.Params.RequestState = plain
 		res, err := st.runTool(ctx, req, args, next)
-		if err != nil {
-			return nil, err
+		if err == nil && res == nil {
+			err = errors.New("ctokenmcpgo: the tool handler returned no result")
 		}
-		if res == nil {
-			return nil, errors.New("ctokenmcpgo: the tool handler returned no result")
-		}
-		b, err := json.Marshal(res)
-		if err != nil {
-			return nil, fmt.Errorf("ctokenmcpgo: encoding the tool result: %w", err)
-		}
-		return b, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	res, err := toolResultOf(out)
-	if err != nil {
-		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: a recorded tool result does not decode",
-			mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
-		return nil, ErrInternal
-	}
-	return res, nil
+		return res, err
+	}, toolResultOf)
 }
 
 // toolResultOf decodes the JSON of a tool result so that mcp-go encodes it

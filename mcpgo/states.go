@@ -33,15 +33,11 @@ type States struct {
 // Warn). A codec not made by ctoken.NewRequestStateCodec is an error
 // matching ctoken.ErrConfig.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	var o StateOptions
-	if opts != nil {
-		o = *opts
-	}
-	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding, AnswerRetries: o.AnswerRetries}, integration(o.Logger))
+	core, caller, err := mcptoken.NewStatesFor(codec, opts, integration)
 	if err != nil {
 		return nil, err
 	}
-	return &States{core: core, caller: callerOr(o.Caller)}, nil
+	return &States{core: core, caller: callerOr(caller)}, nil
 }
 
 // callerOf returns the authenticated caller of ctx, or [ErrNoCaller].

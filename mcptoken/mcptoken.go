@@ -246,7 +246,8 @@ type Refusal struct {
 	StoreFailed bool
 	// Internal reports a server that cannot judge the token at all: its
 	// codec or issuer has no key (ctoken.ErrNoKey), a misconfiguration that
-	// NewStates and NewCursors refuse up front. It is neither a bad token
+	// NewStates and NewCursors refuse up front; or, from [AnswerJSON], a
+	// recorded round's result that does not decode. It is neither a bad token
 	// nor a store outage; the client should be told of an internal error
 	// (JSON-RPC -32603) with Message, and the server logs it at Error.
 	Internal bool

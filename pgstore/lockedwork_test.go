@@ -235,6 +235,21 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	if _, err := b.pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
+	// pg_terminate_backend only signals the backend: wait for it to have
+	// exited (its locks gone), so that neither the Commit below nor the
+	// next AcquireWork races it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var held bool
+		if err := b.pool.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1)`, pid).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still holds locks 30 s after pg_terminate_backend", pid)
+		}
+	}
 	err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 	if err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Commit on a terminated backend = %v; want ErrUnavailable", err)

@@ -438,14 +438,21 @@ func storeOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*Options)) *Store {
 // may still take the port before the server binds it; the caller retries a
 // start that fails. (pgstore's and redisstore's tests each keep a copy:
 // nested modules import no internal package of the root module.)
+// CTOKEN_PORT_CLASS narrows the ports to one class ([portClass]).
 func belowEphemeral() (string, error) {
 	top := ephemeralLow() - 10000 // a Cluster bus listens at port+10000
 	const bottom = 10000
 	if top-bottom < 1000 {
 		return "", errors.New("the ephemeral port range leaves no room below it")
 	}
+	class, of, err := portClass()
+	if err != nil {
+		return "", err
+	}
 	for range 100 {
-		p := strconv.Itoa(bottom + mathrand.IntN(top-bottom))
+		n := bottom + mathrand.IntN(top-bottom-of)
+		n += class - n%of
+		p := strconv.Itoa(n)
 		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
 		if err != nil {
 			continue
@@ -454,6 +461,27 @@ func belowEphemeral() (string, error) {
 		return p, nil
 	}
 	return "", errors.New("no free port found in 100 tries")
+}
+
+// portClass reads CTOKEN_PORT_CLASS, "k/n": the ports belowEphemeral
+// returns are then those whose remainder by n is k, so that suites run
+// side by side (.ci/run: redisstore's on Redis and on Valkey beside
+// pgstore's; .ci/fleet.sh's failures on Redis and on Valkey) never pick,
+// or restart a server on, a port of another's. n divides 10000, so that
+// a Cluster bus at port+10000 is of its port's class. Unset: 0/1, every
+// port.
+func portClass() (class, of int, err error) {
+	v := os.Getenv("CTOKEN_PORT_CLASS")
+	if v == "" {
+		return 0, 1, nil
+	}
+	k, n, ok := strings.Cut(v, "/")
+	class, err1 := strconv.Atoi(k)
+	of, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || of < 1 || 10000%of != 0 || class < 0 || class >= of {
+		return 0, 0, fmt.Errorf("CTOKEN_PORT_CLASS=%q: want k/n, n dividing 10000 and 0 <= k < n", v)
+	}
+	return class, of, nil
 }
 
 // ephemeralLow is the first port of Linux's ephemeral range, or its

@@ -238,6 +238,7 @@ func TestPlainNameMatchesPlainString(t *testing.T) {
 // (and their neighbours), each alone, after an ASCII byte, and before one
 // or a truncated character.
 func TestValidNameMatchesUTF8Valid(t *testing.T) {
+	exhaustive(t)
 	check := func(t *testing.T, b []byte) {
 		if got, want := validName(b), utf8.Valid(b); got != want {
 			t.Fatalf("validName(%q) = %v, utf8.Valid %v", b, got, want)

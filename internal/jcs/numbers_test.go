@@ -15,6 +15,7 @@ import (
 // CanonicalJSON accepts exactly the spellings whose value is the shortest
 // form of ParseFloat's double, and writes that form.
 func TestTinyNumbersMatchParseFloat(t *testing.T) {
+	exhaustive(t)
 	bitsOf := []uint64{1, 2, 3, 10, 1 << 20, 1<<52 - 1, 1 << 52, 1<<52 + 1, 1<<53 - 1, 1 << 53}
 	x := uint64(0x9e3779b97f4a7c15)
 	for range 300 {
@@ -310,6 +311,7 @@ func TestNumberSpellingsOfOneDouble(t *testing.T) {
 // either way, where it answers it answers ParseFloat's double, and it
 // answers nearly always; outside its range of point it reports false.
 func TestTinyDoubleMatchesParseFloat(t *testing.T) {
+	exhaustive(t)
 	x := uint64(0x2545f4914f6cdd1d)
 	var p jcsParser
 	answered, total := 0, 0

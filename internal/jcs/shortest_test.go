@@ -47,6 +47,7 @@ func xorshift(seed uint64) func() uint64 {
 // strconv's own shortest forms of 16 and 17 digits almost always
 // (otherwise it buys nothing).
 func TestShortestExactMatchesStrconv(t *testing.T) {
+	exhaustive(t)
 	next := xorshift(0x9e3779b97f4a7c15)
 	var shortest, accepted int
 	count := true
@@ -122,6 +123,7 @@ func TestShortestExactMatchesStrconv(t *testing.T) {
 // between two doubles (where it rounds to even or reports false), and its
 // delta against the exact difference computed by math/big.
 func TestNearestDoubleMatchesParseFloat(t *testing.T) {
+	exhaustive(t)
 	next := xorshift(0x2545f4914f6cdd1d)
 	answered, total := 0, 0
 	check := func(d uint64, q int) {

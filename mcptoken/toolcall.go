@@ -1,0 +1,84 @@
+package mcptoken
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ToolRules are an SDK integration's rules for the idempotent calls of its
+// tool handlers, whose result type is R: how a handler's error is
+// recorded, which result asks for input, and what the client is sent for
+// a recorded failure and for a refusal. [ToolRules.Call] applies them to
+// one call; an integration's Wrap reads the request and calls it.
+type ToolRules[R any] struct {
+	// Failure returns what a handler's error is to [Idempotency.Call]: as
+	// it is when it says the tool did not begin (nothing is recorded, the
+	// key is released), else a [*Failure] that records it.
+	Failure func(error) error
+	// NoResult is the error of a handler that returned neither a result
+	// nor an error, recorded as Failure makes it.
+	NoResult error
+	// NeedsInput reports whether a result asks the client for input (a
+	// round of a multi round-trip call): it is sent as it is and not
+	// recorded, so that the round that completes the call is the one
+	// recorded and replayed.
+	NeedsInput func(*R) bool
+	// Replay returns the error a retry of a failed call is sent, from
+	// the Record its [*Failure] holds.
+	Replay func(record []byte) error
+	// Refused returns what the handler returns for any other error of
+	// Idempotency.Call: a refusal, a store failure, [ErrNotRecorded], or
+	// a handler's error that Failure returned as it is.
+	Refused func(error) (*R, error)
+}
+
+// errInputRequired is what a run returns to Idempotency.Call for a result
+// that asks for input: not recorded, the key released.
+var errInputRequired = errors.New("mcptoken: input required: not recorded")
+
+// Call runs run, the handler of one call of tool by caller, under i, as
+// [Idempotency.Call] says (args and metaKey as it takes them), and returns
+// what the SDK's handler returns. A result is recorded as its JSON, and
+// the first call and every retry get it decoded from those bytes, so the
+// client sees the same result each time; a record that does not decode
+// is [ErrNotRecorded] to a retry, and the first call gets its own result.
+// The Err of a handler's [*Failure] is returned as it is to the first
+// call.
+func (r ToolRules[R]) Call(ctx context.Context, i *Idempotency, caller, tool string, args []byte, metaKey any, run func(context.Context) (*R, error)) (*R, error) {
+	var first *R
+	b, err := i.Call(ctx, caller, tool, args, metaKey, func(hctx context.Context) ([]byte, error) {
+		res, err := run(hctx)
+		if err == nil && res == nil {
+			err = r.NoResult
+		}
+		if err != nil {
+			return nil, r.Failure(err)
+		}
+		first = res
+		if r.NeedsInput(res) {
+			return nil, errInputRequired
+		}
+		return json.Marshal(res)
+	})
+	var f *Failure
+	switch {
+	case errors.Is(err, errInputRequired):
+		return first, nil
+	case errors.As(err, &f) && f.Err != nil:
+		return nil, f.Err // the first call's own failure
+	case errors.As(err, &f):
+		return nil, r.Replay(f.Record)
+	case err != nil:
+		return r.Refused(err)
+	}
+	var out R
+	if err := json.Unmarshal(b, &out); err != nil {
+		if first != nil {
+			return first, nil // the first call: its own result
+		}
+		return r.Refused(fmt.Errorf("%w: the recorded result does not decode", ErrNotRecorded))
+	}
+	return &out, nil
+}
