@@ -137,3 +137,69 @@ func TestHTTPTokenUserID(t *testing.T) {
 		t.Fatalf("behind RequireBearerToken: %q", got)
 	}
 }
+
+// TestRequiredTaskToolBehindTheSDK: whatever the body, go-sdk behind
+// Tasks.Handler never runs a required task tool synchronously for a client
+// that did not declare the extension: the adapter must read each body as
+// the SDK does (exact keys, the first JSON value, batches).
+func TestRequiredTaskToolBehindTheSDK(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second,
+		Caller: func(*http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	h := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ran = append(ran, req.Params.Name)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	for _, name := range []string{"job", "plain"} {
+		server.AddTool(&mcp.Tool{Name: name, InputSchema: &jsonschema.Schema{Type: "object"}}, h)
+	}
+	if err := ts.Add(TaskTool("job", h, true)); err != nil {
+		t.Fatal(err)
+	}
+	handler := ts.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: 16 << 20}))
+	post := func(version, body string) string {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		r.Header.Set("Mcp-Protocol-Version", version)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		return w.Body.String()
+	}
+	// The harness reaches the SDK's handler: a plain tool runs.
+	for _, v := range []string{"2025-03-26", "2025-11-25"} {
+		ran = nil
+		if out := post(v, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"plain","arguments":{}}}`); len(ran) != 1 {
+			t.Fatalf("%s: the plain tool did not run: %s", v, out)
+		}
+	}
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"job","arguments":{}}}`
+	for _, body := range []string{
+		call,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"job","NAME":"plain","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","METHOD":"ping","params":{"name":"job","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"job","name":"plain","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"plain","name":"job","arguments":{}}}`,
+		call + ` {}`,
+		call + `x`,
+		`[` + call + `]`,
+		`[` + call + `] x`,
+		"\ufeff" + call,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"job","arguments":{"pad":"` + strings.Repeat("a", 5<<20) + `"}}}`,
+	} {
+		for _, v := range []string{"2025-03-26", "2025-11-25"} {
+			ran = nil
+			if out := post(v, body); len(ran) != 0 {
+				t.Errorf("%s %.200s: the SDK ran %q for a client without the extension: %s", v, body, ran, out)
+			}
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -77,6 +78,10 @@ type TasksConfig struct {
 	// that is not loopback. Set it only where the SDK's own check is off
 	// too (a reverse proxy on the same host that forwards the public Host).
 	InsecureSkipLocalhostProtection bool
+	// Logger is told of every failure: a store that could not answer, a
+	// tool that failed or panicked, a lease lost (never a key, a caller or
+	// a task ID). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Tasks runs task-augmented tools durably and answers the Tasks
@@ -92,6 +97,7 @@ type Tasks struct {
 	poll    time.Duration
 	caller  func(*http.Request) (string, error)
 	anyHost bool
+	log     *slog.Logger
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
@@ -159,6 +165,7 @@ const (
 	codeInternal       = -32603
 	codeInvalid        = -32602
 	codeInvalidRequest = -32600
+	codeParse          = -32700
 	maxTaskInputs      = 64
 )
 
@@ -179,7 +186,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, tools: map[string]TaskTool{}}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -195,7 +202,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if b, ok := cfg.Store.(replay.Bounded); ok && b.Horizon() > 0 && b.Horizon() < t.ttl {
 		return nil, fmt.Errorf("%w: TasksConfig.TTL %v is longer than the store's horizon %v", ctoken.ErrConfig, t.ttl, b.Horizon())
 	}
-	ids, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: cfg.Keys, TTL: t.ttl, Session: []byte(taskSession), Seal: true})
+	ids, err := newTaskIDs(cfg.Keys, t.ttl, time.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +211,14 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 		return nil, fmt.Errorf("%w: TasksConfig.Keys holds no key", ctoken.ErrConfig)
 	}
 	return t, nil
+}
+
+// newTaskIDs returns the issuer of the task IDs of a TTL. A cursor's issue
+// time is stamped in whole seconds, up to a second before the task's
+// creation: its ID lives a second longer, so that it outlives the task,
+// whose end the store decides.
+func newTaskIDs(keys *ctoken.Keyring, ttl time.Duration, now func() time.Time) (*ctoken.CursorIssuer, error) {
+	return ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys, TTL: ttl + time.Second, Session: []byte(taskSession), Seal: true, Now: now})
 }
 
 // Add registers tool as task-augmented; a second tool of the same name
@@ -216,6 +231,23 @@ func (t *Tasks) Add(tool TaskTool) error {
 	t.tools[tool.Name] = tool
 	t.mu.Unlock()
 	return nil
+}
+
+// logger returns the Logger, or slog.Default().
+func (t *Tasks) logger() *slog.Logger {
+	if t.log != nil {
+		return t.log
+	}
+	return slog.Default()
+}
+
+// fail logs a failure of a task of tool.
+func (t *Tasks) fail(level slog.Level, msg, tool string, err error) {
+	attrs := []slog.Attr{slog.String("tool", tool)}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	t.logger().LogAttrs(context.Background(), level, "mcptoken: "+msg, attrs...)
 }
 
 func (t *Tasks) tool(name string) (TaskTool, bool) {
@@ -294,6 +326,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	if _, err := rand.Read(ref.Nonce); err != nil {
 		return TaskState{}, err
 	}
+	held := time.Now() // the lease lasts until held+Hold at least
 	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
 	if err != nil {
 		return TaskState{}, err
@@ -301,7 +334,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	if rec.State != replay.LeaseAcquired {
 		return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
 	}
-	now := time.Now()
+	now := time.UnixMilli(time.Now().UnixMilli()) // as tasks/get reports it
 	ref.Token, ref.Created = rec.Token, now.UnixMilli()
 	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
 	if err != nil {
@@ -309,17 +342,17 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		return TaskState{}, err
 	}
 	call.Tool = tool.Name
-	go t.run(ref, tool, call)
+	go t.run(ref, held, tool, call)
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
 
 // run runs a task and records its outcome, renewing its lease meanwhile.
-func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
+func (t *Tasks) run(ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
-	go t.keep(ctx, ref, func() { lost.Do(func() { close(lostCh); cancel() }) })
+	go t.keep(ctx, ref, held, func() { lost.Do(func() { close(lostCh); cancel() }) })
 	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 		for key := range req {
@@ -338,6 +371,10 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
 	var obj map[string]json.RawMessage
 	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
+		if err == nil {
+			err = errors.New("mcptoken: the result is not a JSON object")
+		}
+		t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
 		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
 	}
 	// Record the outcome, retrying a store that cannot answer while the
@@ -353,6 +390,7 @@ func (t *Tasks) run(ref taskRef, tool TaskTool, call *TaskCall) {
 		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
 			return
 		}
+		t.fail(slog.LevelWarn, "a task's outcome could not be recorded yet; retrying", ref.Tool, err)
 		select {
 		case <-lostCh:
 			return
@@ -372,32 +410,48 @@ func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMe
 }
 
 // keep renews the task's lease every Hold/3 until ctx ends; it calls lose
-// once the lease is lost (cancelled, or taken by another instance) or can
-// no longer be renewed before it lapses.
-func (t *Tasks) keep(ctx context.Context, ref taskRef, lose func()) {
-	tick := time.NewTicker(t.hold / 3)
+// once the lease is lost (cancelled, or taken by another instance), or
+// could lapse before the next renewal. A lease acquired or renewed by a
+// call begun at held lasts until held+Hold at least, so an instance that
+// cannot renew gives its tool up a third of the Hold before then, while no
+// other instance can yet find the lease lapsed and report the task failed.
+func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func()) {
+	step := t.hold / 3
+	tick := time.NewTicker(step)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		rctx, done := context.WithTimeout(ctx, t.hold/3)
-		err := t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
-		done()
+		start, giveUp := time.Now(), held.Add(t.hold-step/2)
+		var err error
+		if start.Before(giveUp) {
+			deadline := start.Add(step)
+			if giveUp.Before(deadline) {
+				deadline = giveUp
+			}
+			rctx, done := context.WithDeadline(ctx, deadline)
+			err = t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
+			done()
+		} else {
+			err = errors.New("mcptoken: no renewal in time (a late tick)")
+		}
 		switch {
 		case err == nil:
-			last = time.Now()
+			held = start
 		case errors.Is(err, replay.ErrLeaseLost):
 			lose()
 			return
 		case ctx.Err() != nil:
 			return
-		case time.Since(last) >= t.hold:
-			lose() // the lease has lapsed by now: another instance may record it
+		case !time.Now().Add(step).Before(giveUp):
+			t.fail(slog.LevelError, "a task's lease could not be renewed before it could lapse; its tool is cancelled", ref.Tool, err)
+			lose() // its lease may lapse before the next renewal
 			return
+		default:
+			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)
 		}
 	}
 }
@@ -503,7 +557,7 @@ func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessa
 	}
 	switch rec.State {
 	case replay.LeaseAcquired:
-		return nil, false, t.store.ReleaseLease(ctx, id, rec.Token)
+		return nil, false, t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
 	case replay.LeaseBusy:
 		return nil, false, nil
 	}
@@ -548,6 +602,7 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 		switch rec.State {
 		case replay.LeaseAcquired:
 			// The running instance stopped and its lease lapsed: record it.
+			t.fail(slog.LevelWarn, "a task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)

@@ -1,10 +1,14 @@
 package mcptoken
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,4 +167,149 @@ func TestTaskStoreFaults(t *testing.T) {
 			t.Fatalf("answers %v, %v", out, out2)
 		}
 	})
+	t.Run("logs each failure, to slog.Default without a Logger, never the caller or the ID", func(t *testing.T) {
+		var buf bytes.Buffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		store := &down{MemoryStore: replay.NewMemoryStore(0)}
+		s := newTaskServer(t)
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		must(t, err)
+		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		}}))
+		s.h = s.tasks.Handler(http.NotFoundHandler())
+		id := s.create("quick")
+		store.down.Store(true)
+		s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
+		s.rpc("tasks/cancel", with(map[string]any{"taskId": id}, declared), nil)
+		s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
+		logged := buf.String()
+		if n := strings.Count(logged, `"level":"ERROR"`); n < 2 {
+			t.Fatalf("%d errors logged for a store that failed two requests: %s", n, logged)
+		}
+		if strings.Contains(logged, "alice") || strings.Contains(logged, id) || !strings.Contains(logged, `"tool":"quick"`) {
+			t.Fatalf("logged %s", logged)
+		}
+	})
+	t.Run("logs a tool that panicked", func(t *testing.T) {
+		var buf syncBuffer
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second, PollInterval: 10 * time.Millisecond,
+			Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+		must(t, err)
+		if got := runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) { panic("secret detail") }); got.Status != taskFailed {
+			t.Fatalf("task %+v", got)
+		}
+		if logged := buf.String(); !strings.Contains(logged, `"level":"ERROR"`) || !strings.Contains(logged, "panicked") || strings.Contains(logged, "secret") {
+			t.Fatalf("logged %q", logged)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger in another goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestTaskIDLivesAsLongAsTheTask: a task is readable for its whole TTL
+// (ttlMs from createdAt), so its ID must not expire sooner, although
+// cursors stamp their issue time in whole seconds.
+func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	const ttl = time.Minute
+	var clock atomic.Pointer[time.Time]
+	now := func() time.Time {
+		if c := clock.Load(); c != nil {
+			return *c
+		}
+		return time.Now()
+	}
+	store := replay.NewMemoryStore(0)
+	store.Now = now
+	ts, err := NewTasks(TasksConfig{Keys: keys, Store: store, TTL: ttl, Hold: time.Second, PollInterval: 10 * time.Millisecond})
+	must(t, err)
+	ts.ids, err = newTaskIDs(keys, ttl, now)
+	must(t, err)
+	var st TaskState
+	for st.Created.Nanosecond() < int(10*time.Millisecond) { // else no rounding to see
+		st = runToEnd(t, ts, func(context.Context, *TaskCall) (json.RawMessage, error) {
+			return json.RawMessage(`{"content":[]}`), nil
+		})
+	}
+	created, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(context.Context, *TaskCall) (json.RawMessage, error) { return nil, nil }}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	if got, err := ts.Get(context.Background(), "alice", created.ID); err != nil || !got.Created.Equal(created.Created) {
+		t.Fatalf("created at %v, read as created at %v (%v)", created.Created, got.Created, err)
+	}
+	late := st.Created.Add(ttl - time.Millisecond)
+	clock.Store(&late)
+	if got, err := ts.Get(context.Background(), "alice", st.ID); err != nil || got.Status != taskCompleted {
+		t.Fatalf("a task created at %v read at %v (ttl %v): %+v, %v", st.Created, late, ttl, got, err)
+	}
+	gone := st.Created.Add(ttl)
+	clock.Store(&gone)
+	if got, err := ts.Get(context.Background(), "alice", st.ID); !errors.Is(err, ErrTaskInvalid) {
+		t.Fatalf("a task read at its end: %+v, %v", got, err)
+	}
+}
+
+// cancelAfterPeek is a MemoryStore that cancels the caller's context once
+// it granted a lease on a task's round entry, as a client that hangs up.
+type cancelAfterPeek struct {
+	*replay.MemoryStore
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfterPeek) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := c.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	if err == nil && rec.State == replay.LeaseAcquired && strings.HasSuffix(id, ":q0") && c.cancel != nil {
+		c.cancel()
+	}
+	return rec, err
+}
+
+// TestTaskReadLeavesNoLease: tasks/get looks for a task's input requests
+// by taking and releasing a lease on each entry; a client that hangs up
+// between the two must not leave the lease held, which would stall the
+// task's own write of its requests for a whole Hold.
+func TestTaskReadLeavesNoLease(t *testing.T) {
+	store := &cancelAfterPeek{MemoryStore: replay.NewMemoryStore(0)}
+	ts := newCoreTasks(t, store)
+	release := make(chan struct{})
+	defer close(release)
+	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+		<-release
+		return nil, nil
+	}}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	store.cancel = cancel
+	_, _ = ts.Get(ctx, "alice", st.ID)
+	store.cancel = nil
+	ref, err := ts.open("alice", st.ID)
+	must(t, err)
+	rec, err := store.MemoryStore.AcquireRecord(context.Background(), ref.round(0), time.Second, nil)
+	must(t, err)
+	if rec.State != replay.LeaseAcquired {
+		t.Fatalf("the round entry is %v after a read whose client hung up", rec.State)
+	}
 }

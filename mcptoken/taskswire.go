@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -18,8 +20,8 @@ import (
 // CreateTaskResult (resultType "task"), so [Tasks.Handler] answers those
 // requests itself and hands every other request to the SDK unchanged.
 
-// maxTaskRequestBytes caps the body [Tasks.Handler] reads; a longer one
-// goes to the SDK unread.
+// maxTaskRequestBytes caps the body [Tasks.Handler] reads, as go-sdk's
+// DefaultMaxRequestBodyBytes does; a longer one is refused.
 const maxTaskRequestBytes = 4 << 20
 
 // CodeHeaderMismatch is the JSON-RPC code of a request whose Mcp-Method or
@@ -27,30 +29,133 @@ const maxTaskRequestBytes = 4 << 20
 const CodeHeaderMismatch = -32020
 
 type rpcRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
 }
 
 type taskParams struct {
-	TaskID         string                     `json:"taskId"`
-	Name           string                     `json:"name"`
-	Arguments      json.RawMessage            `json:"arguments"`
-	InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	Meta           struct {
-		Caps *struct {
-			Extensions map[string]json.RawMessage `json:"extensions"`
-		} `json:"io.modelcontextprotocol/clientCapabilities"`
-	} `json:"_meta"`
+	TaskID         string
+	Name           string
+	Arguments      json.RawMessage
+	InputResponses map[string]json.RawMessage
+	decl           bool // the client declared the extension
 }
 
-func (p *taskParams) declared() bool {
-	if p.Meta.Caps == nil {
-		return false
+func (p *taskParams) declared() bool { return p.decl }
+
+// errDuplicateKey reports an object that names a key twice.
+var errDuplicateKey = errors.New("mcptoken: duplicate JSON key")
+
+// jsonObject decodes one JSON object into its members by exact key, as
+// go-sdk's case-sensitive decoder reads them (encoding/json would match a
+// struct field's key in any case, a reading another decoder need not
+// share); a key named twice is errDuplicateKey.
+func jsonObject(b []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("mcptoken: not a JSON object")
 	}
-	_, ok := p.Meta.Caps.Extensions[TasksExtension]
-	return ok
+	m := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		if err != nil || !ok {
+			return nil, errors.New("mcptoken: not a JSON object")
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := m[key]; dup {
+			return nil, errDuplicateKey
+		}
+		m[key] = v
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("mcptoken: not a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("mcptoken: data after the JSON object")
+	}
+	return m, nil
+}
+
+// jsonString decodes the string member key of m; absent is "".
+func jsonString(m map[string]json.RawMessage, key string) (string, error) {
+	v, ok := m[key]
+	if !ok {
+		return "", nil
+	}
+	if len(v) == 0 || v[0] != '"' {
+		return "", errors.New("mcptoken: not a JSON string")
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
+}
+
+// decodeRequest reads body as one JSON-RPC 2.0 request (a string or
+// number id, a string method); ok is false for anything else, which is
+// the SDK's to answer, and err is errDuplicateKey for a body the SDK
+// might read otherwise.
+func decodeRequest(body []byte) (req rpcRequest, ok bool, err error) {
+	m, err := jsonObject(body)
+	if err != nil {
+		if errors.Is(err, errDuplicateKey) {
+			return req, false, err
+		}
+		return req, false, nil
+	}
+	if v, err := jsonString(m, "jsonrpc"); err != nil || v != "2.0" {
+		return req, false, nil
+	}
+	req.ID, req.Params = m["id"], m["params"]
+	if len(req.ID) == 0 || !(req.ID[0] == '"' || req.ID[0] == '-' || req.ID[0] >= '0' && req.ID[0] <= '9') {
+		return req, false, nil
+	}
+	if _, has := m["method"]; !has {
+		return req, false, nil
+	}
+	if req.Method, err = jsonString(m, "method"); err != nil {
+		return req, false, nil
+	}
+	return req, true, nil
+}
+
+// decodeParams reads the params of a task method or a tools/call by exact
+// key.
+func decodeParams(raw json.RawMessage) (taskParams, error) {
+	var p taskParams
+	m, err := jsonObject(raw)
+	if err != nil {
+		return p, err
+	}
+	if p.TaskID, err = jsonString(m, "taskId"); err != nil {
+		return p, err
+	}
+	if p.Name, err = jsonString(m, "name"); err != nil {
+		return p, err
+	}
+	p.Arguments = m["arguments"]
+	if v, ok := m["inputResponses"]; ok {
+		if err := json.Unmarshal(v, &p.InputResponses); err != nil {
+			return p, err
+		}
+	}
+	if v, ok := m["_meta"]; ok {
+		var mm map[string]json.RawMessage
+		if json.Unmarshal(v, &mm) == nil {
+			var caps map[string]json.RawMessage
+			if json.Unmarshal(mm["io.modelcontextprotocol/clientCapabilities"], &caps) == nil {
+				var ext map[string]json.RawMessage
+				if json.Unmarshal(caps["extensions"], &ext) == nil {
+					_, p.decl = ext[TasksExtension]
+				}
+			}
+		}
+	}
+	return p, nil
 }
 
 // Handler returns next behind the Tasks extension: it answers tasks/get,
@@ -61,7 +166,13 @@ func (p *taskParams) declared() bool {
 // Required tool from any other client with [CodeMissingCapability], and
 // hands every other request to next unchanged. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
-// HTTP 400 and [CodeHeaderMismatch].
+// HTTP 400 and [CodeHeaderMismatch]. A POST whose Content-Type is not
+// application/json goes to the SDK, which refuses it. So that no reading of a body takes
+// a call past it to the SDK that it would have refused, it reads keys
+// exactly, as the SDKs do, and refuses a body over 4 MiB (413), one that
+// is not exactly one JSON value (400, -32700), a request that names a key
+// twice (400, -32600) and a batch that calls a Required tool (400,
+// -32021).
 func (t *Tasks) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
@@ -72,30 +183,53 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			http.Error(w, "Forbidden: invalid Host header", http.StatusForbidden)
 			return
 		}
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			// The SDK's to refuse: a web page may send a text/plain or
+			// form body without a CORS preflight.
+			next.ServeHTTP(w, r)
+			return
+		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxTaskRequestBytes+1))
 		if err != nil {
 			http.Error(w, "request body unreadable", http.StatusBadRequest)
 			return
 		}
 		if len(body) > maxTaskRequestBytes {
-			// No task request is this large: the SDK reads it whole.
-			r.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-			next.ServeHTTP(w, r)
+			// Unread, it could call a Required tool past the adapter.
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if !json.Valid(body) {
+			// go-sdk reads the first JSON value and ignores what follows.
+			writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, &rpcError{Code: codeParse, Message: "parse error: the body is not one JSON value"}, nil)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req rpcRequest
-		if json.Unmarshal(body, &req) != nil || len(req.ID) == 0 {
-			next.ServeHTTP(w, r) // a batch, a notification, or not JSON: the SDK's
+		if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] == '[' {
+			if t.batchCallsRequired(b) {
+				writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, rpcBatch, nil)
+				return
+			}
+			next.ServeHTTP(w, r) // the SDK's: tasks are not batched
+			return
+		}
+		req, ok, err := decodeRequest(body)
+		if err != nil {
+			writeRPC(w, http.StatusBadRequest, json.RawMessage("null"), nil, rpcDuplicate, nil)
+			return
+		}
+		if !ok {
+			next.ServeHTTP(w, r) // a notification, or not JSON-RPC: the SDK's
 			return
 		}
 		var p taskParams
 		switch req.Method {
 		case "tasks/get", "tasks/update", "tasks/cancel":
-			if json.Unmarshal(req.Params, &p) != nil {
+			if p, err = decodeParams(req.Params); err != nil {
+				if errors.Is(err, errDuplicateKey) {
+					writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcDuplicate, nil)
+					return
+				}
 				writeRPC(w, http.StatusOK, req.ID, nil, &rpcError{Code: codeInvalid, Message: "invalid params"}, nil)
 				return
 			}
@@ -116,7 +250,11 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
 			return
 		case "tools/call":
-			if json.Unmarshal(req.Params, &p) != nil {
+			if p, err = decodeParams(req.Params); err != nil {
+				if errors.Is(err, errDuplicateKey) {
+					writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcDuplicate, nil)
+					return
+				}
 				break
 			}
 			tool, ok := t.tool(p.Name)
@@ -156,7 +294,38 @@ func (t *Tasks) callerOf(r *http.Request) (string, bool) {
 	return c, err == nil && c != ""
 }
 
-var rpcNoCaller = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
+var (
+	rpcNoCaller  = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
+	rpcDuplicate = &rpcError{Code: codeInvalidRequest, Message: "a JSON key is named twice"}
+	rpcBatch     = &rpcError{Code: CodeMissingCapability, Message: "a batch may not call a tool that requires the " + TasksExtension + " extension"}
+)
+
+// batchCallsRequired reports whether a batch calls a Required task tool
+// (which only a request of its own, declaring the extension, may do), or
+// holds a request the SDK might read otherwise (a key named twice).
+func (t *Tasks) batchCallsRequired(b []byte) bool {
+	var msgs []json.RawMessage
+	if json.Unmarshal(b, &msgs) != nil {
+		return false // not JSON: the SDK refuses it
+	}
+	for _, m := range msgs {
+		req, ok, err := decodeRequest(m)
+		if err != nil {
+			return true
+		}
+		if !ok || req.Method != "tools/call" {
+			continue
+		}
+		p, err := decodeParams(req.Params)
+		if errors.Is(err, errDuplicateKey) {
+			return true
+		}
+		if tool, ok := t.tool(p.Name); err == nil && ok && tool.Required {
+			return true
+		}
+	}
+	return false
+}
 
 // rebound reports a request that arrived on a loopback address with a
 // Host that is not loopback: a DNS-rebinding attempt on a local server.
@@ -207,6 +376,7 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 	}
 	st, err := t.Create(ctx, tool, c)
 	if err != nil {
+		t.fail(slog.LevelError, "task not created: the task store could not answer", tool.Name, err)
 		return nil, &rpcError{Code: codeInternal, Message: "internal error: the task could not be created"}
 	}
 	return t.wire(st, "task"), nil
@@ -230,6 +400,11 @@ func (t *Tasks) serve(ctx context.Context, caller, method string, p *taskParams)
 	case errors.Is(err, ErrTaskInvalid):
 		return nil, &rpcError{Code: codeInvalid, Message: "unknown or expired taskId"}
 	case err != nil:
+		tool := ""
+		if ref, oerr := t.open(caller, p.TaskID); oerr == nil {
+			tool = ref.Tool
+		}
+		t.fail(slog.LevelError, method+" failed: the task store could not answer", tool, err)
 		return nil, &rpcError{Code: codeInternal, Message: "internal error: the task store could not answer"}
 	}
 	return map[string]any{"resultType": "complete"}, nil

@@ -89,7 +89,7 @@ var declared = map[string]any{"io.modelcontextprotocol/clientCapabilities": map[
 func (s *taskServer) rpc(method string, params map[string]any, header map[string]string) (int, map[string]any) {
 	s.t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	req := jsonPost(bytes.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -218,7 +218,7 @@ func TestTasksHandler(t *testing.T) {
 		_, out2 := s.rpc("tasks/list", with(map[string]any{}, declared), nil)
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		s.h.ServeHTTP(httptest.NewRecorder(), req)
-		batch := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]`))
+		batch := jsonPost(strings.NewReader(`[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]`))
 		s.h.ServeHTTP(httptest.NewRecorder(), batch)
 		if out["sdk"] != true || out2["sdk"] != true || s.sdk != 4 {
 			t.Fatalf("answers %v %v, SDK saw %d", out, out2, s.sdk)
@@ -331,21 +331,27 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			t.Fatalf("answer %v", out)
 		}
 	})
-	t.Run("hands a body over the limit to the SDK whole", func(t *testing.T) {
+	t.Run("refuses a body over the limit, which it cannot route", func(t *testing.T) {
 		s := newTaskServer(t)
-		var got int
-		h := s.tasks.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			got = len(b)
-		}))
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
-		if got != maxTaskRequestBytes+10 {
-			t.Fatalf("the SDK read %d bytes", got)
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, jsonPost(bytes.NewReader(make([]byte, maxTaskRequestBytes+10))))
+		if w.Code != http.StatusRequestEntityTooLarge || s.sdk != 0 {
+			t.Fatalf("answer %d, %d requests reached the SDK", w.Code, s.sdk)
+		}
+	})
+	t.Run("refuses a body that is not one JSON value, which the SDK may read otherwise", func(t *testing.T) {
+		for _, body := range []string{"", "{", `{"jsonrpc":"2.0","id":1,"method":"ping"} x`, `{"jsonrpc":"2.0","id":1,"method":"ping"}{}`, "\ufeff{}"} {
+			s := newTaskServer(t)
+			w := s.post(body)
+			var out map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || w.Code != http.StatusBadRequest || errCode(out) != -32700 || s.sdk != 0 {
+				t.Fatalf("%q: answer %d %q, %d requests reached the SDK", body, w.Code, w.Body.String(), s.sdk)
+			}
 		}
 	})
 	t.Run("refuses a body it cannot read", func(t *testing.T) {
 		s := newTaskServer(t)
-		req := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
+		req := jsonPost(io.MultiReader(strings.NewReader("{"), iotest.ErrReader(errors.New("reset"))))
 		w := httptest.NewRecorder()
 		s.h.ServeHTTP(w, req)
 		if w.Code != http.StatusBadRequest || s.sdk != 0 {
@@ -436,7 +442,7 @@ func FuzzTasksHandler(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s := newTaskServer(t)
 		w := httptest.NewRecorder()
-		s.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+		s.h.ServeHTTP(w, jsonPost(bytes.NewReader(body)))
 		if s.sdk == 0 && !json.Valid(w.Body.Bytes()) {
 			t.Fatalf("answer %q is not JSON", w.Body.String())
 		}
@@ -471,7 +477,7 @@ func FuzzTaskID(f *testing.F) {
 func TestTasksHandlerLocalhostProtection(t *testing.T) {
 	body := `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}`
 	req := func(local, host string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r := jsonPost(strings.NewReader(body))
 		r.Host = host
 		addr, err := net.ResolveTCPAddr("tcp", local)
 		must(t, err)
@@ -507,4 +513,98 @@ func TestTasksHandlerLocalhostProtection(t *testing.T) {
 			t.Fatal("refused")
 		}
 	})
+}
+
+// post posts body as it is and returns the recorder.
+func (s *taskServer) post(body string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, jsonPost(strings.NewReader(body)))
+	return w
+}
+
+// TestTasksHandlerReadsKeysExactly: go-sdk decodes JSON-RPC with exact,
+// case-sensitive keys; a body the adapter read differently (encoding/json
+// matches keys case-insensitively, last duplicate wins) would take a
+// required task tool's call past the adapter's -32021 to the SDK, which
+// runs it synchronously for a client that did not declare the extension.
+func TestTasksHandlerReadsKeysExactly(t *testing.T) {
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","NAME":"other"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","METHOD":"ping","params":{"name":"quick"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick"},"Params":{"name":"other"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"other","name":"quick"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","name":"other"}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick"}}]`,
+		` [{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"quick","NAME":"x"}}]`,
+	} {
+		s := newTaskServer(t)
+		w := s.post(body)
+		if s.sdk != 0 {
+			t.Errorf("%s: reached the SDK", body)
+			continue
+		}
+		var out map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || (errCode(out) != CodeMissingCapability && errCode(out) != codeInvalidRequest) {
+			t.Errorf("%s: answer %d %q", body, w.Code, w.Body.String())
+		}
+	}
+	// A key the adapter reads exactly as the SDK does is not refused.
+	s := newTaskServer(t)
+	if s.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","Name":"quick"}}`); s.sdk != 1 {
+		t.Error("an optional tool's call from a client without the extension did not reach the SDK")
+	}
+}
+
+// TestTasksHandlerLeavesInvalidRequests: a message that is not a JSON-RPC
+// 2.0 request (wrong or missing version, an id that is null, an object or
+// a boolean) is the SDK's to refuse; the adapter creates no task for it.
+func TestTasksHandlerLeavesInvalidRequests(t *testing.T) {
+	params := `"params":{"name":"quick","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`
+	for _, head := range []string{
+		`"jsonrpc":"2.0","id":null`,
+		`"jsonrpc":"2.0","id":{"a":1}`,
+		`"jsonrpc":"2.0","id":true`,
+		`"jsonrpc":"1.0","id":1`,
+		`"id":1`,
+	} {
+		s := newTaskServer(t)
+		if w := s.post(`{` + head + `,"method":"tools/call",` + params + `}`); s.sdk != 1 {
+			t.Errorf("%s: the adapter answered %q", head, w.Body.String())
+		}
+	}
+}
+
+// TestTasksHandlerNeedsJSONContentType: a web page may POST a text/plain
+// or form body to a local server without a CORS preflight (its response
+// unread, its effect done); go-sdk refuses any Content-Type but
+// application/json, and so must the adapter before it starts a task.
+func TestTasksHandlerNeedsJSONContentType(t *testing.T) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`
+	for _, ct := range []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		s := newTaskServer(t)
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, r)
+		if s.sdk != 1 {
+			t.Errorf("Content-Type %q: the adapter answered %q", ct, w.Body.String())
+		}
+	}
+	s := newTaskServer(t)
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+	r.Header.Set("Content-Type", "Application/JSON; charset=utf-8")
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, r)
+	if s.sdk != 0 || !strings.Contains(w.Body.String(), `"resultType":"task"`) {
+		t.Errorf("application/json with a charset: %q", w.Body.String())
+	}
+}
+
+// jsonPost is a POST of body as application/json.
+func jsonPost(body io.Reader) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/", body)
+	r.Header.Set("Content-Type", "application/json")
+	return r
 }

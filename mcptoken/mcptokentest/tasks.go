@@ -162,12 +162,16 @@ func tasksStoppedInstance(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Key
 	if st.Status != "failed" || st.ErrorCode == 0 || st.ErrorMessage == "" {
 		t.Fatalf("task of a stopped instance: %+v", st)
 	}
+	select {
+	case <-stopped: // the stopped instance gave up its tool before its lease could lapse
+	default:
+		t.Fatal("the task was reported failed while its tool still ran on the stopped instance")
+	}
 	d := time.Since(t0)
 	if d > 20*contractHold {
 		t.Fatalf("failed reported after %v, lease %v", d, contractHold)
 	}
 	t.Logf("a stopped instance's task reported failed %v after it stopped (lease %v)", d.Round(time.Millisecond), contractHold)
-	<-stopped // the stopped instance gave up its tool once its lease could have lapsed
 	if again, err := b.Get(context.Background(), "alice", id); err != nil || again.Status != "failed" {
 		t.Fatalf("Get again = %+v, %v", again, err)
 	}
@@ -209,6 +213,7 @@ func tasksInputAcross(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring
 func tasksRefusals(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring) {
 	ttl := 2 * contractHold
 	a, b := newTasks(t, sa, keys, ttl), newTasks(t, sb, keys, ttl)
+	before := time.Now()
 	id := create(t, a, "alice", func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) {
 		return json.RawMessage(`{"content":[]}`), nil
 	})
@@ -232,6 +237,9 @@ func tasksRefusals(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring) {
 	for {
 		_, err := b.Get(ctx, "alice", id)
 		if errors.Is(err, mcptoken.ErrTaskInvalid) {
+			if d := time.Since(before); d < ttl {
+				t.Fatalf("a task refused %v after its creation, before its TTL %v", d, ttl)
+			}
 			break
 		}
 		if err != nil {
