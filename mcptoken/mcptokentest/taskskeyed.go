@@ -138,7 +138,11 @@ func tasksKeyedRetry(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring)
 // instance that runs it.
 func tasksKeyedCancel(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring) {
 	started, stopped := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
 	tool := mcptoken.TaskTool{Name: "job", Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
+		if runs.Add(1) != 1 {
+			return nil, errors.New("the task ran twice")
+		}
 		close(started)
 		<-ctx.Done()
 		close(stopped)
@@ -148,6 +152,9 @@ func tasksKeyedCancel(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring
 	first := a.call("alice", `{}`, "k-2").task(t)
 	<-started
 	again := b.call("alice", `{}`, "k-2").task(t)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the task ran %d times", n)
+	}
 	ctx := context.Background()
 	if err := b.ts.Cancel(ctx, "bob", again); !errors.Is(err, mcptoken.ErrTaskInvalid) {
 		t.Fatalf("bob cancels alice's task: %v", err)
