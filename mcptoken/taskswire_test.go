@@ -440,6 +440,7 @@ func FuzzTasksHandler(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","arguments":null}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":"a","method":"tasks/update","params":{"taskId":"","inputResponses":{"k":1}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","arguments":{"a":1},"_meta":{"io.github.ctoken/idempotencyKey":"k","ctoken/idempotencyKey":["k"],"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s := newTaskServer(t)
 		w := httptest.NewRecorder()
