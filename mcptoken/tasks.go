@@ -147,7 +147,8 @@ type TaskCall struct {
 // requests until tasks/update has answered every key, and Input returns the
 // answers. It fails when ctx ends, outside a running task, and for a key
 // an earlier Input of the task used (a key names one request for the
-// task's whole life).
+// task's whole life). Calls from several goroutines are asked one after
+// another.
 func (c *TaskCall) Input(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 	if c == nil || c.input == nil {
 		return nil, errors.New("mcptoken: TaskCall.Input outside a running task")
@@ -423,8 +424,11 @@ func (t *Tasks) run(ref taskRef, held time.Time, tool TaskTool, call *TaskCall) 
 	var lost sync.Once
 	lostCh := make(chan struct{})
 	go t.keep(ctx, ref, held, func() { lost.Do(func() { close(lostCh); cancel() }) })
+	var asking sync.Mutex // one round at a time: the client sees the latest
 	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+		asking.Lock()
+		defer asking.Unlock()
 		for key := range req {
 			if used[key] {
 				return nil, fmt.Errorf("mcptoken: input request key %q used in an earlier round of the task", key)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -312,4 +313,79 @@ func TestTaskReadLeavesNoLease(t *testing.T) {
 	if rec.State != replay.LeaseAcquired {
 		t.Fatalf("the round entry is %v after a read whose client hung up", rec.State)
 	}
+}
+
+// TestTaskInputFromConcurrentGoroutines: a tool may ask for input from
+// several goroutines; each round is asked in turn (the client sees one
+// round at a time) and every answer reaches its asker.
+func TestTaskInputFromConcurrentGoroutines(t *testing.T) {
+	ts := newCoreTasks(t, replay.NewMemoryStore(0))
+	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, c *TaskCall) (json.RawMessage, error) {
+		var wg sync.WaitGroup
+		got := make([]string, 2)
+		errs := make([]error, 2)
+		for i, key := range []string{"a", "b"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var ans map[string]json.RawMessage
+				ans, errs[i] = c.Input(ctx, map[string]json.RawMessage{key: json.RawMessage(`{"method":"elicitation/create"}`)})
+				got[i] = string(ans[key])
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string]any{"content": []any{map[string]any{"type": "text", "text": got[0] + got[1]}}})
+	}}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	deadline := time.Now().Add(30 * time.Second) // ends a hung run only
+	for answered := 0; answered < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 rounds asked", answered)
+		}
+		got, err := ts.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status != taskInputRequired {
+			if got.Status != taskWorking {
+				t.Fatalf("task %+v", got)
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if len(got.InputRequests) != 1 {
+			t.Fatalf("input requests %v", got.InputRequests)
+		}
+		for key := range got.InputRequests {
+			must(t, ts.Update(context.Background(), "alice", st.ID, map[string]json.RawMessage{key: json.RawMessage(`"` + key + `"`)}))
+		}
+		answered++
+		for { // until the answered round is no longer the one asked
+			now, err := ts.Get(context.Background(), "alice", st.ID)
+			must(t, err)
+			if now.Status != taskInputRequired || fmt.Sprint(now.InputRequests) != fmt.Sprint(got.InputRequests) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	done := runToEndOf(t, ts, st.ID)
+	if done.Status != taskCompleted || !strings.Contains(string(done.Result), `"\"a\"\"b\""`) {
+		t.Fatalf("task %+v", done)
+	}
+}
+
+// runToEndOf waits for the task id to leave working and input_required.
+func runToEndOf(t *testing.T, ts *Tasks, id string) TaskState {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got, err := ts.Get(context.Background(), "alice", id)
+		must(t, err)
+		if got.Status != taskWorking && got.Status != taskInputRequired {
+			return got
+		}
+	}
+	t.Fatal("task still running")
+	return TaskState{}
 }

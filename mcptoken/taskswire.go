@@ -47,7 +47,8 @@ type taskParams struct {
 
 func (p *taskParams) declared() bool { return p.decl }
 
-// errDuplicateKey reports an object that names a key twice.
+// errDuplicateKey reports an object that names a key twice, exactly or in
+// another case.
 var errDuplicateKey = errors.New("mcptoken: duplicate JSON key")
 
 // jsonObject decodes one JSON object into its members by exact key, as
@@ -98,6 +99,20 @@ func jsonString(m map[string]json.RawMessage, key string) (string, error) {
 	return s, err
 }
 
+// foldedKey reports a member of m whose key is one of known in another
+// case (as encoding/json, and so mcp-go, would match it, bytes.EqualFold):
+// a reader that matches keys exactly would not see it.
+func foldedKey(m map[string]json.RawMessage, known ...string) bool {
+	for key := range m {
+		for _, k := range known {
+			if key != k && strings.EqualFold(key, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // decodeRequest reads body as one JSON-RPC 2.0 request (a string or
 // number id, a string method); ok is false for anything else, which is
 // the SDK's to answer, and err is errDuplicateKey for a body the SDK
@@ -109,6 +124,9 @@ func decodeRequest(body []byte) (req rpcRequest, ok bool, err error) {
 			return req, false, err
 		}
 		return req, false, nil
+	}
+	if foldedKey(m, "jsonrpc", "id", "method", "params") {
+		return req, false, errDuplicateKey
 	}
 	if v, err := jsonString(m, "jsonrpc"); err != nil || v != "2.0" {
 		return req, false, nil
@@ -133,6 +151,9 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 	m, err := jsonObject(raw)
 	if err != nil {
 		return p, err
+	}
+	if foldedKey(m, "taskId", "name", "arguments", "inputResponses", "_meta") {
+		return p, errDuplicateKey
 	}
 	if p.TaskID, err = jsonString(m, "taskId"); err != nil {
 		return p, err
@@ -187,11 +208,11 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // with -32602 and data {"ctokenCode": [CodeKeyReused]}. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
 // HTTP 400 and [CodeHeaderMismatch]. A POST whose Content-Type is not
-// application/json goes to the SDK, which refuses it. So that no reading of a body takes
-// a call past it to the SDK that it would have refused, it reads keys
-// exactly, as the SDKs do, and refuses a body over 4 MiB (413), one that
-// is not exactly one JSON value (400, -32700), a request that names a key
-// twice (400, -32600) and a batch that calls a Required tool (400,
+// application/json goes to the SDK, which refuses it. So that no reading
+// of a body takes a call past it to the SDK that it would have refused,
+// it reads keys exactly, and refuses a body over 4 MiB (413), one that is not exactly
+// one JSON value (400, -32700), a request that names a key twice or in
+// another case (400, -32600) and a batch that calls a Required tool (400,
 // -32021).
 func (t *Tasks) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
