@@ -3,6 +3,7 @@ package mcptoken
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -421,7 +422,9 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 		}
 		fp, err := ctoken.ArgsFingerprint(args)
 		if err != nil {
-			return nil, &rpcError{Code: codeInvalid, Message: ErrIdempotencyKey.Error() + ": the arguments are not JSON"}
+			// Arguments with no canonical form (a number past 2^53):
+			// their bytes, which a retry sends again unchanged.
+			fp = sha256.Sum256(append([]byte("ctoken/mcp task arguments as sent\x00"), args...))
 		}
 		c.key, c.args = key, fp
 	}

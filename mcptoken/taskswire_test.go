@@ -652,4 +652,18 @@ func TestTasksHandlerRefusesMalformedKeys(t *testing.T) {
 	if errCode(out) != codeInvalid || !strings.Contains(fmt.Sprint(out), "ctokenCode:1024") {
 		t.Fatalf("the legacy key's task called again under the new key with other arguments: %v; want -32602 ctokenCode 1024", out)
 	}
+	// Arguments without a canonical form are keyed by their bytes.
+	big := func(n string) map[string]any {
+		return map[string]any{"name": "slow", "arguments": json.RawMessage(`{"n":` + n + `}`), "_meta": map[string]any{MetaIdempotencyKey: "big", "io.modelcontextprotocol/clientCapabilities": caps}}
+	}
+	_, first := s.rpc("tools/call", big("9007199254740993"), nil)
+	_, again := s.rpc("tools/call", big("9007199254740993"), nil)
+	id1, _ := result(t, first)["taskId"].(string)
+	id2, _ := result(t, again)["taskId"].(string)
+	if id1 == "" || id2 == "" || result(t, again)["status"] != "working" {
+		t.Fatalf("keyed call with a number past 2^53: %v, then %v", first, again)
+	}
+	if _, out := s.rpc("tools/call", big("9007199254740995"), nil); errCode(out) != codeInvalid {
+		t.Fatalf("other big arguments under the key: %v; want -32602", out)
+	}
 }
