@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -263,5 +264,93 @@ func TestTaskTransportPassesOtherRequests(t *testing.T) {
 		if len(rec.bodies) != 1 || string(rec.bodies[0]) != body {
 			t.Errorf("%s: the server got %d requests, the first %d bytes, want the %d sent", name, len(rec.bodies), len(rec.bodies[0]), len(body))
 		}
+	}
+}
+
+// lossyProxy is a proxy that loses the server's answer to the first
+// tools/call it forwards, answering 502 after the server took the call.
+type lossyProxy struct {
+	next    http.RoundTripper
+	mu      sync.Mutex
+	calls   int
+	dropped bool
+}
+
+func (d *lossyProxy) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	resp, err := d.next.RoundTrip(r)
+	if err != nil || !strings.Contains(string(body), `"tools/call"`) {
+		return resp, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	if d.dropped {
+		return resp, nil
+	}
+	d.dropped = true
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Header: http.Header{"Content-Type": {"text/plain"}},
+		Body: io.NopCloser(strings.NewReader("upstream answer lost")), Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
+// TestTaskTransportRetryGetsTheSameTask: CallTool's retry of a call whose
+// CreateTaskResult a proxy lost (a 502 after the server created the task)
+// carries the call's idempotency key, gets the task the lost answer named,
+// and the tool runs once.
+func TestTaskTransportRetryGetsTheSameTask(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), PollInterval: 10 * time.Millisecond, Caller: HTTPTokenUserID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tasks", Version: "v0"}, nil)
+	var mu sync.Mutex
+	runs := 0
+	h := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		mu.Lock()
+		runs++
+		n := runs
+		mu.Unlock()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("run %d of %s", n, req.Params.Arguments)}}}, nil
+	}
+	s.AddTool(&mcp.Tool{Name: "once", InputSchema: &jsonschema.Schema{Type: "object"}}, h)
+	if err := tasks.Add(TaskTool("once", h, true)); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := taskEndpoint(t, s, tasks)
+	proxy := &lossyProxy{next: http.DefaultTransport}
+	var started []string
+	opts := TaskOptions{Started: func(id string) { mu.Lock(); started = append(started, id); mu.Unlock() }}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "tasks-client", Version: "v0"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: TaskTransport(bearer{"alice-token", proxy}, opts)}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+
+	res, err := CallTool(context.Background(), cs, &mcp.CallToolParams{Name: "once", Arguments: map[string]any{"n": 1}}, CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := text0(t, res); got != `run 1 of {"n":1}` {
+		t.Fatalf("result %q", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	if !proxy.dropped || proxy.calls != 2 || runs != 1 || len(started) != 1 {
+		t.Fatalf("dropped %v, %d tools/call sent, the tool ran %d times, %d tasks seen; want the first answer lost, 2 calls, 1 run, 1 task", proxy.dropped, proxy.calls, runs, len(started))
 	}
 }

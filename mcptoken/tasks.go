@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -136,6 +138,10 @@ type TaskCall struct {
 	InputResponses map[string]json.RawMessage
 
 	input func(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error)
+	// key is the call's idempotency key ("": none), args its arguments'
+	// fingerprint: Create keys the task by caller, tool and key.
+	key  string
+	args [32]byte
 }
 
 // Input asks the client for input: the task reports input_required with
@@ -265,6 +271,10 @@ type taskRef struct {
 	Token   string `cbor:"2,keyasint"`
 	Tool    string `cbor:"3,keyasint"`
 	Created int64  `cbor:"4,keyasint"` // unix milliseconds
+	// Args is the arguments' fingerprint of a task keyed by an idempotency
+	// key; an ID without Token names such a task for a retry of its call,
+	// whose cancel is a marker entry the running instance looks for.
+	Args []byte `cbor:"5,keyasint,omitempty"`
 }
 
 func (r taskRef) entry() string { return "mcpt:" + base64.RawURLEncoding.EncodeToString(r.Nonce) }
@@ -278,6 +288,32 @@ func (r taskRef) answer(k int, key string) string {
 
 func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
 
+func (r taskRef) cancelMark() string { return r.entry() + ":c" }
+
+// fp is the fingerprint the task's entry is recorded with: taskFP, and for
+// a keyed task its arguments' fingerprint and creation time, which a
+// retry of its call reads back from the lease or the outcome.
+func (r taskRef) fp() []byte {
+	if len(r.Args) == 0 {
+		return taskFP
+	}
+	b := append(append([]byte{}, taskFP...), 1)
+	b = append(b, r.Args...)
+	return binary.BigEndian.AppendUint64(b, uint64(r.Created))
+}
+
+// keyedTask returns the entry nonce of the task of caller's call of tool
+// with an idempotency key, hashed as storeIDOfCall hashes its triple.
+func keyedTask(caller, tool, key string) []byte {
+	b := []byte("ctoken/mcp keyed task v1\x00")
+	for _, s := range [...]string{caller, tool, key} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:16]
+}
+
 func taskScope(caller string) ctoken.CursorScope {
 	return ctoken.CursorScope{ToolID: taskIDScope, CallerID: caller}
 }
@@ -285,7 +321,7 @@ func taskScope(caller string) ctoken.CursorScope {
 // open returns the task an ID names for caller, or ErrTaskInvalid.
 func (t *Tasks) open(caller, id string) (taskRef, error) {
 	ref, _, err := ctoken.VerifyState[taskRef](t.ids, id, taskScope(caller))
-	if err != nil || len(ref.Nonce) != 16 || ref.Token == "" {
+	if err != nil || len(ref.Nonce) != 16 || ref.Token == "" && len(ref.Args) != 32 || len(ref.Args) != 0 && len(ref.Args) != 32 {
 		return taskRef{}, ErrTaskInvalid
 	}
 	return ref, nil
@@ -302,6 +338,7 @@ type outcome struct {
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
 }
 
 // taskFP is the fingerprint of every task entry: it tells a task's entry
@@ -326,19 +363,30 @@ type TaskState struct {
 // task's state once any instance's [Tasks.Get] would find it.
 func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (TaskState, error) {
 	ref := taskRef{Nonce: make([]byte, 16), Tool: tool.Name}
-	if _, err := rand.Read(ref.Nonce); err != nil {
+	if call.key != "" {
+		// Keyed: a retry of the call finds this task instead of creating
+		// another one.
+		ref.Nonce, ref.Args = keyedTask(call.Caller, tool.Name, call.key), call.args[:]
+		ref.Created = time.Now().UnixMilli()
+	} else if _, err := rand.Read(ref.Nonce); err != nil {
 		return TaskState{}, err
 	}
 	held := time.Now() // the lease lasts until held+Hold at least
-	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
+	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
 	if err != nil {
 		return TaskState{}, err
 	}
 	if rec.State != replay.LeaseAcquired {
+		if call.key != "" {
+			return t.again(ctx, ref, call.Caller, rec)
+		}
 		return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
 	}
-	now := time.UnixMilli(time.Now().UnixMilli()) // as tasks/get reports it
-	ref.Token, ref.Created = rec.Token, now.UnixMilli()
+	if call.key == "" {
+		ref.Created = time.Now().UnixMilli()
+	}
+	now := ref.created() // as tasks/get reports it
+	ref.Token = rec.Token
 	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
 	if err != nil {
 		_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
@@ -347,6 +395,28 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	call.Tool = tool.Name
 	go t.run(context.WithoutCancel(ctx), ref, held, tool, call)
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
+}
+
+// again answers a retry of a keyed task's call that found its task (rec,
+// busy or done): the task, under an ID without its lease token, for the
+// same arguments; [ErrKeyReused] for others. Nothing is written.
+func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec replay.Record) (TaskState, error) {
+	fp := rec.Fingerprint
+	if len(fp) != len(taskFP)+1+32+8 {
+		// Taken for a moment by an instance that records the task failed.
+		return TaskState{}, fmt.Errorf("mcptoken: a keyed task's entry is %s without its fingerprint", rec.State)
+	}
+	if subtle.ConstantTimeCompare(fp[:len(taskFP)+1+32], ref.fp()[:len(taskFP)+1+32]) != 1 {
+		return TaskState{}, ErrKeyReused
+	}
+	ref.Created = int64(binary.BigEndian.Uint64(fp[len(fp)-8:]))
+	id, err := ctoken.IssueState(t.ids, taskScope(caller), 0, ref)
+	if err != nil {
+		return TaskState{}, err
+	}
+	st, _, err := t.state(ctx, ref)
+	st.ID = id
+	return st, err
 }
 
 // run runs a task and records its outcome, renewing its lease meanwhile,
@@ -448,6 +518,11 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func
 		switch {
 		case err == nil:
 			held = start
+			if c, _ := t.cancelled(ctx, ref); c {
+				_ = t.finish(ref, ref.Token, outcome{Status: taskCancelled, Updated: time.Now().UnixMilli()})
+				lose()
+				return
+			}
 		case errors.Is(err, replay.ErrLeaseLost):
 			lose()
 			return
@@ -480,7 +555,7 @@ func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
 	until := ref.created().Add(t.ttl)
 	ctx, cancel := context.WithTimeout(context.Background(), t.hold)
 	defer cancel()
-	err = t.store.ConfirmRecord(ctx, ref.entry(), token, until, taskFP, sealed)
+	err = t.store.ConfirmRecord(ctx, ref.entry(), token, until, ref.fp(), sealed)
 	if errors.Is(err, replay.ErrExpired) {
 		// The task outlived its TTL: nobody can ask for it any more.
 		_ = t.store.ReleaseLease(ctx, ref.entry(), token)
@@ -575,6 +650,16 @@ func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessa
 	return v, true, nil
 }
 
+// cancelled reports whether a keyed task was cancelled through an ID
+// without its lease token (always false for any other task).
+func (t *Tasks) cancelled(ctx context.Context, ref taskRef) (bool, error) {
+	if len(ref.Args) == 0 {
+		return false, nil
+	}
+	_, ok, err := t.peek(ctx, ref, ref.cancelMark())
+	return ok, err
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
@@ -602,7 +687,7 @@ func (t *Tasks) Get(ctx context.Context, caller, id string) (TaskState, error) {
 func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) {
 	st := TaskState{Status: taskWorking, Created: ref.created(), Updated: ref.created()}
 	for {
-		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, taskFP)
+		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
 		if err != nil {
 			return TaskState{}, -1, err
 		}
@@ -611,6 +696,12 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			// The running instance stopped and its lease lapsed: record it.
 			t.fail(slog.LevelWarn, "a task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
+			if c, err := t.cancelled(ctx, ref); err != nil {
+				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+				return TaskState{}, -1, err
+			} else if c {
+				o = outcome{Status: taskCancelled, Updated: o.Updated}
+			}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
 				return TaskState{}, -1, err
@@ -631,7 +722,12 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			}
 			return st, -1, nil
 		}
-		// Busy: working, or waiting for input in its latest round.
+		// Busy: working (or cancelled, the running instance not yet told),
+		// or waiting for input in its latest round.
+		if c, err := t.cancelled(ctx, ref); err != nil || c {
+			st.Status = taskCancelled
+			return st, -1, err
+		}
 		k, req := -1, map[string]json.RawMessage(nil)
 		for i := 0; ; i++ {
 			b, ok, err := t.peek(ctx, ref, ref.round(i))
@@ -697,6 +793,11 @@ func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 	ref, err := t.open(caller, id)
 	if err != nil {
 		return err
+	}
+	if ref.Token == "" {
+		// A keyed task's ID from a retry of its call: the running
+		// instance finds the mark at its next renewal.
+		return t.put(ctx, ref, ref.cancelMark(), []byte("true"))
 	}
 	err = t.finish(ref, ref.Token, outcome{Status: taskCancelled, Updated: time.Now().UnixMilli()})
 	if errors.Is(err, replay.ErrLeaseLost) {

@@ -3,6 +3,7 @@ package mcptoken
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ctoken/ctoken"
 )
 
 // The Tasks extension's wire, in front of an SDK's streamable HTTP handler:
@@ -40,6 +43,7 @@ type taskParams struct {
 	Arguments      json.RawMessage
 	InputResponses map[string]json.RawMessage
 	decl           bool // the client declared the extension
+	key            any  // _meta's idempotency key (MetaKeyOf)
 }
 
 func (p *taskParams) declared() bool { return p.decl }
@@ -167,6 +171,18 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 	if v, ok := m["_meta"]; ok {
 		var mm map[string]json.RawMessage
 		if json.Unmarshal(v, &mm) == nil {
+			meta := map[string]any{}
+			for _, k := range [...]string{MetaIdempotencyKey, LegacyMetaIdempotencyKey} {
+				if raw, ok := mm[k]; ok {
+					var v string
+					if json.Unmarshal(raw, &v) != nil || len(raw) == 0 || raw[0] != '"' {
+						meta[k] = false // not a string: refused
+						continue
+					}
+					meta[k] = v
+				}
+			}
+			p.key = MetaKeyOf(meta)
 			var caps map[string]json.RawMessage
 			if json.Unmarshal(mm["io.modelcontextprotocol/clientCapabilities"], &caps) == nil {
 				var ext map[string]json.RawMessage
@@ -185,7 +201,12 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // request's _meta clientCapabilities, as the 2026-07-28 revision sends on
 // every request) with a CreateTaskResult; it refuses the tools/call of a
 // Required tool from any other client with [CodeMissingCapability], and
-// hands every other request to next unchanged. A task method whose
+// hands every other request to next unchanged. A tools/call whose _meta
+// carries an idempotency key ([MetaKeyOf]) is keyed by caller, tool and
+// key, as [Idempotency] keys a call: a retry with the same arguments gets
+// the task the first created (under another ID, which names the same
+// task) without running it again, and one with other arguments is refused
+// with -32602 and data {"ctokenCode": [CodeKeyReused]}. A task method whose
 // Mcp-Method or Mcp-Name header disagrees with its body is refused with
 // HTTP 400 and [CodeHeaderMismatch]. A POST whose Content-Type is not
 // application/json goes to the SDK, which refuses it. So that no reading
@@ -390,18 +411,42 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 		args = json.RawMessage("{}")
 	}
 	c := &TaskCall{Tool: tool.Name, Caller: caller, Arguments: args, InputResponses: p.InputResponses}
+	if p.key != nil {
+		// Keyed as Idempotency keys a call: a retry gets the same task.
+		key, ok := p.key.(string)
+		if !ok {
+			return nil, &rpcError{Code: codeInvalid, Message: ErrIdempotencyKey.Error() + ": _meta " + MetaIdempotencyKey + " is not a string, or differs from " + LegacyMetaIdempotencyKey}
+		}
+		if err := checkIdempotencyKey(key, DefaultMaxIdempotencyKeyBytes); err != nil {
+			return nil, &rpcError{Code: codeInvalid, Message: err.Error()}
+		}
+		fp, err := ctoken.ArgsFingerprint(args)
+		if err != nil {
+			// Arguments with no canonical form (a number past 2^53):
+			// their bytes, which a retry sends again unchanged.
+			fp = sha256.Sum256(append([]byte("ctoken/mcp task arguments as sent\x00"), args...))
+		}
+		c.key, c.args = key, fp
+	}
 	if tool.Ask != nil {
 		if ask := tool.Ask(c); len(ask) > 0 {
 			return map[string]any{"resultType": "input_required", "inputRequests": ask}, nil
 		}
 	}
 	st, err := t.Create(ctx, tool, c)
+	if errors.Is(err, ErrKeyReused) {
+		t.fail(slog.LevelWarn, "task not created: idempotency key reused with other arguments", tool.Name, nil)
+		return nil, &rpcError{Code: codeInvalid, Message: msgTaskKeyReused, Data: map[string]int{"ctokenCode": CodeKeyReused}}
+	}
 	if err != nil {
 		t.fail(slog.LevelError, "task not created: the task store could not answer", tool.Name, err)
 		return nil, &rpcError{Code: codeInternal, Message: "internal error: the task could not be created"}
 	}
 	return t.wire(st, "task"), nil
 }
+
+// msgTaskKeyReused is the message of [CodeKeyReused], as ctokenmcp sends it.
+const msgTaskKeyReused = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
 
 // serve answers a task method.
 func (t *Tasks) serve(ctx context.Context, caller, method string, p *taskParams) (any, *rpcError) {
@@ -467,6 +512,9 @@ func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, result any,
 	resp := map[string]any{"jsonrpc": "2.0", "id": id}
 	if rerr != nil {
 		e := map[string]any{"code": rerr.Code, "message": rerr.Message}
+		if data == nil && rerr.Data != nil {
+			data = rerr.Data
+		}
 		if data != nil {
 			e["data"] = data
 		}

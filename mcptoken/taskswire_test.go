@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -439,6 +440,7 @@ func FuzzTasksHandler(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","arguments":null}}`))
 	f.Add([]byte(`{"jsonrpc":"2.0","id":"a","method":"tasks/update","params":{"taskId":"","inputResponses":{"k":1}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","arguments":{"a":1},"_meta":{"io.github.ctoken/idempotencyKey":"k","ctoken/idempotencyKey":["k"],"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s := newTaskServer(t)
 		w := httptest.NewRecorder()
@@ -614,4 +616,54 @@ func jsonPost(body io.Reader) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, "/", body)
 	r.Header.Set("Content-Type", "application/json")
 	return r
+}
+
+// TestTasksHandlerRefusesMalformedKeys: a task tool's call whose
+// idempotency key is malformed is refused -32602 as Idempotency refuses
+// it, creating no task.
+func TestTasksHandlerRefusesMalformedKeys(t *testing.T) {
+	caps := declared["io.modelcontextprotocol/clientCapabilities"]
+	for name, meta := range map[string]map[string]any{
+		"not a string":      {MetaIdempotencyKey: 7},
+		"an object":         {MetaIdempotencyKey: map[string]any{"k": 1}},
+		"empty":             {MetaIdempotencyKey: ""},
+		"too long":          {MetaIdempotencyKey: strings.Repeat("k", DefaultMaxIdempotencyKeyBytes+1)},
+		"a space":           {MetaIdempotencyKey: "a b"},
+		"two keys differ":   {MetaIdempotencyKey: "k1", LegacyMetaIdempotencyKey: "k2"},
+		"legacy not string": {LegacyMetaIdempotencyKey: []any{1}},
+	} {
+		s := newTaskServer(t)
+		meta["io.modelcontextprotocol/clientCapabilities"] = caps
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "slow", "arguments": map[string]any{}}, meta), nil)
+		if c := errCode(out); c != codeInvalid {
+			t.Errorf("%s: answer %v; want -32602", name, out)
+		}
+	}
+	// The legacy key alone, or both equal, keys the call.
+	s := newTaskServer(t)
+	for _, meta := range []map[string]any{{LegacyMetaIdempotencyKey: "k"}, {MetaIdempotencyKey: "k", LegacyMetaIdempotencyKey: "k"}} {
+		meta["io.modelcontextprotocol/clientCapabilities"] = caps
+		_, out := s.rpc("tools/call", with(map[string]any{"name": "slow", "arguments": map[string]any{}}, meta), nil)
+		if r := result(t, out); r["resultType"] != "task" {
+			t.Fatalf("keyed call: %v", out)
+		}
+	}
+	_, out := s.rpc("tools/call", with(map[string]any{"name": "slow", "arguments": map[string]any{"x": 1}}, map[string]any{MetaIdempotencyKey: "k", "io.modelcontextprotocol/clientCapabilities": caps}), nil)
+	if errCode(out) != codeInvalid || !strings.Contains(fmt.Sprint(out), "ctokenCode:1024") {
+		t.Fatalf("the legacy key's task called again under the new key with other arguments: %v; want -32602 ctokenCode 1024", out)
+	}
+	// Arguments without a canonical form are keyed by their bytes.
+	big := func(n string) map[string]any {
+		return map[string]any{"name": "slow", "arguments": json.RawMessage(`{"n":` + n + `}`), "_meta": map[string]any{MetaIdempotencyKey: "big", "io.modelcontextprotocol/clientCapabilities": caps}}
+	}
+	_, first := s.rpc("tools/call", big("9007199254740993"), nil)
+	_, again := s.rpc("tools/call", big("9007199254740993"), nil)
+	id1, _ := result(t, first)["taskId"].(string)
+	id2, _ := result(t, again)["taskId"].(string)
+	if id1 == "" || id2 == "" || result(t, again)["status"] != "working" {
+		t.Fatalf("keyed call with a number past 2^53: %v, then %v", first, again)
+	}
+	if _, out := s.rpc("tools/call", big("9007199254740995"), nil); errCode(out) != codeInvalid {
+		t.Fatalf("other big arguments under the key: %v; want -32602", out)
+	}
 }

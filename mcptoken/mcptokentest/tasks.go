@@ -21,7 +21,8 @@ import (
 // task created on one instance is read, answered and cancelled on the
 // other; a task whose instance stopped is reported failed by the other
 // within the lease, never working until its TTL; another caller's,
-// tampered and expired task IDs are refused, consuming nothing. Every
+// tampered and expired task IDs are refused, consuming nothing; a retry of
+// a call with its idempotency key gets the task the call created. Every
 // store of this repository runs it.
 func RunTasksContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Recorder)) {
 	tests := []struct {
@@ -33,6 +34,8 @@ func RunTasksContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Re
 		{"StoppedInstanceIsReportedFailed", tasksStoppedInstance},
 		{"InputAnsweredOnEitherInstance", tasksInputAcross},
 		{"ForeignTamperedAndExpiredIDsRefused", tasksRefusals},
+		{"KeyedRetryGetsTheSameTask", tasksKeyedRetry},
+		{"KeyedRetryIDCancels", tasksKeyedCancel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
