@@ -158,13 +158,14 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	return newStore(ctx, db, opts, time.Now)
 }
 
-func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Time) (*Store, error) {
+func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Time) (_ *Store, err error) {
 	var faults []string
 	if db == nil {
 		faults = append(faults, "nil *sql.DB: pass the database sql.Open returned")
 	}
 	ctx = orBackground(ctx)
 	s := &Store{db: db, now: now, done: make(chan struct{})}
+	defer func() { err = malformed(err, s.path, s.table) }()
 	table, fault := tableName(opts.Table)
 	if fault != "" {
 		faults = append(faults, fault)

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -27,21 +28,17 @@ func walLinkPrefix(path, table string) string { return sidecarFile(path, table) 
 // linkTemp starts a link's name while it is made, which New never judges.
 func linkTemp(path, table string) string { return sidecarFile(path, table) + ".tmp-wal-" }
 
-func walLinks(path, table string) ([]string, error) {
-	return filepath.Glob(globEscape(walLinkPrefix(path, table)) + "*")
-}
-
-// globEscape quotes filepath.Match's metacharacters.
-func globEscape(s string) string {
-	var b []byte
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', '\\':
-			b = append(b, '\\')
+// withPrefix lists the files whose path starts with prefix.
+func withPrefix(prefix string) ([]string, error) {
+	dir := filepath.Dir(prefix)
+	entries, err := os.ReadDir(dir)
+	var files []string
+	for _, e := range entries {
+		if f := filepath.Join(dir, e.Name()); strings.HasPrefix(f, prefix) {
+			files = append(files, f)
 		}
-		b = append(b, s[i])
 	}
-	return string(b)
+	return files, err
 }
 
 // linkWAL makes link name the WAL file wal, atomically, unless it does.
@@ -68,16 +65,13 @@ func (s *Store) relinkWAL() {
 	if !s.wal || s.guard.sticky.Load() {
 		return
 	}
-	var w os.FileInfo
+	// The WAL in place: SQLite copies a WAL into the file before it deletes it.
+	w, err := os.Stat(s.path + "-wal")
 	if p := s.guard.wal.Load(); p != nil {
-		w = *p
-	} else {
-		// SQLite copies a WAL into the file before it deletes it.
-		info, err := os.Stat(s.path + "-wal")
-		if err != nil {
-			return
-		}
-		w = info
+		w, err = *p, nil
+	}
+	if err != nil {
+		return
 	}
 	if err := linkWAL(s.path, s.table, s.walLink, w); err != nil && !errors.Is(err, errWALChanged) {
 		s.log.Warn("sqlitestore: linking the WAL failed: a WAL file deleted while no store runs would not be found", "path", s.walLink, "err", err)
@@ -93,7 +87,7 @@ func (s *Store) relinkWAL() {
 // VACUUM, differs too, which only an operator can tell apart). Stale
 // temporary links are removed.
 func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt) error {
-	links, err := walLinks(path, table)
+	links, err := withPrefix(walLinkPrefix(path, table))
 	if err != nil {
 		return fmt.Errorf("%w: listing the WALs kept beside %s: %w", ErrUnavailable, path, err)
 	}
@@ -123,27 +117,32 @@ func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt) error {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
-	if tmps, err := filepath.Glob(globEscape(linkTemp(path, table)) + "*"); err == nil {
-		for _, tmp := range tmps {
-			if info, err := os.Lstat(tmp); err == nil && time.Since(info.ModTime()) > time.Minute {
-				_ = os.Remove(tmp)
-			}
+	tmps, _ := withPrefix(linkTemp(path, table))
+	for _, tmp := range tmps {
+		if info, err := os.Lstat(tmp); err == nil && time.Since(info.ModTime()) > time.Minute {
+			_ = os.Remove(tmp)
 		}
 	}
 	return nil
 }
 
-func removeWALLinks(path, table string) error {
-	links, err := walLinks(path, table)
-	if err != nil {
+// malformed refuses what a checkpoint cut short leaves once the WAL is deleted.
+func malformed(err error, path, table string) error {
+	if err == nil || errors.Is(err, ErrForgotten) || !strings.Contains(err.Error(), "malformed") {
 		return err
 	}
+	path = cmp.Or(path, "NAME")
+	return fmt.Errorf("%w: SQLite finds the database file malformed (%v): if its WAL was deleted after a crash, stop every program on the file and rename the WAL the store kept, %s*, to %s-wal; else restore a backup and run Rearm", ErrForgotten, err, walLinkPrefix(path, table), path)
+}
+
+func removeWALLinks(path, table string) error {
+	links, err := withPrefix(walLinkPrefix(path, table))
 	for _, link := range links {
-		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+		if rerr := os.Remove(link); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = cmp.Or(err, rerr)
 		}
 	}
-	return nil
+	return err
 }
 
 // lastSeq is the highest sequence of the marker of incarnation inc on the

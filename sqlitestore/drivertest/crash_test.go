@@ -118,6 +118,24 @@ func faultChild(spec string) error {
 	if err != nil {
 		return err
 	}
+	if job.HoldInWAL {
+		// mattn takes no wal_autocheckpoint in the DSN: set it on each
+		// connection the pool will ever hold, all kept idle.
+		db.SetMaxOpenConns(10)
+		db.SetMaxIdleConns(10)
+		conns := make([]*sql.Conn, 10)
+		for i := range conns {
+			if conns[i], err = db.Conn(ctx); err != nil {
+				return err
+			}
+			if _, err := conns[i].ExecContext(ctx, `PRAGMA wal_autocheckpoint = 0`); err != nil {
+				return err
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}
 	s, err := sqlitestore.New(ctx, db, opts)
 	if err != nil {
 		return fmt.Errorf("New: %w", err)

@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
+	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
 // snapshot writes a consistent copy of db's database to dst (VACUUM
@@ -583,6 +585,60 @@ func walLinksAfterACrash(t *testing.T) {
 					}
 					t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
 				}
+			})
+			// A checkpoint killed before its first page past the file's
+			// end: the pages it copied point at pages the file lacks.
+			// Put back, the kept WAL completes the checkpoint.
+			t.Run("a checkpoint cut short, the WAL deleted", func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 300)
+				wal, err := os.ReadFile(path + "-wal")
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.OpenFile(path, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				size, _, last, err := walfile.Committed(bytes.NewReader(wal))
+				info, serr := f.Stat()
+				if err != nil || serr != nil {
+					t.Fatal(err, serr)
+				}
+				grown := false
+				for pgno, off := range last {
+					if at := int64(pgno-1) * int64(size); at >= info.Size() {
+						grown = true
+					} else if _, err := f.WriteAt(wal[off:off+int64(size)], at); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := f.Close(); err != nil || !grown {
+					t.Fatalf("close: %v; the claims grew the file: %v", err, grown)
+				}
+				links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
+				if err != nil || len(links) != 1 {
+					t.Fatalf("WAL links %v, %v; want one", links, err)
+				}
+				removeFiles(t, path+"-wal", path+"-shm")
+				db := d.Open(t, path)
+				if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(new(int)); err == nil || !strings.Contains(err.Error(), "malformed") {
+					t.Fatalf("reading the table = %v; want SQLite to find the file malformed", err)
+				}
+				if _, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
+					t.Fatalf("New = %v; want ErrForgotten", err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(links[0], path+"-wal"); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Fatal(err)
+				}
+				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+				refused(t, s, tally)
 			})
 			t.Run("VACUUM shrinks the file", func(t *testing.T) {
 				path := faultDB(t, d)
