@@ -1022,7 +1022,9 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					}
 				}
 			}
-			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+			// Timeout and MaxSkew wide enough that a loaded machine's
+			// slow call is neither a timeout nor a clock behind Redis's.
+			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second, Timeout: 10 * time.Second}
 			provisionFirst(t, c, opts)
 			app, err := Open(ctx, c, opts)
 			if err != nil {
