@@ -920,21 +920,38 @@ func maxKey(m map[string]int) string {
 //     is the fence's end; Open refuses (ErrFenced) until then; 0 earlier
 //     IDs accepted again, and a fresh ID is served one lifetime after
 //     Provision.
-//   - one master: Status shows that master's shards missing, the others
-//     open, and its start seconds ago (the CLI's verdict: partly fenced);
-//     Provision refuses, ErrConfig (partly provisioned), and writes
-//     nothing; Open succeeds and the surviving shards serve at once; each
-//     lost shard fences at the application's first claim of it, for the
-//     lifetime the application knows: 0 earlier IDs accepted again, and a
-//     fresh ID on a lost shard is served within a lifetime.
+//   - one master: the surviving masters count a CONFIG RESETSTAT from
+//     before the key space was provisioned (the test runs it, as the
+//     tests before it in TestCluster did), and their baselines
+//     (<prefix>servers) live on one of them. Status shows the restarted
+//     master's shards missing, the others open, and its start seconds ago
+//     (the CLI's verdict: partly fenced); Provision refuses, ErrConfig
+//     (partly provisioned), and writes nothing; Open succeeds and the
+//     surviving shards serve at once; each lost shard fences at the
+//     application's first claim of it, for the lifetime the application
+//     knows: 0 earlier IDs accepted again, and a fresh ID on a lost shard
+//     is served within a lifetime.
+//   - one master, the baselines with it: the same, but the prefix puts
+//     <prefix>servers on the restarted master too, so the surviving
+//     masters' baselines are lost with it. Nothing then proves that their
+//     reset came before the key space lived and hid no eviction of its
+//     claims (issue 81), so Provision's server checks fence every shard
+//     for one lifetime (a "loss" ledger entry naming the reset), and
+//     Provision answers ErrFenced whose RetryAt is the fence's end; Open
+//     refuses until then; 0 earlier IDs accepted again, and a fresh ID is
+//     served one lifetime after Provision, with no other command.
 func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 	tc := clusterFromEnv(t)
 	for _, tt := range []struct {
 		name  string
 		every bool
+		// baselinesLost: <prefix>servers lives on the one restarted
+		// master, so the surviving masters' baselines go with it.
+		baselinesLost bool
 	}{
-		{"one master", false},
-		{"every master", true},
+		{"one master", false, false},
+		{"one master, the baselines with it", false, true},
+		{"every master", true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			const lifetime = 5 * time.Second // the Horizon: every claim's lifetime rounds up to it
@@ -975,18 +992,39 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 				}
 			}
 			// One master: a prefix whose ledger and lifetime record live on
-			// it, so its restart takes them too.
+			// it, so its restart takes them too, and whose baselines
+			// (<prefix>servers) live on it when baselinesLost, on another
+			// master otherwise.
 			var prefix string
 			for i := 0; prefix == ""; i++ {
 				if i == 1000 {
-					t.Fatalf("no prefix of 1000 puts the ledger and the lifetime record on %s", victims[0])
+					t.Fatalf("no prefix of 1000 puts the ledger and the lifetime record on %s (the baselines there: %v)", victims[0], tt.baselinesLost)
 				}
 				p := fmt.Sprintf("ctoken-fault:runbook-%d-%d:", time.Now().UnixNano(), i)
-				if tt.every || masterOf(p+"ledger") == victims[0] && masterOf(p+"lifetime") == victims[0] {
+				if tt.every || masterOf(p+"ledger") == victims[0] && masterOf(p+"lifetime") == victims[0] &&
+					(masterOf(p+"servers") == victims[0]) == tt.baselinesLost {
 					prefix = p
 				}
 			}
-			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+			fencedAll := tt.every || tt.baselinesLost
+			if !tt.every {
+				// Every surviving master counts a CONFIG RESETSTAT from
+				// before the key space lived, whichever tests ran before.
+				for _, m := range tc.masters(t) {
+					if m.addr == victims[0] {
+						continue
+					}
+					mc := redis.NewClient(&redis.Options{Addr: m.addr})
+					err := mc.ConfigResetStat(ctx).Err()
+					mc.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Timeout and MaxSkew wide enough that a loaded machine's
+			// slow call is neither a timeout nor a clock behind Redis's.
+			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second, Timeout: 10 * time.Second}
 			provisionFirst(t, c, opts)
 			app, err := Open(ctx, c, opts)
 			if err != nil {
@@ -1046,24 +1084,54 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			}
 			t0 := time.Now()
 			opened, perr := op.Provision(ctx)
+			// The fences the waiting application raises itself (each lost
+			// shard at its first claim, one master): the last one's end,
+			// and any longer than one lifetime from when it was raised.
+			var (
+				mu       sync.Mutex
+				fenceEnd time.Time
+				tooLong  []time.Duration
+			)
+			waitOpts := opts
+			waitOpts.Observer = func(e replay.Event) {
+				if e.Kind != replay.EventFenceRaised {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if e.Until.After(fenceEnd) {
+					fenceEnd = e.Until
+				}
+				if d := time.Until(e.Until); d > lifetime {
+					tooLong = append(tooLong, d)
+				}
+			}
 			var waiting *Store
-			if tt.every {
+			if fencedAll {
+				// every: Provision's fence for unknown history; the
+				// baselines lost: the fence of its server checks, which
+				// Provision then finds.
+				why, kind, detail := whyProvisionedFenced, ledgerProvisioned, "history unknown"
+				if !tt.every {
+					why, kind, detail = whyProvisionFenced, ledgerLoss, "CONFIG RESETSTAT"
+				}
 				end, ok := replay.RetryAt(perr)
-				if opened != 0 || !errors.Is(perr, ErrFenced) || Reason(perr) != whyProvisionedFenced || !ok {
-					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrFenced (%q) with its end", opened, perr, whyProvisionedFenced)
+				if opened != 0 || !errors.Is(perr, ErrFenced) || Reason(perr) != why || !ok {
+					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrFenced (%q) with its end", opened, perr, why)
 				}
 				if end.Before(t0.Add(lifetime-time.Second)) || end.After(time.Now().Add(lifetime+time.Second)) {
 					t.Fatalf("fenced until %v, %v after Provision; want one lifetime, %v", end, end.Sub(t0), lifetime)
 				}
 				if st, err = op.Status(ctx); err != nil || st.Fenced != Shards || st.ReopenSafeAt.Before(end) ||
-					len(st.Ledger) != 1 || !strings.Contains(st.Ledger[0].Detail, "history unknown") {
-					t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v, the fence in the ledger", st, err, end)
+					len(st.Ledger) != 1 || st.Ledger[0].Kind != kind || !strings.Contains(st.Ledger[0].Detail, detail) {
+					t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v, the fence in the ledger (%s: %q)", st, err, end, kind, detail)
 				}
 				if _, err := Open(ctx, tc.client(t), opts); !errors.Is(err, ErrFenced) {
 					t.Fatalf("Open before the fence's end = %v; want ErrFenced", err)
 				}
 				t.Logf("Provision: %v; fenced until %v after Provision", perr, end.Sub(t0).Round(time.Millisecond))
-				if waiting, err = New(tc.client(t), opts); err != nil {
+				fenceEnd = end
+				if waiting, err = New(tc.client(t), waitOpts); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -1076,7 +1144,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					t.Fatalf("a refused Provision wrote: markers %v, then %v (%v); ledger %+v (%v)", derefAll(before), derefAll(after), aerr, ledger, lerr)
 				}
 				t.Logf("Provision: %v", perr)
-				if waiting, err = Open(ctx, tc.client(t), opts); err != nil {
+				if waiting, err = Open(ctx, tc.client(t), waitOpts); err != nil {
 					t.Fatalf("Open with %d shards open = %v; want the open shards served", Shards-len(lost), err)
 				}
 				// A surviving shard serves at once.
@@ -1090,7 +1158,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			}
 			defer waiting.Close()
 			fresh := 0
-			twice, refused, served := replayUntilServed(t, waiting, untils, func() string {
+			twice, refused, served, lastFenced := replayUntilServed(t, waiting, untils, func() string {
 				for {
 					fresh++
 					if id := fmt.Sprint("fresh-", fresh); lost[shardOf(id)] {
@@ -1106,8 +1174,23 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			if refused == 0 {
 				t.Fatal("no earlier ID was refused as fenced: the test did not test the fence")
 			}
-			if served > lifetime+time.Second || tt.every && served < lifetime-100*time.Millisecond {
+			// Never early; then no fresh claim begun after the last
+			// fence's end refused (Redis's clock is this host's; a Store
+			// from New keeps its key space's refusal keySpaceRetry), and
+			// no fence longer than one lifetime: served within a lifetime
+			// of each fence, however slow a loaded machine is.
+			if fencedAll && served < lifetime-100*time.Millisecond {
 				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			last := fenceEnd
+			if fencedAll {
+				last = last.Add(keySpaceRetry)
+			}
+			if fenceEnd.IsZero() || !lastFenced.Before(last) || len(tooLong) != 0 {
+				t.Fatalf("the last fence ends %v; the last fresh claim refused began %v after it; fences longer than the lifetime %v: %v; want a fence, no refusal after %v, none longer",
+					fenceEnd, lastFenced.Sub(fenceEnd), lifetime, tooLong, last.Sub(fenceEnd))
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,11 +201,25 @@ func (tc *testCluster) kill(t *testing.T, addr string) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); processAlive(pid); time.Sleep(10 * time.Millisecond) {
+	// A killed process's main thread can show as a zombie while its other
+	// threads still exit, holding the listening socket: a start then fails
+	// with "Address already in use". Wait until the port refuses too.
+	for deadline := time.Now().Add(10 * time.Second); processAlive(pid) || listening(addr); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("node %s (pid %d) still alive 10 s after SIGKILL", addr, pid)
+			t.Fatalf("node %s (pid %d) still alive or listening 10 s after SIGKILL", addr, pid)
 		}
 	}
+}
+
+// listening reports whether something still accepts connections at addr:
+// anything but a refused connection counts as yes.
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+		return true
+	}
+	return !errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // start starts the node at addr from its config, with args after it

@@ -270,16 +270,20 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer waiting.Close()
-			twice, refused, served := replayUntilServed(t, waiting, untils, func() string { return fmt.Sprint("fresh-", time.Now().UnixNano()) }, t0, lifetime+10*time.Second)
+			twice, refused, served, lastFenced := replayUntilServed(t, waiting, untils, func() string { return fmt.Sprint("fresh-", time.Now().UnixNano()) }, t0, lifetime+10*time.Second)
 			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, len(twice), refused, served.Round(time.Millisecond), lifetime)
 			if len(twice) != 0 {
 				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", len(twice), n)
 			}
-			// Never before the lifetime (the safety property); after it
-			// within the 10 s bound of replayUntilServed (a loaded machine
-			// may be slow to serve, never early).
+			// Never before the lifetime (the safety property); after it,
+			// no fresh claim begun past the fence's end refused, but for
+			// the keySpaceRetry a Store from New keeps its refusal (a
+			// loaded machine may be slow to serve, never early).
 			if served < lifetime-100*time.Millisecond {
 				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
+			}
+			if !lastFenced.Before(end.Add(keySpaceRetry)) {
+				t.Fatalf("a fresh claim begun %v after the fence's end was refused; want none past %v", lastFenced.Sub(end), keySpaceRetry)
 			}
 		})
 	}
@@ -291,8 +295,10 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 // store), then an ID from fresh, and again, until the fresh ID is first,
 // at most limit after t0. It returns the earlier IDs that were first
 // again (accepted twice), how many claims of them were refused with
-// ErrFenced, and when a fresh ID was first, since t0.
-func replayUntilServed(t *testing.T, s *Store, untils map[string]time.Time, fresh func() string, t0 time.Time, limit time.Duration) (twice []string, refused int, served time.Duration) {
+// ErrFenced, when a fresh ID was first, since t0, and when the last
+// fresh claim refused with ErrFenced began (before any fence's end, on
+// the one clock of the host, or a fence refused past its end).
+func replayUntilServed(t *testing.T, s *Store, untils map[string]time.Time, fresh func() string, t0 time.Time, limit time.Duration) (twice []string, refused int, served time.Duration, lastFenced time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	for served == 0 {
@@ -314,17 +320,22 @@ func replayUntilServed(t *testing.T, s *Store, untils map[string]time.Time, fres
 				t.Fatalf("claim of an earlier ID: %v", err)
 			}
 		}
-		first, err := s.Claim(ctx, fresh(), time.Now().Add(time.Second))
+		began := time.Now()
+		first, err := s.Claim(ctx, fresh(), began.Add(time.Second))
 		switch {
 		case first:
 			served = time.Since(t0)
+		case errors.Is(err, replay.ErrExpired):
+			// The call outlasted the fresh ID's second on a loaded
+			// machine: Redis refused it as expired; try another.
 		case err != nil && !errors.Is(err, ErrFenced):
 			t.Fatalf("fresh claim: %v", err)
 		default:
+			lastFenced = began
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return twice, refused, served
+	return twice, refused, served, lastFenced
 }
 
 // provisionBeforeFirstOpen is a client hook that runs another operator's
