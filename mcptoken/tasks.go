@@ -109,7 +109,7 @@ type Tasks struct {
 }
 
 // taskWork is a running Transactional task: stop cancels its tool (the
-// cause errTaskCancelled), done is closed once its outcome is settled.
+// cause errWorkCancelled), done is closed once its outcome is settled.
 type taskWork struct {
 	stop context.CancelCauseFunc
 	done chan struct{}
@@ -140,7 +140,8 @@ type TaskTool struct {
 	// an error or panic of Run, a cancel or the TTL's end, are rolled back
 	// and the task recorded failed (or cancelled). [TaskCall.Input] fails
 	// in it: no transaction stays open while a client answers. tasks/cancel
-	// stops it only on the instance that runs it.
+	// stops it only on the instance that runs it. On sqlitestore the task
+	// holds the store's one writer until it ends: keep such tools short.
 	Transactional bool
 }
 
@@ -532,15 +533,15 @@ func (t *Tasks) acquireWork(ctx context.Context, ref taskRef) (replay.Record, re
 	return rec, work, err
 }
 
-// errTaskCancelled is the cause of a Transactional task's cancel.
-var errTaskCancelled = errors.New("mcptoken: the task was cancelled")
+// errWorkCancelled is the cause of a Transactional task's cancel.
+var errWorkCancelled = errors.New("mcptoken: the task was cancelled")
 
 // errTaskInputTx is the error of TaskCall.Input in a Transactional task.
 var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional task: a transaction must not stay open while the client answers")
 
 // runWork runs a Transactional task in work, whose transaction holds its
 // entry, under parent (cancelled by Cancel through w, with the cause
-// errTaskCancelled): its outcome commits with the tool's writes; a
+// errWorkCancelled): its outcome commits with the tool's writes; a
 // failure, a cancel or a commit that kept nothing rolls them back and
 // records the task failed (or cancelled).
 func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call *TaskCall, work replay.Work, w *taskWork) {
@@ -559,7 +560,7 @@ func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call
 	res, err := runTool(work.Context(ctx), tool, call)
 	bg := context.WithoutCancel(parent)
 	o := t.outcomeOf(ref, res, err)
-	if errors.Is(context.Cause(ctx), errTaskCancelled) {
+	if errors.Is(context.Cause(ctx), errWorkCancelled) {
 		o = outcome{Status: taskCancelled, Updated: o.Updated}
 	}
 	if o.Status == taskCompleted {
@@ -955,7 +956,7 @@ func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 	if w != nil {
 		// A Transactional task this instance runs: its writes are rolled
 		// back and the task recorded cancelled.
-		w.stop(errTaskCancelled)
+		w.stop(errWorkCancelled)
 		select {
 		case <-w.done:
 			return nil
