@@ -944,7 +944,9 @@ func (t *Tasks) Update(ctx context.Context, caller, id string, responses map[str
 
 // Cancel cancels the task id names: a task still running is recorded
 // cancelled and its instance cancels the tool's context at its next
-// renewal; a finished task is left as it is.
+// renewal; a finished task is left as it is. A Transactional task is
+// cancelled by the instance running it (its writes rolled back); on
+// another, Cancel fails while the task runs.
 func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 	ref, err := t.open(caller, id)
 	if err != nil {
@@ -963,6 +965,15 @@ func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
+		// Run by another instance, whose transaction holds the entry (and
+		// SQLite's writer): a finished task is left as it is.
+		st, _, err := t.state(ctx, ref)
+		if err == nil && st.Status == taskWorking {
+			err = errors.New("mcptoken: a Transactional task is cancelled only by the instance running it")
+		}
+		return err
 	}
 	if ref.Token == "" {
 		// A keyed task's ID from a retry of its call: the running

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
@@ -80,5 +81,75 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	}
 	if n := e.Count(t, "killed"); n != 0 {
 		t.Fatalf("%d writes kept by the task whose connection died; want 0", n)
+	}
+}
+
+// TestMCPTasksWorkCancelElsewhere: tasks/cancel of a running
+// Transactional task on an instance that does not run it fails (the task
+// runs on and commits); once the task ended it is a no-op.
+func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	e := pgEffects{pool, uniqueTable(t, pool)}
+	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := twoInstances(t, pool)
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tss []*mcptoken.Tasks
+	written, release := make(chan struct{}), make(chan struct{})
+	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
+		if err := e.Write(ctx, "kept"); err != nil {
+			return nil, err
+		}
+		close(written)
+		<-release
+		return json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`), nil
+	}}
+	for _, s := range []*Store{sa, sb} {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute, Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Add(tool); err != nil {
+			t.Fatal(err)
+		}
+		tss = append(tss, ts)
+	}
+	a, b := tss[0], tss[1]
+	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-written
+	if err := b.Cancel(context.Background(), "alice", st.ID); err == nil {
+		t.Fatal("Cancel on the other instance of a running Transactional task succeeded")
+	}
+	close(release)
+	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
+	for {
+		got, err := b.Get(context.Background(), "alice", st.ID)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if got.Status != "working" {
+			if got.Status != "completed" || !bytes.Contains(got.Result, []byte(`"done"`)) {
+				t.Fatalf("after a refused Cancel: %+v; want completed", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still working")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.Count(t, "kept"); n != 1 {
+		t.Fatalf("%d writes kept; want 1", n)
+	}
+	if err := b.Cancel(context.Background(), "alice", st.ID); err != nil {
+		t.Fatalf("Cancel of a completed Transactional task: %v", err)
 	}
 }
