@@ -104,6 +104,15 @@ type Tasks struct {
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
+	// works are the Transactional tasks this instance runs, by entry.
+	works map[string]*taskWork
+}
+
+// taskWork is a running Transactional task: stop cancels its tool (the
+// cause errWorkCancelled), done is closed once its outcome is settled.
+type taskWork struct {
+	stop context.CancelCauseFunc
+	done chan struct{}
 }
 
 // TaskTool is a tool that runs as a task.
@@ -124,6 +133,16 @@ type TaskTool struct {
 	// the task with a JSON-RPC internal error. Its context is cancelled
 	// when the task is cancelled or its lease is lost.
 	Run func(ctx context.Context, call *TaskCall) (json.RawMessage, error)
+	// Transactional runs Run in a transaction of the Store, which must be
+	// a replay.WorkAcquirer (pgstore, sqlitestore): the task's entry is
+	// taken in it, and the tool's writes (through pgstore.TxFrom or
+	// sqlitestore.TxFrom on Run's context) commit with its outcome, or, on
+	// an error or panic of Run, a cancel or the TTL's end, are rolled back
+	// and the task recorded failed (or cancelled). [TaskCall.Input] fails
+	// in it: no transaction stays open while a client answers. tasks/cancel
+	// stops it only on the instance that runs it. On sqlitestore the task
+	// holds the store's one writer until it ends: keep such tools short.
+	Transactional bool
 }
 
 // TaskCall is the call a task runs.
@@ -194,7 +213,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, works: map[string]*taskWork{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -230,10 +249,15 @@ func newTaskIDs(keys *ctoken.Keyring, ttl time.Duration, now func() time.Time) (
 }
 
 // Add registers tool as task-augmented; a second tool of the same name
-// replaces the first. It fails for a tool without a name or Run.
+// replaces the first. It fails for a tool without a name or Run, and with
+// an error matching ctoken.ErrConfig for a Transactional tool on a Store
+// that is not a replay.WorkAcquirer.
 func (t *Tasks) Add(tool TaskTool) error {
 	if tool.Name == "" || tool.Run == nil {
 		return fmt.Errorf("%w: a TaskTool needs a Name and a Run", errTaskConfig)
+	}
+	if _, ok := t.store.(replay.WorkAcquirer); tool.Transactional && !ok {
+		return fmt.Errorf("%w: TaskTool %q is Transactional but TasksConfig.Store is not a replay.Transactor that takes leases in its transaction (replay.WorkAcquirer: pgstore, sqlitestore)", ctoken.ErrConfig, tool.Name)
 	}
 	t.mu.Lock()
 	t.tools[tool.Name] = tool
@@ -372,7 +396,14 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		return TaskState{}, err
 	}
 	held := time.Now() // the lease lasts until held+Hold at least
-	rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
+	var rec replay.Record
+	var work replay.Work
+	var err error
+	if tool.Transactional {
+		rec, work, err = t.acquireWork(ctx, ref)
+	} else {
+		rec, err = t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
+	}
 	if err != nil {
 		return TaskState{}, err
 	}
@@ -389,11 +420,24 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	ref.Token = rec.Token
 	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
 	if err != nil {
-		_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+		if work != nil {
+			_ = work.Rollback(context.WithoutCancel(ctx))
+		} else {
+			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+		}
 		return TaskState{}, err
 	}
 	call.Tool = tool.Name
-	go t.run(context.WithoutCancel(ctx), ref, held, tool, call)
+	if work != nil {
+		wctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+		w := &taskWork{stop: stop, done: make(chan struct{})}
+		t.mu.Lock()
+		t.works[ref.entry()] = w
+		t.mu.Unlock()
+		go t.runWork(wctx, ref, tool, call, work, w)
+	} else {
+		go t.run(context.WithoutCancel(ctx), ref, held, tool, call)
+	}
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
 
@@ -445,15 +489,7 @@ func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool Ta
 		return t.input(ctx, ref, r, req)
 	}
 	res, err := runTool(ctx, tool, call)
-	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
-	var obj map[string]json.RawMessage
-	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
-		if err == nil {
-			err = errors.New("mcptoken: the result is not a JSON object")
-		}
-		t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
-		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
-	}
+	o := t.outcomeOf(ref, res, err)
 	// Record the outcome, retrying a store that cannot answer while the
 	// lease is still kept; once it is lost (cancelled, recorded by
 	// another instance, or lapsed) nothing is recorded here.
@@ -474,6 +510,116 @@ func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool Ta
 		case <-time.After(t.poll):
 		}
 	}
+}
+
+// acquireWork takes a Transactional task's entry in a transaction of the
+// store, held until the task's TTL ends: the task is created when the
+// transaction commits with its outcome, and an instance that dies leaves
+// the entry free, which tasks/get records failed. It returns a Work only
+// for an acquired entry.
+func (t *Tasks) acquireWork(ctx context.Context, ref taskRef) (replay.Record, replay.Work, error) {
+	acq, ok := t.store.(replay.WorkAcquirer)
+	if !ok {
+		return replay.Record{}, nil, fmt.Errorf("%w: a Transactional TaskTool needs a Store that is a replay.WorkAcquirer", ctoken.ErrConfig)
+	}
+	rec, work, err := acq.AcquireWork(ctx, ref.entry(), t.ttl, ref.fp())
+	if work != nil && (err != nil || rec.State != replay.LeaseAcquired) {
+		_ = work.Rollback(context.WithoutCancel(ctx)) // outside the contract: hold nothing
+		work = nil
+	}
+	if err == nil && rec.State == replay.LeaseAcquired && work == nil {
+		err = errors.New("mcptoken: AcquireWork returned no Work")
+	}
+	return rec, work, err
+}
+
+// errWorkCancelled is the cause of a Transactional task's cancel.
+var errWorkCancelled = errors.New("mcptoken: the task was cancelled")
+
+// errTaskInputTx is the error of TaskCall.Input in a Transactional task.
+var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional task: a transaction must not stay open while the client answers")
+
+// runWork runs a Transactional task in work, whose transaction holds its
+// entry, under parent (cancelled by Cancel through w, with the cause
+// errWorkCancelled): its outcome commits with the tool's writes; a
+// failure, a cancel or a commit that kept nothing rolls them back and
+// records the task failed (or cancelled).
+func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call *TaskCall, work replay.Work, w *taskWork) {
+	defer func() {
+		t.mu.Lock()
+		delete(t.works, ref.entry())
+		t.mu.Unlock()
+		w.stop(nil)
+		close(w.done)
+	}()
+	ctx, cancel := context.WithDeadline(parent, ref.created().Add(t.ttl))
+	defer cancel()
+	call.input = func(context.Context, map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+		return nil, errTaskInputTx
+	}
+	res, err := runTool(work.Context(ctx), tool, call)
+	bg := context.WithoutCancel(parent)
+	o := t.outcomeOf(ref, res, err)
+	if errors.Is(context.Cause(ctx), errWorkCancelled) {
+		o = outcome{Status: taskCancelled, Updated: o.Updated}
+	}
+	if o.Status == taskCompleted {
+		sealed, err := t.sealOutcome(ref, o)
+		if err == nil {
+			cctx, done := context.WithTimeout(bg, t.hold)
+			err = work.Commit(cctx, ref.created().Add(t.ttl), ref.fp(), sealed)
+			done()
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, replay.ErrLeaseLost) && !errors.Is(err, replay.ErrRolledBack) {
+				// The commit may have happened: tasks/get finds the
+				// outcome, or the entry free and records it failed.
+				t.fail(slog.LevelError, "a Transactional task's commit failed with an unknown outcome", ref.Tool, err)
+				return
+			}
+		}
+		t.fail(slog.LevelError, "a Transactional task's outcome was not committed; its writes were rolled back and the task failed", ref.Tool, err)
+		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the task's transaction was rolled back"}, Updated: time.Now().UnixMilli()}
+	}
+	_ = work.Rollback(bg) // frees the entry (a no-op after a Commit)
+	// Record the outcome in the freed entry, retrying a store that cannot
+	// answer until the task's TTL ends.
+	rctx, rcancel := context.WithDeadline(bg, ref.created().Add(t.ttl))
+	defer rcancel()
+	for {
+		rec, err := t.store.AcquireRecord(bg, ref.entry(), t.hold, ref.fp())
+		if err == nil && rec.State != replay.LeaseAcquired {
+			return // recorded by another instance meanwhile
+		}
+		if err == nil {
+			if err = t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
+				_ = t.store.ReleaseLease(bg, ref.entry(), rec.Token)
+			}
+		}
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
+			return
+		}
+		t.fail(slog.LevelWarn, "a task's outcome could not be recorded yet; retrying", ref.Tool, err)
+		if sleepCtx(rctx, t.poll) != nil {
+			return
+		}
+	}
+}
+
+// outcomeOf is the outcome of a tool that returned res and err: completed
+// with a JSON object, failed (and logged) otherwise.
+func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error) outcome {
+	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
+	var obj map[string]json.RawMessage
+	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
+		if err == nil {
+			err = errors.New("mcptoken: the result is not a JSON object")
+		}
+		t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
+		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
+	}
+	return o
 }
 
 // runTool runs the tool, turning a panic into an error.
@@ -538,17 +684,22 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func
 	}
 }
 
-// finish records o as the task's outcome with the given lease token.
-func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
+// sealOutcome returns o sealed as a task entry's result.
+func (t *Tasks) sealOutcome(ref taskRef, o outcome) ([]byte, error) {
 	b, err := json.Marshal(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sealed, err := t.seal.seal(ref.entry(), taskFP, b)
+	return t.seal.seal(ref.entry(), taskFP, b)
+}
+
+// finish records o as the task's outcome with the given lease token.
+func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
+	sealed, err := t.sealOutcome(ref, o)
 	if err != nil {
 		// A result too large to keep fails the task instead.
-		b, _ = json.Marshal(outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the result is too large to keep"}, Updated: o.Updated})
-		if sealed, err = t.seal.seal(ref.entry(), taskFP, b); err != nil {
+		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the result is too large to keep"}, Updated: o.Updated}
+		if sealed, err = t.sealOutcome(ref, o); err != nil {
 			return err
 		}
 	}
@@ -723,7 +874,12 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			return st, -1, nil
 		}
 		// Busy: working (or cancelled, the running instance not yet told),
-		// or waiting for input in its latest round.
+		// or waiting for input in its latest round. A Transactional task
+		// has no rounds, and its cancel is not marked in the store, whose
+		// writer (SQLite's) its transaction may hold.
+		if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
+			return st, -1, nil
+		}
 		if c, err := t.cancelled(ctx, ref); err != nil || c {
 			st.Status = taskCancelled
 			return st, -1, err
@@ -788,10 +944,35 @@ func (t *Tasks) Update(ctx context.Context, caller, id string, responses map[str
 
 // Cancel cancels the task id names: a task still running is recorded
 // cancelled and its instance cancels the tool's context at its next
-// renewal; a finished task is left as it is.
+// renewal; a finished task is left as it is. A Transactional task is
+// cancelled by the instance running it (its writes rolled back); on
+// another, Cancel fails while the task runs.
 func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 	ref, err := t.open(caller, id)
 	if err != nil {
+		return err
+	}
+	t.mu.RLock()
+	w := t.works[ref.entry()]
+	t.mu.RUnlock()
+	if w != nil {
+		// A Transactional task this instance runs: its writes are rolled
+		// back and the task recorded cancelled.
+		w.stop(errWorkCancelled)
+		select {
+		case <-w.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
+		// Run by another instance, whose transaction holds the entry (and
+		// SQLite's writer): a finished task is left as it is.
+		st, _, err := t.state(ctx, ref)
+		if err == nil && st.Status == taskWorking {
+			err = errors.New("mcptoken: a Transactional task is cancelled only by the instance running it")
+		}
 		return err
 	}
 	if ref.Token == "" {

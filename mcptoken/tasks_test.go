@@ -408,3 +408,27 @@ func runToEndOf(t *testing.T, ts *Tasks, id string) TaskState {
 	t.Fatal("task still running")
 	return TaskState{}
 }
+
+// TestTaskTransactionalRefusedWithoutWorkStore: a Transactional tool on a
+// store that cannot run work in its transactions is refused by Add with
+// ctoken.ErrConfig, and by Create, which takes nothing.
+func TestTaskTransactionalRefusedWithoutWorkStore(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	ts := newCoreTasks(t, store)
+	tool := TaskTool{Name: "tx", Transactional: true, Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+		t.Error("the tool ran")
+		return json.RawMessage(`{}`), nil
+	}}
+	if err := ts.Add(tool); !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("Add of a Transactional tool on a MemoryStore = %v; want ctoken.ErrConfig", err)
+	}
+	if _, ok := ts.tool("tx"); ok {
+		t.Fatal("the refused tool was registered")
+	}
+	if _, err := ts.Create(context.Background(), tool, &TaskCall{Caller: "alice"}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("Create of a Transactional tool on a MemoryStore = %v; want ctoken.ErrConfig", err)
+	}
+	if n := store.Len(); n != 0 {
+		t.Fatalf("the refusal left %d entries in the store", n)
+	}
+}

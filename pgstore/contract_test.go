@@ -88,6 +88,20 @@ func TestMCPTasksContract(t *testing.T) {
 	mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
 }
 
+// TestMCPTasksWorkContract: Transactional task tools, their writes in a
+// table of the shared server.
+func TestMCPTasksWorkContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	mcptokentest.RunTasksWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+		e := pgEffects{pool, uniqueTable(t, pool)}
+		if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		return storeOn(t, pool), e
+	})
+}
+
 // twoInstances returns two Stores on the shared server's table with one
 // prefix, as two instances of a service have.
 func twoInstances(t *testing.T, pool *pgxpool.Pool) (*Store, *Store) {

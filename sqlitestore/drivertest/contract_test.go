@@ -74,6 +74,13 @@ func TestContracts(t *testing.T) {
 				t.Parallel()
 				mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
 			})
+			t.Run("mcp tasks work", func(t *testing.T) {
+				t.Parallel()
+				mcptokentest.RunTasksWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+					s, db := workStore(t, d, sqlitestore.Options{})
+					return s, sqliteEffects{db}
+				})
+			})
 			t.Run("exchange", func(t *testing.T) {
 				t.Parallel()
 				exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })

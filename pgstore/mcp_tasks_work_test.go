@@ -1,0 +1,155 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+)
+
+// TestMCPTasksWorkBackendKilled: the connection of a Transactional task's
+// transaction dies mid-task (as its instance would): the task's write is
+// not kept, and the other instance reports the task failed.
+func TestMCPTasksWorkBackendKilled(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	e := pgEffects{pool, uniqueTable(t, pool)}
+	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := twoInstances(t, pool)
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTasks := func(s *Store) *mcptoken.Tasks {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute, Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	a, b := newTasks(sa), newTasks(sb)
+	pid, release := make(chan int32, 1), make(chan struct{})
+	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
+		if err := e.Write(ctx, "killed"); err != nil {
+			return nil, err
+		}
+		tx, err := TxFrom(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var n int32
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&n); err != nil {
+			return nil, err
+		}
+		pid <- n
+		<-release
+		return json.RawMessage(`{"content":[]}`), nil
+	}}
+	if err := a.Add(tool); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	if _, err := pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, <-pid); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
+	for {
+		got, err := b.Get(context.Background(), "alice", st.ID)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if got.Status != "working" {
+			if got.Status != "failed" {
+				t.Fatalf("after the transaction's connection died: %s; want failed", got.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still working")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.Count(t, "killed"); n != 0 {
+		t.Fatalf("%d writes kept by the task whose connection died; want 0", n)
+	}
+}
+
+// TestMCPTasksWorkCancelElsewhere: tasks/cancel of a running
+// Transactional task on an instance that does not run it fails (the task
+// runs on and commits); once the task ended it is a no-op.
+func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	e := pgEffects{pool, uniqueTable(t, pool)}
+	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb := twoInstances(t, pool)
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tss []*mcptoken.Tasks
+	written, release := make(chan struct{}), make(chan struct{})
+	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
+		if err := e.Write(ctx, "kept"); err != nil {
+			return nil, err
+		}
+		close(written)
+		<-release
+		return json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`), nil
+	}}
+	for _, s := range []*Store{sa, sb} {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute, Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Add(tool); err != nil {
+			t.Fatal(err)
+		}
+		tss = append(tss, ts)
+	}
+	a, b := tss[0], tss[1]
+	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-written
+	if err := b.Cancel(context.Background(), "alice", st.ID); err == nil {
+		t.Fatal("Cancel on the other instance of a running Transactional task succeeded")
+	}
+	close(release)
+	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
+	for {
+		got, err := b.Get(context.Background(), "alice", st.ID)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if got.Status != "working" {
+			if got.Status != "completed" || !bytes.Contains(got.Result, []byte(`"done"`)) {
+				t.Fatalf("after a refused Cancel: %+v; want completed", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still working")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.Count(t, "kept"); n != 1 {
+		t.Fatalf("%d writes kept; want 1", n)
+	}
+	if err := b.Cancel(context.Background(), "alice", st.ID); err != nil {
+		t.Fatalf("Cancel of a completed Transactional task: %v", err)
+	}
+}
