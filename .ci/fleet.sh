@@ -112,7 +112,7 @@ fi
 
 if [ "$what" = all ] || [ "$what" = faults ]; then
 	echo "--- fault tests (-race): cluster, restarts, pause, killed instance"
-	bash .ci/redis-cluster.sh sh -c "cd '$root/redisstore' && CTOKEN_RESETSTAT_RUNS='${CTOKEN_RESETSTAT_RUNS:-1}' go test -tags fault -race -count=1 -timeout 600s -v \
+	bash .ci/redis-cluster.sh sh -c "cd '$root/redisstore' && CTOKEN_RESETSTAT_RUNS='${CTOKEN_RESETSTAT_RUNS:-1}' go test -tags fault -race -count=1 -timeout 1500s -v \
 		-run '^(TestCluster|TestRestart|TestRollback|TestPaused|TestKilled|TestFaultChild)' ."
 fi
 
