@@ -108,13 +108,6 @@ type Tasks struct {
 	works map[string]*taskWork
 }
 
-// taskWork is a running Transactional task: stop cancels its tool (the
-// cause errWorkCancelled), done is closed once its outcome is settled.
-type taskWork struct {
-	stop context.CancelCauseFunc
-	done chan struct{}
-}
-
 // TaskTool is a tool that runs as a task.
 type TaskTool struct {
 	// Name is the tool's name, as registered with the SDK.
@@ -512,101 +505,6 @@ func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool Ta
 	}
 }
 
-// acquireWork takes a Transactional task's entry in a transaction of the
-// store, held until the task's TTL ends: the task is created when the
-// transaction commits with its outcome, and an instance that dies leaves
-// the entry free, which tasks/get records failed. It returns a Work only
-// for an acquired entry.
-func (t *Tasks) acquireWork(ctx context.Context, ref taskRef) (replay.Record, replay.Work, error) {
-	acq, ok := t.store.(replay.WorkAcquirer)
-	if !ok {
-		return replay.Record{}, nil, fmt.Errorf("%w: a Transactional TaskTool needs a Store that is a replay.WorkAcquirer", ctoken.ErrConfig)
-	}
-	rec, work, err := acq.AcquireWork(ctx, ref.entry(), t.ttl, ref.fp())
-	if work != nil && (err != nil || rec.State != replay.LeaseAcquired) {
-		_ = work.Rollback(context.WithoutCancel(ctx)) // outside the contract: hold nothing
-		work = nil
-	}
-	if err == nil && rec.State == replay.LeaseAcquired && work == nil {
-		err = errors.New("mcptoken: AcquireWork returned no Work")
-	}
-	return rec, work, err
-}
-
-// errWorkCancelled is the cause of a Transactional task's cancel.
-var errWorkCancelled = errors.New("mcptoken: the task was cancelled")
-
-// errTaskInputTx is the error of TaskCall.Input in a Transactional task.
-var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional task: a transaction must not stay open while the client answers")
-
-// runWork runs a Transactional task in work, whose transaction holds its
-// entry, under parent (cancelled by Cancel through w, with the cause
-// errWorkCancelled): its outcome commits with the tool's writes; a
-// failure, a cancel or a commit that kept nothing rolls them back and
-// records the task failed (or cancelled).
-func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call *TaskCall, work replay.Work, w *taskWork) {
-	defer func() {
-		t.mu.Lock()
-		delete(t.works, ref.entry())
-		t.mu.Unlock()
-		w.stop(nil)
-		close(w.done)
-	}()
-	ctx, cancel := context.WithDeadline(parent, ref.created().Add(t.ttl))
-	defer cancel()
-	call.input = func(context.Context, map[string]json.RawMessage) (map[string]json.RawMessage, error) {
-		return nil, errTaskInputTx
-	}
-	res, err := runTool(work.Context(ctx), tool, call)
-	bg := context.WithoutCancel(parent)
-	o := t.outcomeOf(ref, res, err)
-	if errors.Is(context.Cause(ctx), errWorkCancelled) {
-		o = outcome{Status: taskCancelled, Updated: o.Updated}
-	}
-	if o.Status == taskCompleted {
-		sealed, err := t.sealOutcome(ref, o)
-		if err == nil {
-			cctx, done := context.WithTimeout(bg, t.hold)
-			err = work.Commit(cctx, ref.created().Add(t.ttl), ref.fp(), sealed)
-			done()
-			if err == nil {
-				return
-			}
-			if !errors.Is(err, replay.ErrLeaseLost) && !errors.Is(err, replay.ErrRolledBack) {
-				// The commit may have happened: tasks/get finds the
-				// outcome, or the entry free and records it failed.
-				t.fail(slog.LevelError, "a Transactional task's commit failed with an unknown outcome", ref.Tool, err)
-				return
-			}
-		}
-		t.fail(slog.LevelError, "a Transactional task's outcome was not committed; its writes were rolled back and the task failed", ref.Tool, err)
-		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the task's transaction was rolled back"}, Updated: time.Now().UnixMilli()}
-	}
-	_ = work.Rollback(bg) // frees the entry (a no-op after a Commit)
-	// Record the outcome in the freed entry, retrying a store that cannot
-	// answer until the task's TTL ends.
-	rctx, rcancel := context.WithDeadline(bg, ref.created().Add(t.ttl))
-	defer rcancel()
-	for {
-		rec, err := t.store.AcquireRecord(bg, ref.entry(), t.hold, ref.fp())
-		if err == nil && rec.State != replay.LeaseAcquired {
-			return // recorded by another instance meanwhile
-		}
-		if err == nil {
-			if err = t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
-				_ = t.store.ReleaseLease(bg, ref.entry(), rec.Token)
-			}
-		}
-		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
-			return
-		}
-		t.fail(slog.LevelWarn, "a task's outcome could not be recorded yet; retrying", ref.Tool, err)
-		if sleepCtx(rctx, t.poll) != nil {
-			return
-		}
-	}
-}
-
 // outcomeOf is the outcome of a tool that returned res and err: completed
 // with a JSON object, failed (and logged) otherwise.
 func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error) outcome {
@@ -713,92 +611,6 @@ func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
 		return ErrTaskInvalid
 	}
 	return err
-}
-
-// input publishes round k's requests and waits for every answer.
-func (t *Tasks) input(ctx context.Context, ref taskRef, k int, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
-	if len(req) == 0 || len(req) > maxTaskInputs {
-		return nil, fmt.Errorf("mcptoken: %d input requests (1 to %d)", len(req), maxTaskInputs)
-	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.put(ctx, ref, ref.round(k), b); err != nil {
-		return nil, err
-	}
-	got := make(map[string]json.RawMessage, len(req))
-	tick := time.NewTicker(t.poll / 4)
-	defer tick.Stop()
-	for {
-		for key := range req {
-			if _, ok := got[key]; ok {
-				continue
-			}
-			v, ok, err := t.peek(ctx, ref, ref.answer(k, key))
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				got[key] = v
-			}
-		}
-		if len(got) == len(req) {
-			return got, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
-}
-
-// put records value, sealed, under id, unless id is already recorded.
-func (t *Tasks) put(ctx context.Context, ref taskRef, id string, value []byte) error {
-	for {
-		rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
-		if err != nil {
-			return err
-		}
-		switch rec.State {
-		case replay.LeaseDone:
-			return nil
-		case replay.LeaseBusy:
-			if err := sleepCtx(ctx, min(max(rec.Wait, time.Millisecond), t.poll)); err != nil {
-				return err
-			}
-			continue
-		}
-		sealed, err := t.seal.seal(id, nil, value)
-		if err == nil {
-			err = t.store.ConfirmRecord(ctx, id, rec.Token, ref.created().Add(t.ttl), nil, sealed)
-		}
-		if err != nil {
-			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
-		}
-		return err
-	}
-}
-
-// peek reads the sealed value recorded under id without taking it: ok is
-// false when nothing is recorded there (yet).
-func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessage, bool, error) {
-	rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	switch rec.State {
-	case replay.LeaseAcquired:
-		return nil, false, t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
-	case replay.LeaseBusy:
-		return nil, false, nil
-	}
-	v, err := t.seal.open(id, nil, rec.Result)
-	if err != nil {
-		return nil, false, fmt.Errorf("mcptoken: task record %w", err)
-	}
-	return v, true, nil
 }
 
 // cancelled reports whether a keyed task was cancelled through an ID
