@@ -485,11 +485,17 @@ const storeIDDomain = "ctoken/mcp idempotent tool call v1\x00"
 // the HTTP middleware's, and the store never holds the caller or the key
 // in clear. It is not a secret.
 func storeIDOfCall(caller, tool, key string) string {
-	b := []byte(storeIDDomain)
+	sum := callHash(storeIDDomain, caller, tool, key)
+	return "mcpidem:" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// callHash is the SHA-256 of domain and the length-prefixed caller, tool
+// and key: no two triples share an input.
+func callHash(domain, caller, tool, key string) [sha256.Size]byte {
+	b := []byte(domain)
 	for _, s := range [...]string{caller, tool, key} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	sum := sha256.Sum256(b)
-	return "mcpidem:" + base64.RawURLEncoding.EncodeToString(sum[:])
+	return sha256.Sum256(b)
 }

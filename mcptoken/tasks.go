@@ -320,14 +320,9 @@ func (r taskRef) fp() []byte {
 }
 
 // keyedTask returns the entry nonce of the task of caller's call of tool
-// with an idempotency key, hashed as storeIDOfCall hashes its triple.
+// with an idempotency key: 16 bytes of callHash under a domain of its own.
 func keyedTask(caller, tool, key string) []byte {
-	b := []byte("ctoken/mcp keyed task v1\x00")
-	for _, s := range [...]string{caller, tool, key} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	sum := sha256.Sum256(b)
+	sum := callHash("ctoken/mcp keyed task v1\x00", caller, tool, key)
 	return sum[:16]
 }
 
