@@ -53,11 +53,14 @@ const (
 // header). idempotency/testdata/vectors.json holds known-answer cases.
 func Fingerprint(method, escapedPath, rawQuery string, header http.Header, body []byte) []byte {
 	coding, contentType := contentCoding(header.Values("Content-Encoding")), header.Get("Content-Type")
-	kind, media, digest := bodyRaw, mediaType(contentType), sha256.Sum256(body)
+	kind, media, digest := bodyRaw, "", [sha256.Size]byte{}
 	if coding == "" && isJSON(contentType) {
 		if fp, err := ctoken.ArgsFingerprint(json.RawMessage(body)); err == nil {
-			kind, media, digest = bodyJSON, "", fp
+			kind, digest = bodyJSON, fp
 		}
+	}
+	if kind == bodyRaw { // the body's bytes are hashed only when they count
+		media, digest = mediaType(contentType), sha256.Sum256(body)
 	}
 	var stack [256]byte
 	b := append(stack[:0], fingerprintDomain...)
