@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An acquisition (AcquireLease, AcquireRecord) whose entry is free or done,
@@ -35,12 +38,18 @@ import (
 
 // fastAcquire is what [Store.acquireFast] read: whether its SET took the
 // ID, else the entry it found; the side key's value (nil when missing or
-// not asked for); the Durability verdict of the write.
+// not asked for); the Durability verdict of the write. With a kept
+// connection (held.go), also Redis's clock (t0, ms), whether the reads
+// after the WATCH found the marker "O" and the entry this lease's (mine),
+// and the connection when the caller still owns it.
 type fastAcquire struct {
 	wrote  bool
 	entry  string
 	side   any
 	durErr error
+	t0     int64
+	mine   bool
+	conn   *redis.Conn
 }
 
 // fastAcquirable reports whether acquisitions try the pipeline first: the
@@ -52,24 +61,65 @@ func (s *Store) fastAcquirable() bool {
 
 // acquireFast sends the acquisition pipeline for the entry key of marker's
 // shard with lease value val for ms (side names the record's side key, ""
-// for a plain lease), on the caller's goroutine when direct is set. ok
+// for a plain lease), on the caller's goroutine when direct is set; on a
+// connection the store keeps (see held.go) when it has one free, with
+// the WATCH a confirmation without Lua needs. ok
 // reports whether its answer stands; when it does not, f.wrote says
 // whether the SET took the ID (the script then finds that lease as its
 // own). err is a transport error, a deadline or the probe's refusal: the
 // outcome is unknown, as after a script.
-func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val any, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
-	cmds := [][]any{
-		{"GET", marker},
-		{"SET", key, val, "NX", "PX", ms, "GET"},
-		{"GET", marker},
-		{"TIME"},
-		{"GET", side},
+func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val string, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
+	hc := s.held.get()
+	defer func() {
+		if !ok && f.conn != nil {
+			s.held.put(f.conn, nil)
+			f.conn = nil
+		}
+	}()
+	var cmds [][]any
+	at, t2, tm := 1, 2, 3
+	if hc == nil {
+		cmds = [][]any{
+			{"GET", marker},
+			{"SET", key, val, "NX", "PX", ms, "GET"},
+			{"GET", marker},
+			{"TIME"},
+			{"GET", side},
+		}
+	} else {
+		cmds = [][]any{
+			{"UNWATCH"}, // a free connection may still watch (see held.go)
+			{"GET", marker},
+			{"SET", key, val, "NX", "PX", ms, "GET"},
+			{"WATCH", marker, key}, // after the SET, which would dirty it
+			{"MGET", marker, key},
+			{"TIME"},
+			{"GET", side},
+		}
+		at, t2, tm = 2, 4, 5
 	}
 	if side == "" {
-		cmds = cmds[:4]
+		cmds = cmds[:len(cmds)-1]
 	}
 	sent := s.now().UnixMilli()
-	replies, durErr, err := s.sendRecord(ctx, nil, *marker, cmds, 1, direct)
+	var replies []any
+	var durErr error
+	if hc == nil {
+		replies, durErr, err = s.sendRecord(ctx, nil, *marker, cmds, at, direct)
+	} else {
+		var owns bool
+		replies, durErr, err, owns = s.onConn(ctx, hc, nil, cmds, at, direct)
+		if owns {
+			if err != nil {
+				s.held.put(hc, err)
+			} else {
+				f.conn = hc
+			}
+		}
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			err = s.wrapErr(ctx, err)
+		}
+	}
 	if err != nil {
 		if Reason(err) == "" && isServerError(err) {
 			if strings.Contains(err.Error(), "syntax error") {
@@ -82,12 +132,23 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 		return fastAcquire{}, false, err
 	}
 	f.durErr = durErr
-	entry, isStr := replies[1].(string)
-	f.wrote = replies[1] == nil
+	entry, isStr := replies[at].(string)
+	f.wrote = replies[at] == nil
 	if side != "" {
-		f.side = replies[4]
+		f.side = replies[len(replies)-1]
 	}
-	if m0, _ := replies[0].(string); m0 != "O" || replies[2] != "O" || !s.clockWithin(replies[3], sent) {
+	m2 := replies[t2]
+	if hc != nil {
+		mv, _ := m2.([]any)
+		if len(mv) != 2 {
+			return f, false, nil
+		}
+		m2 = mv[0]
+		f.mine = mv[0] == "O" && mv[1] == val
+	}
+	now, tok := redisMillis(replies[tm])
+	f.t0 = now
+	if m0, _ := replies[at-1].(string); m0 != "O" || m2 != "O" || !tok || sent < now-s.maxSkew.Milliseconds() {
 		return f, false, nil
 	}
 	if f.wrote {
@@ -100,26 +161,37 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	return f, true, nil
 }
 
-// clockWithin reports whether t, a TIME reply, is no more than MaxSkew
-// ahead of sent (the caller's clock, Unix ms), as the scripts' guard
-// requires; false for a reply that does not parse.
-func (s *Store) clockWithin(t any, sent int64) bool {
+// keep hands f's connection to token's lease when the acquisition stands
+// with the WATCH in place (code 1, f.mine), else back to the free ones.
+func (s *Store) keep(f *fastAcquire, code int64, err error, key, token string, ms int64) {
+	if f.conn == nil {
+		return
+	}
+	if code != 1 || err != nil || !f.mine {
+		s.held.put(f.conn, nil)
+		return
+	}
+	s.held.hold(token, &heldLease{conn: f.conn, key: key, t0: f.t0, end: f.t0 + ms}, time.Duration(ms)*time.Millisecond)
+}
+
+// redisMillis reads t, a TIME reply, as Unix ms; false for a reply that
+// does not parse.
+func redisMillis(t any) (int64, bool) {
 	tv, ok := t.([]any)
 	if !ok || len(tv) != 2 {
-		return false
+		return 0, false
 	}
 	sec, ok1 := tv[0].(string)
 	usec, ok2 := tv[1].(string)
 	if !ok1 || !ok2 {
-		return false
+		return 0, false
 	}
 	secs, err1 := strconv.ParseInt(sec, 10, 64)
 	us, err2 := strconv.ParseInt(usec, 10, 64)
 	if err1 != nil || err2 != nil {
-		return false
+		return 0, false
 	}
-	now := secs*1000 + us/1000
-	return sent >= now-s.maxSkew.Milliseconds()
+	return secs*1000 + us/1000, true
 }
 
 // dropOwn releases token's lease on id (entry key) that the pipeline took

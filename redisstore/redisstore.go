@@ -446,6 +446,8 @@ type Store struct {
 
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
+	// held keeps connections for confirmations without Lua (held.go).
+	held heldConns
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
 }
@@ -557,6 +559,7 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
+	s.held.init(d.single)
 	s.watched = make(chan struct{})
 	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
 	return s, nil
@@ -605,6 +608,7 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
+	s.held.close()
 	if s.watched != nil {
 		<-s.watched // the watch ends at its next select: stop is closed
 	}

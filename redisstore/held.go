@@ -1,0 +1,331 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A confirmation needs no Lua when the acquisition that took the lease
+// (AcquireLease, AcquireRecord) ran on a connection the store keeps for
+// the lease: its pipeline (acquire.go) sends, after the SET NX,
+//
+//	WATCH marker entry
+//	MGET marker entry                "O" and this lease's own value
+//
+// and the confirmation sends on that connection, in one pipeline,
+//
+//	MULTI
+//	TIME                             Redis's clock when EXEC runs
+//	SET entry done PXAT until
+//	SET side token+result PXAT until (ConfirmRecord)
+//	EXEC
+//
+// followed by the Durability waits. EXEC runs only when neither key was
+// written, flushed, swapped or expired since the WATCH (Redis 6.0.9 and
+// later abort on an expired watched key too; a restart or a failover
+// ends the connection or refuses the queued writes), so the marker is
+// still "O" and the entry still this lease: the confirm script would
+// have recorded, and the transaction writes what it writes (the side key
+// directly, where the script renames a staging key to it; no staging key
+// is left). Every other outcome (EXEC aborted, an error, a lease whose
+// connection was not kept) goes to the confirm script with the same
+// token, which decides as it always did.
+//
+// The script's clock checks hold by construction, or are read after:
+//
+//   - until is after Redis's now at EXEC: the lease was set at or before
+//     the acquisition's TIME (T0, same connection, earlier command) and
+//     expires by T0 + lease; EXEC ran while it was live, so before then.
+//     The fast path asks until ≥ T0 + lease + 1 s (the second covers
+//     EXEC's own clock reads).
+//   - until is within the bound of Redis's now at EXEC: EXEC runs after
+//     T0, so until ≤ T0 + bound suffices (Redis's clock not stepping
+//     back, as every PXAT and fence of the store assumes).
+//   - the caller's clock within MaxSkew of Redis's: the TIME inside the
+//     transaction is EXEC's own; a lagging clock is reported as the
+//     script reports it, [ErrClockSkew], which the contract lets
+//     follow an applied write ("may or may not have been applied").
+//
+// Outside these bounds (a lease renewed or longer than until's distance,
+// an until near the bound), the script decides.
+//
+// The connections are the client's (its options, hooks and dialer), taken
+// with Client.Conn and kept by the store: a few, up to heldMax, free or
+// holding a lease. A free one may still carry a WATCH (an acquisition
+// that found the ID done); each pipeline on it begins with UNWATCH, and
+// only the store ever sends MULTI on it, so the WATCH affects nothing.
+// One goes back to the client's pool only after an UNWATCH (at
+// [Store.Close]) or broken (go-redis closes a connection after a
+// transport error). A lease gives its connection back when it is
+// confirmed, released, renewed, or at its end (a timer); when every kept
+// connection is busy, a call takes the ordinary path. A connection is
+// used by one goroutine at a time: whoever takes it from the free list or
+// the lease map owns it until it gives it back.
+
+// heldConns are the connections the store keeps for confirmations.
+type heldConns struct {
+	mu     sync.Mutex
+	client *redis.Client // nil: no connection is kept (a Cluster or another client)
+	max    int
+	owned  int // free, held or in use
+	free   []*redis.Conn
+	leases map[string]*heldLease // by token
+	closed bool
+}
+
+// heldLease is a lease whose acquisition left a WATCH on conn.
+type heldLease struct {
+	conn  *redis.Conn
+	key   string // the entry
+	end   int64  // Redis's ms by which the lease has ended: T0 + lease
+	t0    int64  // Redis's clock at the acquisition (ms)
+	timer *time.Timer
+}
+
+// heldMax is how many of the client's connections a store keeps at most:
+// a quarter of its pool, at least one.
+func heldMax(c *redis.Client) int {
+	return max(1, c.Options().PoolSize/4)
+}
+
+func (h *heldConns) init(c *redis.Client) {
+	if c == nil {
+		return
+	}
+	h.client = c
+	h.max = heldMax(c)
+	h.leases = make(map[string]*heldLease)
+}
+
+// get returns a free connection, or a new one while fewer than max are
+// kept; nil when none is (the caller takes the ordinary path).
+func (h *heldConns) get() *redis.Conn {
+	if h.client == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return nil
+	case len(h.free) > 0:
+		c := h.free[len(h.free)-1]
+		h.free = h.free[:len(h.free)-1]
+		return c
+	case h.owned < h.max:
+		h.owned++
+		return h.client.Conn()
+	}
+	return nil
+}
+
+// put gives c back after a use that ended with err: a connection that may
+// be broken leaves, the others wait for the next acquisition.
+func (h *heldConns) put(c *redis.Conn, err error) {
+	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !errors.Is(err, ErrUnavailable) {
+		h.drop(c)
+		return
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.drop(c)
+		return
+	}
+	h.free = append(h.free, c)
+	h.mu.Unlock()
+}
+
+// drop returns c to the client's pool after an UNWATCH (a broken
+// connection fails at once and go-redis closes it).
+func (h *heldConns) drop(c *redis.Conn) {
+	h.mu.Lock()
+	h.owned--
+	h.mu.Unlock()
+	unwatchClose(c)
+}
+
+func unwatchClose(c *redis.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Do(ctx, "UNWATCH") // an error is a broken connection, which Close then discards
+	c.Close()
+}
+
+// hold keeps c for token's lease, given back by take or at the lease's
+// end (lease from now, by the caller's clock: after it, EXEC aborts).
+func (h *heldConns) hold(token string, l *heldLease, lease time.Duration) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.drop(l.conn)
+		return
+	}
+	h.leases[token] = l
+	l.timer = time.AfterFunc(lease, func() {
+		if l := h.take(token); l != nil {
+			h.put(l.conn, nil)
+		}
+	})
+	h.mu.Unlock()
+}
+
+// take removes token's held lease, nil when none is held; the caller owns
+// its connection.
+func (h *heldConns) take(token string) *heldLease {
+	if h.client == nil {
+		return nil
+	}
+	h.mu.Lock()
+	l := h.leases[token]
+	if l != nil {
+		delete(h.leases, token)
+		l.timer.Stop()
+	}
+	h.mu.Unlock()
+	return l
+}
+
+// release gives back token's connection, if one is held (ReleaseLease,
+// RenewLease: the lease ends or its entry changes).
+func (h *heldConns) release(token string) {
+	if l := h.take(token); l != nil {
+		h.put(l.conn, nil)
+	}
+}
+
+// close returns every kept connection to the client's pool; one in use
+// goes back when its user gives it.
+func (h *heldConns) close() {
+	if h.client == nil {
+		return
+	}
+	h.mu.Lock()
+	h.closed = true
+	conns := h.free
+	h.free = nil
+	for token, l := range h.leases {
+		l.timer.Stop()
+		conns = append(conns, l.conn)
+		delete(h.leases, token)
+	}
+	h.owned -= len(conns)
+	h.mu.Unlock()
+	for _, c := range conns {
+		unwatchClose(c)
+	}
+}
+
+// onConn runs exchange's pipeline of cmds on c (sc as exchange takes it),
+// on the caller's goroutine when direct is set, else on another one that
+// the caller leaves at ctx's end. owns reports whether the caller owns c
+// afterwards; when it does not, the goroutine gives it back.
+func (s *Store) onConn(ctx context.Context, c *redis.Conn, sc *script, cmds [][]any, at int, direct bool) (replies []any, durErr, err error, owns bool) {
+	if direct {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err), true
+		}
+		replies, durErr, err = s.exchange(ctx, c, sc, cmds, at, false)
+		return replies, durErr, err, true
+	}
+	type result struct {
+		replies     []any
+		durErr, err error
+	}
+	var mu sync.Mutex
+	left := false
+	done := make(chan result, 1) // buffered: the sender never blocks
+	go func() {
+		r, d, err := s.exchange(ctx, c, sc, cmds, at, false)
+		mu.Lock()
+		if left {
+			mu.Unlock()
+			s.held.put(c, err)
+			return
+		}
+		done <- result{r, d, err}
+		mu.Unlock()
+	}()
+	select {
+	case r := <-done:
+		return r.replies, r.durErr, r.err, true
+	case <-ctx.Done():
+		mu.Lock()
+		select {
+		case r := <-done:
+			mu.Unlock()
+			return r.replies, r.durErr, r.err, true
+		default:
+		}
+		left = true
+		mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()), false
+	}
+}
+
+// confirmHeld tries token's confirmation on the connection its acquisition
+// kept (see above): done is the entry's done value, side the side key's
+// name and value (sideKey "" for a plain lease), ms the until (Unix ms),
+// bound the guarded scripts' bound. ok reports whether its answer stands
+// (code and err as the confirm script's, through verdict); when it does
+// not, the script decides.
+func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, token string, done any, sideK string, side any, ms int64, bound *string, direct bool) (code int64, err error, ok bool) {
+	l := s.held.take(token)
+	if l == nil {
+		return 0, nil, false
+	}
+	b, perr := strconv.ParseInt(*bound, 10, 64)
+	if perr != nil || l.key != key || ms < l.end+1000 || ms > l.t0+b {
+		s.held.put(l.conn, nil)
+		return 0, nil, false
+	}
+	cmds := [][]any{
+		{"MULTI"},
+		{"TIME"},
+		{"SET", key, done, "PXAT", ms},
+		{"SET", sideK, side, "PXAT", ms},
+		{"EXEC"},
+	}
+	if sideK == "" {
+		cmds = append(cmds[:3], cmds[4])
+	}
+	at := len(cmds) - 1
+	sent := s.now().UnixMilli()
+	replies, durErr, xerr, owns := s.onConn(ctx, l.conn, sc, cmds, at, direct)
+	if !owns {
+		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
+	}
+	s.held.put(l.conn, xerr)
+	if xerr != nil {
+		return 0, nil, false // aborted (nil) or refused: the script decides
+	}
+	res, isArr := replies[at].([]any)
+	if !isArr || len(res) != at-1 {
+		return 0, fmt.Errorf("%w: unexpected reply to EXEC", ErrUnavailable), true
+	}
+	for _, r := range res[1:] {
+		if r != "OK" {
+			return 0, fmt.Errorf("%w: unexpected reply to EXEC", ErrUnavailable), true
+		}
+	}
+	now, tok := redisMillis(res[0])
+	switch {
+	case !tok:
+		return 0, fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable), true
+	case sent < now-s.maxSkew.Milliseconds():
+		code = -3 // the script's clock guard, read at EXEC
+	case ms <= now || ms > now+b:
+		// Only a clock that stepped back since the acquisition comes here.
+		return 0, fmt.Errorf("%w: Redis's clock stepped back between the acquisition and the confirmation", ErrUnavailable), true
+	default:
+		code = 1
+	}
+	code, _, err = s.verdict(sc, shard, code, now, durErr)
+	return code, err, true
+}
