@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // An acquisition (AcquireLease, AcquireRecord) whose entry is free or done,
@@ -49,7 +47,7 @@ type fastAcquire struct {
 	durErr error
 	t0     int64
 	mine   bool
-	conn   *redis.Conn
+	conn   *keptConn
 }
 
 // fastAcquirable reports whether acquisitions try the pipeline first: the
@@ -76,49 +74,34 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 			f.conn = nil
 		}
 	}()
-	var cmds [][]any
-	at, t2, tm := 1, 2, 3
-	if hc == nil {
-		cmds = [][]any{
-			{"GET", marker},
-			{"SET", key, val, "NX", "PX", ms, "GET"},
-			{"GET", marker},
-			{"TIME"},
-			{"GET", side},
-		}
-	} else {
-		cmds = [][]any{
-			{"UNWATCH"}, // a free connection may still watch (see held.go)
-			{"GET", marker},
-			{"SET", key, val, "NX", "PX", ms, "GET"},
-			{"WATCH", marker, key}, // after the SET, which would dirty it
-			{"MGET", marker, key},
-			{"TIME"},
-			{"GET", side},
-		}
-		at, t2, tm = 2, 4, 5
-	}
-	if side == "" {
-		cmds = cmds[:len(cmds)-1]
-	}
+	cmds, at, t2, tm := fastCmds(hc != nil, marker, key, side, val, ms)
 	sent := s.now().UnixMilli()
 	var replies []any
 	var durErr error
-	if hc == nil {
-		replies, durErr, err = s.sendRecord(ctx, nil, *marker, cmds, at, direct)
-	} else {
+	if hc != nil {
 		var owns bool
 		replies, durErr, err, owns = s.onConn(ctx, hc, nil, cmds, at, direct)
-		if owns {
-			if err != nil {
-				s.held.put(hc, err)
-			} else {
-				f.conn = hc
+		switch {
+		case owns && err == nil:
+			f.conn = hc
+		case owns:
+			s.held.put(hc, err)
+			if !isServerError(err) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+				// A kept connection the server closed (a restart, an
+				// idle timeout): go-redis checks a pooled connection
+				// before each use, not a kept one. The same pipeline
+				// again on the pool: a SET that landed finds this
+				// lease, its own.
+				hc = nil
+				cmds, at, t2, tm = fastCmds(false, marker, key, side, val, ms)
 			}
 		}
-		if err != nil && !errors.Is(err, ErrUnavailable) {
+		if hc != nil && err != nil && !errors.Is(err, ErrUnavailable) {
 			err = s.wrapErr(ctx, err)
 		}
+	}
+	if hc == nil {
+		replies, durErr, err = s.sendRecord(ctx, nil, *marker, cmds, at, direct)
 	}
 	if err != nil {
 		if Reason(err) == "" && isServerError(err) {
@@ -133,7 +116,7 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	}
 	f.durErr = durErr
 	entry, isStr := replies[at].(string)
-	f.wrote = replies[at] == nil
+	f.wrote = replies[at] == nil || entry == val // val: this very lease, taken by a pipeline sent again
 	if side != "" {
 		f.side = replies[len(replies)-1]
 	}
@@ -161,6 +144,37 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	return f, true, nil
 }
 
+// fastCmds is the acquisition pipeline, with the kept connection's
+// UNWATCH, WATCH and MGET when kept is set: the commands, and the
+// indexes of the SET, of the marker's second read and of TIME.
+func fastCmds(kept bool, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
+	if !kept {
+		cmds = [][]any{
+			{"GET", marker},
+			{"SET", key, val, "NX", "PX", ms, "GET"},
+			{"GET", marker},
+			{"TIME"},
+			{"GET", side},
+		}
+		at, t2, tm = 1, 2, 3
+	} else {
+		cmds = [][]any{
+			{"UNWATCH"}, // a free connection may still watch (see held.go)
+			{"GET", marker},
+			{"SET", key, val, "NX", "PX", ms, "GET"},
+			{"WATCH", marker, key}, // after the SET, which would dirty it
+			{"MGET", marker, key},
+			{"TIME"},
+			{"GET", side},
+		}
+		at, t2, tm = 2, 4, 5
+	}
+	if side == "" {
+		cmds = cmds[:len(cmds)-1]
+	}
+	return cmds, at, t2, tm
+}
+
 // keep hands f's connection to token's lease when the acquisition stands
 // with the WATCH in place (code 1, f.mine), else back to the free ones.
 func (s *Store) keep(f *fastAcquire, code int64, err error, key, token string, ms int64) {
@@ -171,7 +185,8 @@ func (s *Store) keep(f *fastAcquire, code int64, err error, key, token string, m
 		s.held.put(f.conn, nil)
 		return
 	}
-	s.held.hold(token, &heldLease{conn: f.conn, key: key, t0: f.t0, end: f.t0 + ms}, time.Duration(ms)*time.Millisecond)
+	f.conn.key, f.conn.t0, f.conn.end = key, f.t0, f.t0+ms
+	s.held.hold(token, f.conn, time.Duration(ms)*time.Millisecond)
 }
 
 // redisMillis reads t, a TIME reply, as Unix ms; false for a reply that

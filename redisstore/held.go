@@ -63,8 +63,9 @@ import (
 // One goes back to the client's pool only after an UNWATCH (at
 // [Store.Close]) or broken (go-redis closes a connection after a
 // transport error). A lease gives its connection back when it is
-// confirmed, released, renewed, or at its end (a timer); when every kept
-// connection is busy, a call takes the ordinary path. A connection is
+// confirmed, released or renewed; one never confirmed is taken back by an
+// acquisition that finds every kept connection busy, once the lease has
+// ended; when none is free, a call takes the ordinary path. A connection is
 // used by one goroutine at a time: whoever takes it from the free list or
 // the lease map owns it until it gives it back.
 
@@ -74,19 +75,26 @@ type heldConns struct {
 	client *redis.Client // nil: no connection is kept (a Cluster or another client)
 	max    int
 	owned  int // free, held or in use
-	free   []*redis.Conn
-	leases map[string]*heldLease // by token
+	free   []*keptConn
+	leases map[string]*keptConn // by token
 	closed bool
 }
 
-// heldLease is a lease whose acquisition left a WATCH on conn.
-type heldLease struct {
-	conn  *redis.Conn
-	key   string // the entry
-	end   int64  // Redis's ms by which the lease has ended: T0 + lease
-	t0    int64  // Redis's clock at the acquisition (ms)
-	timer *time.Timer
+// keptConn is a kept connection with its pipeline (see
+// [durability.pipeline]) and, while it holds a lease, what the
+// confirmation needs of it.
+type keptConn struct {
+	conn *redis.Conn
+	pipe redis.Pipeliner
+	key  string    // the entry
+	t0   int64     // Redis's clock at the acquisition (ms)
+	end  int64     // Redis's ms by which the lease has ended: t0 + lease
+	by   time.Time // the caller's clock after which the lease has ended
 }
+
+// Pipeline returns c's pipeline, empty after each Exec (c has one user at
+// a time).
+func (c *keptConn) Pipeline() redis.Pipeliner { return c.pipe }
 
 // heldMax is how many of the client's connections a store keeps at most:
 // a quarter of its pool, at least one.
@@ -100,12 +108,14 @@ func (h *heldConns) init(c *redis.Client) {
 	}
 	h.client = c
 	h.max = heldMax(c)
-	h.leases = make(map[string]*heldLease)
+	h.leases = make(map[string]*keptConn)
 }
 
-// get returns a free connection, or a new one while fewer than max are
-// kept; nil when none is (the caller takes the ordinary path).
-func (h *heldConns) get() *redis.Conn {
+// get returns a free connection, a new one while fewer than max are kept,
+// or one whose lease has ended (never confirmed: a handler that panicked,
+// a caller that went away); nil when none is (the caller takes the
+// ordinary path).
+func (h *heldConns) get() *keptConn {
 	if h.client == nil {
 		return nil
 	}
@@ -120,14 +130,22 @@ func (h *heldConns) get() *redis.Conn {
 		return c
 	case h.owned < h.max:
 		h.owned++
-		return h.client.Conn()
+		conn := h.client.Conn()
+		return &keptConn{conn: conn, pipe: conn.Pipeline()}
+	}
+	now := time.Now()
+	for token, c := range h.leases { // at most max
+		if now.After(c.by) {
+			delete(h.leases, token)
+			return c
+		}
 	}
 	return nil
 }
 
 // put gives c back after a use that ended with err: a connection that may
 // be broken leaves, the others wait for the next acquisition.
-func (h *heldConns) put(c *redis.Conn, err error) {
+func (h *heldConns) put(c *keptConn, err error) {
 	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !errors.Is(err, ErrUnavailable) {
 		h.drop(c)
 		return
@@ -144,59 +162,54 @@ func (h *heldConns) put(c *redis.Conn, err error) {
 
 // drop returns c to the client's pool after an UNWATCH (a broken
 // connection fails at once and go-redis closes it).
-func (h *heldConns) drop(c *redis.Conn) {
+func (h *heldConns) drop(c *keptConn) {
 	h.mu.Lock()
 	h.owned--
 	h.mu.Unlock()
 	unwatchClose(c)
 }
 
-func unwatchClose(c *redis.Conn) {
+func unwatchClose(c *keptConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	c.Do(ctx, "UNWATCH") // an error is a broken connection, which Close then discards
-	c.Close()
+	c.conn.Do(ctx, "UNWATCH") // an error is a broken connection, which Close then discards
+	c.conn.Close()
 }
 
-// hold keeps c for token's lease, given back by take or at the lease's
-// end (lease from now, by the caller's clock: after it, EXEC aborts).
-func (h *heldConns) hold(token string, l *heldLease, lease time.Duration) {
+// hold keeps c for token's lease until take, or until get reclaims it
+// after the lease (by the caller's clock: EXEC aborts after it anyway).
+func (h *heldConns) hold(token string, c *keptConn, lease time.Duration) {
+	c.by = time.Now().Add(lease)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		h.drop(l.conn)
+		h.drop(c)
 		return
 	}
-	h.leases[token] = l
-	l.timer = time.AfterFunc(lease, func() {
-		if l := h.take(token); l != nil {
-			h.put(l.conn, nil)
-		}
-	})
+	h.leases[token] = c
 	h.mu.Unlock()
 }
 
 // take removes token's held lease, nil when none is held; the caller owns
 // its connection.
-func (h *heldConns) take(token string) *heldLease {
+func (h *heldConns) take(token string) *keptConn {
 	if h.client == nil {
 		return nil
 	}
 	h.mu.Lock()
-	l := h.leases[token]
-	if l != nil {
+	c := h.leases[token]
+	if c != nil {
 		delete(h.leases, token)
-		l.timer.Stop()
 	}
 	h.mu.Unlock()
-	return l
+	return c
 }
 
 // release gives back token's connection, if one is held (ReleaseLease,
 // RenewLease: the lease ends or its entry changes).
 func (h *heldConns) release(token string) {
-	if l := h.take(token); l != nil {
-		h.put(l.conn, nil)
+	if c := h.take(token); c != nil {
+		h.put(c, nil)
 	}
 }
 
@@ -210,9 +223,8 @@ func (h *heldConns) close() {
 	h.closed = true
 	conns := h.free
 	h.free = nil
-	for token, l := range h.leases {
-		l.timer.Stop()
-		conns = append(conns, l.conn)
+	for token, c := range h.leases {
+		conns = append(conns, c)
 		delete(h.leases, token)
 	}
 	h.owned -= len(conns)
@@ -226,7 +238,7 @@ func (h *heldConns) close() {
 // on the caller's goroutine when direct is set, else on another one that
 // the caller leaves at ctx's end. owns reports whether the caller owns c
 // afterwards; when it does not, the goroutine gives it back.
-func (s *Store) onConn(ctx context.Context, c *redis.Conn, sc *script, cmds [][]any, at int, direct bool) (replies []any, durErr, err error, owns bool) {
+func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]any, at int, direct bool) (replies []any, durErr, err error, owns bool) {
 	if direct {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err), true
@@ -282,7 +294,7 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	}
 	b, perr := strconv.ParseInt(*bound, 10, 64)
 	if perr != nil || l.key != key || ms < l.end+1000 || ms > l.t0+b {
-		s.held.put(l.conn, nil)
+		s.held.put(l, nil)
 		return 0, nil, false
 	}
 	cmds := [][]any{
@@ -297,11 +309,11 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	}
 	at := len(cmds) - 1
 	sent := s.now().UnixMilli()
-	replies, durErr, xerr, owns := s.onConn(ctx, l.conn, sc, cmds, at, direct)
+	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, direct)
 	if !owns {
 		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
 	}
-	s.held.put(l.conn, xerr)
+	s.held.put(l, xerr)
 	if xerr != nil {
 		return 0, nil, false // aborted (nil) or refused: the script decides
 	}
@@ -320,7 +332,12 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 		return 0, fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable), true
 	case sent < now-s.maxSkew.Milliseconds():
 		code = -3 // the script's clock guard, read at EXEC
-	case ms <= now || ms > now+b:
+	case ms <= now:
+		// EXEC ran after the lease ended (its expiry did not abort it):
+		// the entries were written expired, changing nothing, as the
+		// script's refusal.
+		code = -5
+	case ms > now+b:
 		// Only a clock that stepped back since the acquisition comes here.
 		return 0, fmt.Errorf("%w: Redis's clock stepped back between the acquisition and the confirmation", ErrUnavailable), true
 	default:

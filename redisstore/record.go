@@ -501,7 +501,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	// choosing (a recheck may turn them on after sendRecordOnce chose p).
 	one := false
 	switch p.(type) {
-	case *redis.Client, *redis.Conn: // a Conn is one the store kept (held.go)
+	case *redis.Client, *keptConn:
 		one = true
 	}
 	if !one && s.dur.on() {

@@ -1313,7 +1313,8 @@ func (h *scriptSizes) note(cmd redis.Cmder) {
 	if a, ok := args[1].(*string); (ok && *a == confirmRecordLua.sha) || args[1] == confirmRecordScript {
 		h.confirms++
 	}
-	h.args = append(h.args, size); fmt.Println("SCRIPTDBG", args[:min(len(args),5)])
+	h.args = append(h.args, size)
+	fmt.Println("SCRIPTDBG", args[:min(len(args), 5)])
 	reply := 0
 	if c, ok := cmd.(*redis.Cmd); ok {
 		reply = len(fmt.Sprint(c.Val()))
