@@ -116,7 +116,14 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	}
 	f.durErr = durErr
 	entry, isStr := replies[at].(string)
-	f.wrote = replies[at] == nil || entry == val // val: this very lease, taken by a pipeline sent again
+	f.wrote = replies[at] == nil
+	if isStr && entry == val {
+		// This very lease, taken by a pipeline sent again: the script
+		// writes it again (for the waits after it), and a refusal of
+		// the script releases it.
+		f.wrote = true
+		return f, false, nil
+	}
 	if side != "" {
 		f.side = replies[len(replies)-1]
 	}

@@ -102,13 +102,12 @@ func heldMax(c *redis.Client) int {
 	return max(1, c.Options().PoolSize/4)
 }
 
-func (h *heldConns) init(c *redis.Client) {
+// newHeldConns keeps connections of c; none when c is nil.
+func newHeldConns(c *redis.Client) *heldConns {
 	if c == nil {
-		return
+		return &heldConns{}
 	}
-	h.client = c
-	h.max = heldMax(c)
-	h.leases = make(map[string]*keptConn)
+	return &heldConns{client: c, max: heldMax(c), leases: make(map[string]*keptConn)}
 }
 
 // get returns a free connection, a new one while fewer than max are kept,

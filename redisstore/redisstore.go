@@ -447,7 +447,7 @@ type Store struct {
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
 	// held keeps connections for confirmations without Lua (held.go).
-	held heldConns
+	held *heldConns
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
 }
@@ -559,9 +559,9 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
-	s.held.init(d.single)
+	s.held = newHeldConns(d.single)
 	s.watched = make(chan struct{})
-	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
+	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched, s.held)
 	return s, nil
 }
 
