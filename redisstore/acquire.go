@@ -86,6 +86,9 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 			f.conn = hc
 		case owns:
 			s.held.put(hc, err)
+			if isServerError(err) && strings.HasPrefix(err.Error(), "NOPERM") {
+				s.held.off.Store(true) // the SET's own refusal included: the script decides below
+			}
 			if !isServerError(err) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
 				// A kept connection the server closed (a restart, an
 				// idle timeout): go-redis checks a pooled connection

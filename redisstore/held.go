@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -78,6 +80,9 @@ type heldConns struct {
 	free   []*keptConn
 	leases map[string]*keptConn // by token
 	closed bool
+	// off is set once the server refused a command only the kept path
+	// sends (an ACL without WATCH, MULTI or EXEC): no more are kept.
+	off atomic.Bool
 }
 
 // keptConn is a kept connection with its pipeline (see
@@ -115,7 +120,7 @@ func newHeldConns(c *redis.Client) *heldConns {
 // a caller that went away); nil when none is (the caller takes the
 // ordinary path).
 func (h *heldConns) get() *keptConn {
-	if h.client == nil {
+	if h.client == nil || h.off.Load() {
 		return nil
 	}
 	h.mu.Lock()
@@ -313,6 +318,9 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
 	}
 	s.held.put(l, xerr)
+	if isServerError(xerr) && strings.HasPrefix(xerr.Error(), "NOPERM") {
+		s.held.off.Store(true)
+	}
 	if xerr != nil {
 		return 0, nil, false // aborted (nil) or refused: the script decides
 	}

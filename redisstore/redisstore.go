@@ -470,7 +470,9 @@ var (
 // per-call deadline of Options.Timeout and returns when it passes even if
 // the client has not (go-redis ignores context deadlines on the socket
 // unless the client's ContextTimeoutEnabled option is set, which is
-// recommended). Without that option the abandoned call keeps its goroutine
+// recommended). Of a *redis.Client's pool the Store keeps up to a quarter
+// (at least one connection) out of the pool, for leases it confirms
+// without Lua, until [Store.Close]. Without that option the abandoned call keeps its goroutine
 // and pool connection until the client's own ReadTimeout ends it, so never
 // combine it with ReadTimeout -1: a hung Redis would then pin a goroutine
 // per timed-out claim, up to the pool size, for as long as it hangs.
@@ -604,7 +606,8 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // Close stops the store's background work (the server checks it runs
 // every [Options.RecheckInterval], and the releases of leases whose
 // acquisition had an unknown outcome; those leases then end by themselves)
-// and waits for it. It does not close the client. A closed Store keeps
+// and waits for it, and returns the connections it kept to the client's
+// pool. It does not close the client. A closed Store keeps
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
