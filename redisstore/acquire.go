@@ -158,31 +158,46 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 // UNWATCH, WATCH and MGET when kept is set: the commands, and the
 // indexes of the SET, of the marker's second read and of TIME.
 func fastCmds(kept bool, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
-	if !kept {
-		cmds = [][]any{
-			{"GET", marker},
-			{"SET", key, val, "NX", "PX", ms, "GET"},
-			{"GET", marker},
-			{"TIME"},
-			{"GET", side},
-		}
-		at, t2, tm = 1, 2, 3
-	} else {
-		cmds = [][]any{
-			{"UNWATCH"}, // a free connection may still watch (see held.go)
-			{"GET", marker},
-			{"SET", key, val, "NX", "PX", ms, "GET"},
-			{"WATCH", marker, key}, // after the SET, which would dirty it
-			{"MGET", marker, key},
-			{"TIME"},
-			{"GET", side},
-		}
+	c := &pipeCall{key: key, val: val, side: side, ms: ms}
+	if kept {
+		c.add("UNWATCH") // a free connection may still watch (see held.go)
+		c.add("GET", marker)
+		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
+		c.add("WATCH", marker, &c.key) // after the SET, which would dirty it
+		c.add("MGET", marker, &c.key)
 		at, t2, tm = 2, 4, 5
+	} else {
+		c.add("GET", marker)
+		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
+		c.add("GET", marker)
+		at, t2, tm = 1, 2, 3
 	}
-	if side == "" {
-		cmds = cmds[:len(cmds)-1]
+	c.add("TIME")
+	if side != "" {
+		c.add("GET", &c.side)
 	}
-	return cmds, at, t2, tm
+	return c.cmds[:c.k], at, t2, tm
+}
+
+// pipeCall holds the commands of a pipeline without Lua (an acquisition,
+// a kept confirmation) in one allocation, their arguments pointing into
+// it, as [scriptCall] does for a script. It is not reused: a client hook
+// may keep a command's arguments after the call.
+type pipeCall struct {
+	args            [19]any
+	cmds            [7][]any
+	n, k            int
+	key, val, side  string
+	done, sideValue argBytes
+	ms              int64
+}
+
+// add appends one command.
+func (c *pipeCall) add(args ...any) {
+	m := copy(c.args[c.n:], args)
+	c.cmds[c.k] = c.args[c.n : c.n+m : c.n+m]
+	c.n += m
+	c.k++
 }
 
 // keep hands f's connection to token's lease when the acquisition stands

@@ -291,7 +291,7 @@ func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]an
 // bound the guarded scripts' bound. ok reports whether its answer stands
 // (code and err as the confirm script's, through verdict); when it does
 // not, the script decides.
-func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, token string, done any, sideK string, side any, ms int64, bound *string, direct bool) (code int64, err error, ok bool) {
+func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, token string, done []byte, sideK string, side []byte, ms int64, bound *string, direct bool) (code int64, err error, ok bool) {
 	l := s.held.take(token)
 	if l == nil {
 		return 0, nil, false
@@ -301,17 +301,15 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 		s.held.put(l, nil)
 		return 0, nil, false
 	}
-	cmds := [][]any{
-		{"MULTI"},
-		{"TIME"},
-		{"SET", key, done, "PXAT", ms},
-		{"SET", sideK, side, "PXAT", ms},
-		{"EXEC"},
+	pc := &pipeCall{key: key, side: sideK, done: done, sideValue: side, ms: ms}
+	pc.add("MULTI")
+	pc.add("TIME")
+	pc.add("SET", &pc.key, &pc.done, "PXAT", &pc.ms)
+	if sideK != "" {
+		pc.add("SET", &pc.side, &pc.sideValue, "PXAT", &pc.ms)
 	}
-	if sideK == "" {
-		cmds = append(cmds[:3], cmds[4])
-	}
-	at := len(cmds) - 1
+	pc.add("EXEC")
+	cmds, at := pc.cmds[:pc.k], pc.k-1
 	sent := s.now().UnixMilli()
 	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, direct)
 	if !owns {

@@ -99,7 +99,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	}
 	if sc == &confirmLua {
 		// See held.go: the script decides only what the transaction cannot.
-		if code, err, ok := s.confirmHeld(ctx, sc, shard, string(c.entry), arg, "D"+arg, "", nil, ms, bound, direct); ok {
+		if code, err, ok := s.confirmHeld(ctx, sc, shard, string(c.entry), arg, append([]byte{'D'}, arg...), "", nil, ms, bound, direct); ok {
 			return code, 0, err
 		}
 	}
