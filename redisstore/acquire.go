@@ -74,7 +74,7 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 			f.conn = nil
 		}
 	}()
-	cmds, at, t2, tm := fastCmds(hc != nil, marker, key, side, val, ms)
+	cmds, at, t2, tm := fastCmds(hc, marker, key, side, val, ms)
 	sent := s.now().UnixMilli()
 	var replies []any
 	var durErr error
@@ -96,7 +96,7 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 				// again on the pool: a SET that landed finds this
 				// lease, its own.
 				hc = nil
-				cmds, at, t2, tm = fastCmds(false, marker, key, side, val, ms)
+				cmds, at, t2, tm = fastCmds(nil, marker, key, side, val, ms)
 			}
 		}
 		if hc != nil && err != nil && !errors.Is(err, ErrUnavailable) {
@@ -154,18 +154,23 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	return f, true, nil
 }
 
-// fastCmds is the acquisition pipeline, with the kept connection's
-// UNWATCH, WATCH and MGET when kept is set: the commands, and the
-// indexes of the SET, of the marker's second read and of TIME.
-func fastCmds(kept bool, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
+// fastCmds is the acquisition pipeline, with the WATCH and MGET of a kept
+// connection kc (nil for none), and its UNWATCH unless it carries no
+// WATCH: the commands, and the indexes of the SET, of the marker's
+// second read and of TIME.
+func fastCmds(kc *keptConn, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
 	c := &pipeCall{key: key, val: val, side: side, ms: ms}
-	if kept {
-		c.add("UNWATCH") // a free connection may still watch (see held.go)
+	if kc != nil {
+		if !kc.clean {
+			c.add("UNWATCH") // a free connection may still watch (see held.go)
+		}
+		kc.clean = false
+		at = c.k + 1
 		c.add("GET", marker)
 		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
 		c.add("WATCH", marker, &c.key) // after the SET, which would dirty it
 		c.add("MGET", marker, &c.key)
-		at, t2, tm = 2, 4, 5
+		t2, tm = at+2, at+3
 	} else {
 		c.add("GET", marker)
 		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")

@@ -95,6 +95,9 @@ type keptConn struct {
 	t0   int64     // Redis's clock at the acquisition (ms)
 	end  int64     // Redis's ms by which the lease has ended: t0 + lease
 	by   time.Time // the caller's clock after which the lease has ended
+	// clean is set while the connection is known to watch nothing: new,
+	// or its last reply an EXEC's (which unwatches, run or aborted).
+	clean bool
 }
 
 // Pipeline returns c's pipeline, empty after each Exec (c has one user at
@@ -135,7 +138,7 @@ func (h *heldConns) get() *keptConn {
 	case h.owned < h.max:
 		h.owned++
 		conn := h.client.Conn()
-		return &keptConn{conn: conn, pipe: conn.Pipeline()}
+		return &keptConn{conn: conn, pipe: conn.Pipeline(), clean: true}
 	}
 	now := time.Now()
 	for token, c := range h.leases { // at most max
@@ -315,6 +318,7 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	if !owns {
 		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
 	}
+	l.clean = xerr == nil || errors.Is(xerr, redis.Nil) // EXEC answered: nothing watched
 	s.held.put(l, xerr)
 	if isServerError(xerr) && strings.HasPrefix(xerr.Error(), "NOPERM") {
 		s.held.off.Store(true)
