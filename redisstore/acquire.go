@@ -18,6 +18,8 @@ import (
 //	TIME                             Redis's clock
 //	GET side                         the record's side key (AcquireRecord)
 //
+// (on a connection the store keeps, held.go: UNWATCH first when it may
+// watch, and WATCH marker entry, MGET marker entry in place of T2),
 // followed by the policy probe and the Durability waits, as after a
 // script. Its answer stands when both reads of the marker are "O", the
 // caller's clock is within MaxSkew of Redis's, and the SET either took the
