@@ -60,8 +60,9 @@ import (
 // The connections are the client's (its options, hooks and dialer), taken
 // with Client.Conn and kept by the store: a few, up to heldMax, free or
 // holding a lease. A free one may still carry a WATCH (an acquisition
-// that found the ID done); each pipeline on it begins with UNWATCH, and
-// only the store ever sends MULTI on it, so the WATCH affects nothing.
+// that found the ID done); each pipeline on it begins with UNWATCH
+// unless its last reply was an EXEC's, and only the store ever sends
+// MULTI on it, so the WATCH affects nothing.
 // One goes back to the client's pool only after an UNWATCH (at
 // [Store.Close]) or broken (go-redis closes a connection after a
 // transport error). A lease gives its connection back when it is
