@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +127,75 @@ func TestKeptConfirm(t *testing.T) {
 	t.Run("a lease never confirmed gives its connection back", keptLeaseNeverConfirmed)
 	t.Run("a panicking handler gives its connection back", keptLeasePanickingHandler)
 	t.Run("the client's own transactions are never aborted", keptConnsNeverAbortUserTransactions)
+	t.Run("a clock fallen behind since the acquisition refuses as the script", keptConfirmClockBehind)
+	t.Run("a dropped store gives its connections back", keptConnsOfADroppedStore)
+}
+
+// The caller's clock falls 2 minutes behind Redis's between the
+// acquisition and the confirmation: both paths answer ErrClockSkew (the
+// transaction's own TIME read after EXEC; the contract lets the write
+// stand, "may or may not have been applied").
+func keptConfirmClockBehind(t *testing.T) {
+	ctx := context.Background()
+	answers := map[bool]string{}
+	for _, kept := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: 8})
+		t.Cleanup(func() { c.Close() })
+		h := new(execCount)
+		c.AddHook(h)
+		var behind atomic.Int64
+		now := func() time.Time { return time.Now().Add(-time.Duration(behind.Load())) }
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: now})
+		l := acquireRecordFor(t, s, "k", time.Minute)
+		if !kept {
+			s.held.release(l.Token)
+		}
+		behind.Store(int64(2 * time.Minute))
+		h.reset()
+		err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result"))
+		answers[kept] = errClass(err)
+		if !errors.Is(err, ErrClockSkew) {
+			t.Fatalf("kept=%v: confirm from a clock 2 min behind = %v; want ErrClockSkew", kept, err)
+		}
+		if execs, aborted, confirms := h.get(); kept && (execs != 1 || aborted != 0 || confirms != 0) {
+			t.Fatalf("kept: %d EXEC, %d aborted, %d confirm scripts; want the EXEC alone", execs, aborted, confirms)
+		}
+	}
+	if answers[true] != answers[false] {
+		t.Fatalf("kept: %s; script alone: %s; want the same answer", answers[true], answers[false])
+	}
+}
+
+// A Store dropped without Close is collected; its watch then returns
+// the connections it kept to the client's pool, idle.
+func keptConnsOfADroppedStore(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: 8})
+	t.Cleanup(func() { c.Close() })
+	s, err := New(c, Options{Prefix: uniquePrefix(t, c), RecheckInterval: 10 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	acquireRecordFor(t, s, "held", time.Minute) // kept for its lease
+	if st := c.PoolStats(); st.TotalConns == st.IdleConns {
+		t.Fatalf("pool: %d connections, all idle; want the kept one out", st.TotalConns)
+	}
+	watched := s.watched
+	s = nil
+	waitFor(t, "the watch of a dropped store to end", func() bool {
+		runtime.GC()
+		select {
+		case <-watched:
+			return true
+		default:
+			return false
+		}
+	})
+	if st := c.PoolStats(); st.TotalConns != st.IdleConns {
+		t.Fatalf("pool after the store was collected: %d connections, %d idle; want every one idle", st.TotalConns, st.IdleConns)
+	}
 }
 
 func keptConfirmRunsNoScript(t *testing.T) {
