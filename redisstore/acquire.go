@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 //	TIME                             Redis's clock
 //	GET side                         the record's side key (AcquireRecord)
 //
+// (on a connection the store keeps, held.go: UNWATCH first when it may
+// watch, and WATCH marker entry, MGET marker entry in place of T2),
 // followed by the policy probe and the Durability waits, as after a
 // script. Its answer stands when both reads of the marker are "O", the
 // caller's clock is within MaxSkew of Redis's, and the SET either took the
@@ -35,12 +38,18 @@ import (
 
 // fastAcquire is what [Store.acquireFast] read: whether its SET took the
 // ID, else the entry it found; the side key's value (nil when missing or
-// not asked for); the Durability verdict of the write.
+// not asked for); the Durability verdict of the write. With a kept
+// connection (held.go), also Redis's clock (t0, ms), whether the reads
+// after the WATCH found the marker "O" and the entry this lease's (mine),
+// and the connection when the caller still owns it.
 type fastAcquire struct {
 	wrote  bool
 	entry  string
 	side   any
 	durErr error
+	t0     int64
+	mine   bool
+	conn   *keptConn
 }
 
 // fastAcquirable reports whether acquisitions try the pipeline first: the
@@ -52,24 +61,53 @@ func (s *Store) fastAcquirable() bool {
 
 // acquireFast sends the acquisition pipeline for the entry key of marker's
 // shard with lease value val for ms (side names the record's side key, ""
-// for a plain lease), on the caller's goroutine when direct is set. ok
+// for a plain lease), on the caller's goroutine when direct is set; on a
+// connection the store keeps (see held.go) when it has one free, with
+// the WATCH a confirmation without Lua needs. ok
 // reports whether its answer stands; when it does not, f.wrote says
 // whether the SET took the ID (the script then finds that lease as its
 // own). err is a transport error, a deadline or the probe's refusal: the
 // outcome is unknown, as after a script.
-func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val any, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
-	cmds := [][]any{
-		{"GET", marker},
-		{"SET", key, val, "NX", "PX", ms, "GET"},
-		{"GET", marker},
-		{"TIME"},
-		{"GET", side},
-	}
-	if side == "" {
-		cmds = cmds[:4]
-	}
+func (s *Store) acquireFast(ctx context.Context, marker *string, key, side string, val string, ms int64, direct bool) (f fastAcquire, ok bool, err error) {
+	hc := s.held.get()
+	defer func() {
+		if !ok && f.conn != nil {
+			s.held.put(f.conn, nil)
+			f.conn = nil
+		}
+	}()
+	cmds, at, t2, tm := fastCmds(hc, marker, key, side, val, ms)
 	sent := s.now().UnixMilli()
-	replies, durErr, err := s.sendRecord(ctx, nil, *marker, cmds, 1, direct)
+	var replies []any
+	var durErr error
+	if hc != nil {
+		var owns bool
+		replies, durErr, err, owns = s.onConn(ctx, hc, nil, cmds, at, direct)
+		switch {
+		case owns && err == nil:
+			f.conn = hc
+		case owns:
+			s.held.put(hc, err)
+			if isServerError(err) && strings.HasPrefix(err.Error(), "NOPERM") {
+				s.held.off.Store(true) // the SET's own refusal included: the script decides below
+			}
+			if !isServerError(err) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+				// A kept connection the server closed (a restart, an
+				// idle timeout): go-redis checks a pooled connection
+				// before each use, not a kept one. The same pipeline
+				// again on the pool: a SET that landed finds this
+				// lease, its own.
+				hc = nil
+				cmds, at, t2, tm = fastCmds(nil, marker, key, side, val, ms)
+			}
+		}
+		if hc != nil && err != nil && !errors.Is(err, ErrUnavailable) {
+			err = s.wrapErr(ctx, err)
+		}
+	}
+	if hc == nil {
+		replies, durErr, err = s.sendRecord(ctx, nil, *marker, cmds, at, direct)
+	}
 	if err != nil {
 		if Reason(err) == "" && isServerError(err) {
 			if strings.Contains(err.Error(), "syntax error") {
@@ -82,12 +120,30 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 		return fastAcquire{}, false, err
 	}
 	f.durErr = durErr
-	entry, isStr := replies[1].(string)
-	f.wrote = replies[1] == nil
-	if side != "" {
-		f.side = replies[4]
+	entry, isStr := replies[at].(string)
+	f.wrote = replies[at] == nil
+	if isStr && entry == val {
+		// This very lease, taken by a pipeline sent again: the script
+		// writes it again (for the waits after it), and a refusal of
+		// the script releases it.
+		f.wrote = true
+		return f, false, nil
 	}
-	if m0, _ := replies[0].(string); m0 != "O" || replies[2] != "O" || !s.clockWithin(replies[3], sent) {
+	if side != "" {
+		f.side = replies[len(replies)-1]
+	}
+	m2 := replies[t2]
+	if hc != nil {
+		mv, _ := m2.([]any)
+		if len(mv) != 2 {
+			return f, false, nil
+		}
+		m2 = mv[0]
+		f.mine = mv[0] == "O" && mv[1] == val
+	}
+	now, tok := redisMillis(replies[tm])
+	f.t0 = now
+	if m0, _ := replies[at-1].(string); m0 != "O" || m2 != "O" || !tok || sent < now-s.maxSkew.Milliseconds() {
 		return f, false, nil
 	}
 	if f.wrote {
@@ -100,26 +156,89 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	return f, true, nil
 }
 
-// clockWithin reports whether t, a TIME reply, is no more than MaxSkew
-// ahead of sent (the caller's clock, Unix ms), as the scripts' guard
-// requires; false for a reply that does not parse.
-func (s *Store) clockWithin(t any, sent int64) bool {
+// fastCmds is the acquisition pipeline, with the WATCH and MGET of a kept
+// connection kc (nil for none), and its UNWATCH unless it carries no
+// WATCH: the commands, and the indexes of the SET, of the marker's
+// second read and of TIME.
+func fastCmds(kc *keptConn, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
+	c := &pipeCall{key: key, val: val, side: side, ms: ms}
+	if kc != nil {
+		if !kc.clean {
+			c.add("UNWATCH") // a free connection may still watch (see held.go)
+		}
+		kc.clean = false
+		at = c.k + 1
+		c.add("GET", marker)
+		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
+		c.add("WATCH", marker, &c.key) // after the SET, which would dirty it
+		c.add("MGET", marker, &c.key)
+		t2, tm = at+2, at+3
+	} else {
+		c.add("GET", marker)
+		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
+		c.add("GET", marker)
+		at, t2, tm = 1, 2, 3
+	}
+	c.add("TIME")
+	if side != "" {
+		c.add("GET", &c.side)
+	}
+	return c.cmds[:c.k], at, t2, tm
+}
+
+// pipeCall holds the commands of a pipeline without Lua (an acquisition,
+// a kept confirmation) in one allocation, their arguments pointing into
+// it, as [scriptCall] does for a script. It is not reused: a client hook
+// may keep a command's arguments after the call.
+type pipeCall struct {
+	args            [19]any
+	cmds            [7][]any
+	n, k            int
+	key, val, side  string
+	done, sideValue argBytes
+	ms              int64
+}
+
+// add appends one command.
+func (c *pipeCall) add(args ...any) {
+	m := copy(c.args[c.n:], args)
+	c.cmds[c.k] = c.args[c.n : c.n+m : c.n+m]
+	c.n += m
+	c.k++
+}
+
+// keep hands f's connection to token's lease when the acquisition stands
+// with the WATCH in place (code 1, f.mine), else back to the free ones.
+func (s *Store) keep(f *fastAcquire, code int64, err error, key, token string, ms int64) {
+	if f.conn == nil {
+		return
+	}
+	if code != 1 || err != nil || !f.mine {
+		s.held.put(f.conn, nil)
+		return
+	}
+	f.conn.key, f.conn.t0, f.conn.end = key, f.t0, f.t0+ms
+	s.held.hold(token, f.conn, time.Duration(ms)*time.Millisecond)
+}
+
+// redisMillis reads t, a TIME reply, as Unix ms; false for a reply that
+// does not parse.
+func redisMillis(t any) (int64, bool) {
 	tv, ok := t.([]any)
 	if !ok || len(tv) != 2 {
-		return false
+		return 0, false
 	}
 	sec, ok1 := tv[0].(string)
 	usec, ok2 := tv[1].(string)
 	if !ok1 || !ok2 {
-		return false
+		return 0, false
 	}
 	secs, err1 := strconv.ParseInt(sec, 10, 64)
 	us, err2 := strconv.ParseInt(usec, 10, 64)
 	if err1 != nil || err2 != nil {
-		return false
+		return 0, false
 	}
-	now := secs*1000 + us/1000
-	return sent >= now-s.maxSkew.Milliseconds()
+	return secs*1000 + us/1000, true
 }
 
 // dropOwn releases token's lease on id (entry key) that the pipeline took

@@ -312,9 +312,7 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	sideK := sideKey(*marker, id)
 	wrote := false
 	if s.fastAcquirable() {
-		own := make([]byte, 0, 1+tokenLen+len(fingerprint))
-		own = append(append(append(own, 'L'), token...), fingerprint...)
-		f, ok, err := s.acquireFast(ctx, marker, key, sideK, own, ms, direct)
+		f, ok, err := s.acquireFast(ctx, marker, key, sideK, "L"+token+string(fingerprint), ms, direct)
 		if err != nil {
 			return 0, 0, "", nil, err
 		}
@@ -324,6 +322,7 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 				code = 1
 			}
 			code, val, err = s.verdict(&acquireRecordLua, shard, code, 0, f.durErr)
+			s.keep(&f, code, err, key, token, ms)
 			return code, val, f.entry, f.side, err
 		}
 		wrote = f.wrote
@@ -379,9 +378,13 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	if err != nil {
 		return 0, err
 	}
+	key := *marker + ":" + id
+	if code, err, ok := s.confirmHeld(ctx, &confirmRecordLua, shard, key, token, header, sideKey(*marker, id), side, ms, bound, direct); ok {
+		return code, err
+	}
 	cmds := [][]any{
 		{"SET", staging, side, "PXAT", ms},
-		{"EVALSHA", &confirmRecordLua.sha, 4, marker, *marker + ":" + id, staging, sideKey(*marker, id),
+		{"EVALSHA", &confirmRecordLua.sha, 4, marker, key, staging, sideKey(*marker, id),
 			now, &s.skewArg, bound, ms, token, header},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &confirmRecordLua, *marker, cmds, 1, direct)
@@ -496,7 +499,11 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	// connection (the pinned master, or the client's one server), never
 	// through a Cluster client that would send them to a node of its
 	// choosing (a recheck may turn them on after sendRecordOnce chose p).
-	_, one := p.(*redis.Client)
+	one := false
+	switch p.(type) {
+	case *redis.Client, *keptConn:
+		one = true
+	}
 	if !one && s.dur.on() {
 		return nil, nil, fmt.Errorf("%w: a Durability wait needs the connection that wrote", ErrUnavailable)
 	}

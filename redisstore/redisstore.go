@@ -446,6 +446,8 @@ type Store struct {
 
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
+	// held keeps connections for confirmations without Lua (held.go).
+	held *heldConns
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
 }
@@ -468,7 +470,9 @@ var (
 // per-call deadline of Options.Timeout and returns when it passes even if
 // the client has not (go-redis ignores context deadlines on the socket
 // unless the client's ContextTimeoutEnabled option is set, which is
-// recommended). Without that option the abandoned call keeps its goroutine
+// recommended). Of a *redis.Client's pool the Store keeps up to a quarter
+// (at least one connection) out of the pool, for leases it confirms
+// without Lua, until [Store.Close]. Without that option the abandoned call keeps its goroutine
 // and pool connection until the client's own ReadTimeout ends it, so never
 // combine it with ReadTimeout -1: a hung Redis would then pin a goroutine
 // per timed-out claim, up to the pool size, for as long as it hangs.
@@ -557,8 +561,9 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
+	s.held = newHeldConns(d.single)
 	s.watched = make(chan struct{})
-	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
+	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched, s.held)
 	return s, nil
 }
 
@@ -601,10 +606,12 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // Close stops the store's background work (the server checks it runs
 // every [Options.RecheckInterval], and the releases of leases whose
 // acquisition had an unknown outcome; those leases then end by themselves)
-// and waits for it. It does not close the client. A closed Store keeps
+// and waits for it, and returns the connections it kept to the client's
+// pool. It does not close the client. A closed Store keeps
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
+	s.held.close()
 	if s.watched != nil {
 		<-s.watched // the watch ends at its next select: stop is closed
 	}

@@ -86,7 +86,9 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 			if f.wrote {
 				code = 1
 			}
-			return s.verdict(sc, shard, code, 0, f.durErr)
+			code, val, err := s.verdict(sc, shard, code, 0, f.durErr)
+			s.keep(&f, code, err, string(c.entry), arg, ms)
+			return code, val, err
 		}
 		wrote = f.wrote
 		defer func() {
@@ -94,6 +96,12 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 				s.dropOwn(ctx, id, string(c.entry), arg, ms)
 			}
 		}()
+	}
+	if sc == &confirmLua {
+		// See held.go: the script decides only what the transaction cannot.
+		if code, err, ok := s.confirmHeld(ctx, sc, shard, string(c.entry), arg, append([]byte{'D'}, arg...), "", nil, ms, bound, direct); ok {
+			return code, 0, err
+		}
 	}
 	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
 	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)

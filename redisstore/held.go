@@ -1,0 +1,358 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A confirmation needs no Lua when the acquisition that took the lease
+// (AcquireLease, AcquireRecord) ran on a connection the store keeps for
+// the lease: its pipeline (acquire.go) sends, after the SET NX,
+//
+//	WATCH marker entry
+//	MGET marker entry                "O" and this lease's own value
+//
+// and the confirmation sends on that connection, in one pipeline,
+//
+//	MULTI
+//	TIME                             Redis's clock when EXEC runs
+//	SET entry done PXAT until
+//	SET side token+result PXAT until (ConfirmRecord)
+//	EXEC
+//
+// followed by the Durability waits. EXEC runs only when neither key was
+// written, flushed, swapped or expired since the WATCH (Redis 6.0.9 and
+// later abort on an expired watched key too; a restart or a failover
+// ends the connection or refuses the queued writes), so the marker is
+// still "O" and the entry still this lease: the confirm script would
+// have recorded, and the transaction writes what it writes (the side key
+// directly, where the script renames a staging key to it; no staging key
+// is left). Every other outcome (EXEC aborted, an error, a lease whose
+// connection was not kept) goes to the confirm script with the same
+// token, which decides as it always did.
+//
+// The script's clock checks hold by construction, or are read after:
+//
+//   - until is after Redis's now at EXEC: the lease was set at or before
+//     the acquisition's TIME (T0, same connection, earlier command) and
+//     expires by T0 + lease; EXEC ran while it was live, so before then.
+//     The fast path asks until ≥ T0 + lease + 1 s (the second covers
+//     EXEC's own clock reads).
+//   - until is within the bound of Redis's now at EXEC: EXEC runs after
+//     T0, so until ≤ T0 + bound suffices (Redis's clock not stepping
+//     back, as every PXAT and fence of the store assumes).
+//   - the caller's clock within MaxSkew of Redis's: the TIME inside the
+//     transaction is EXEC's own; a lagging clock is reported as the
+//     script reports it, [ErrClockSkew], which the contract lets
+//     follow an applied write ("may or may not have been applied").
+//
+// Outside these bounds (a lease renewed or longer than until's distance,
+// an until near the bound), the script decides.
+//
+// The connections are the client's (its options, hooks and dialer), taken
+// with Client.Conn and kept by the store: a few, up to heldMax, free or
+// holding a lease. A free one may still carry a WATCH (an acquisition
+// that found the ID done); each pipeline on it begins with UNWATCH
+// unless its last reply was an EXEC's, and only the store ever sends
+// MULTI on it, so the WATCH affects nothing.
+// One goes back to the client's pool only after an UNWATCH (at
+// [Store.Close]) or broken (go-redis closes a connection after a
+// transport error). A lease gives its connection back when it is
+// confirmed, released or renewed; one never confirmed is taken back by an
+// acquisition that finds every kept connection busy, once the lease has
+// ended; when none is free, a call takes the ordinary path. A connection is
+// used by one goroutine at a time: whoever takes it from the free list or
+// the lease map owns it until it gives it back.
+
+// heldConns are the connections the store keeps for confirmations.
+type heldConns struct {
+	mu     sync.Mutex
+	client *redis.Client // nil: no connection is kept (a Cluster or another client)
+	max    int
+	owned  int // free, held or in use
+	free   []*keptConn
+	leases map[string]*keptConn // by token
+	closed bool
+	// off is set once the server refused a command only the kept path
+	// sends (an ACL without WATCH, MULTI or EXEC): no more are kept.
+	off atomic.Bool
+}
+
+// keptConn is a kept connection with its pipeline (see
+// [durability.pipeline]) and, while it holds a lease, what the
+// confirmation needs of it.
+type keptConn struct {
+	conn *redis.Conn
+	pipe redis.Pipeliner
+	key  string    // the entry
+	t0   int64     // Redis's clock at the acquisition (ms)
+	end  int64     // Redis's ms by which the lease has ended: t0 + lease
+	by   time.Time // the caller's clock after which the lease has ended
+	// clean is set while the connection is known to watch nothing: new,
+	// or its last reply an EXEC's (which unwatches, run or aborted).
+	clean bool
+}
+
+// Pipeline returns c's pipeline, empty after each Exec (c has one user at
+// a time).
+func (c *keptConn) Pipeline() redis.Pipeliner { return c.pipe }
+
+// heldMax is how many of the client's connections a store keeps at most:
+// a quarter of its pool, at least one.
+func heldMax(c *redis.Client) int {
+	return max(1, c.Options().PoolSize/4)
+}
+
+// newHeldConns keeps connections of c; none when c is nil.
+func newHeldConns(c *redis.Client) *heldConns {
+	if c == nil {
+		return &heldConns{}
+	}
+	return &heldConns{client: c, max: heldMax(c), leases: make(map[string]*keptConn)}
+}
+
+// get returns a free connection, a new one while fewer than max are kept,
+// or one whose lease has ended (never confirmed: a handler that panicked,
+// a caller that went away); nil when none is (the caller takes the
+// ordinary path).
+func (h *heldConns) get() *keptConn {
+	if h.client == nil || h.off.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return nil
+	case len(h.free) > 0:
+		c := h.free[len(h.free)-1]
+		h.free = h.free[:len(h.free)-1]
+		return c
+	case h.owned < h.max:
+		h.owned++
+		conn := h.client.Conn()
+		return &keptConn{conn: conn, pipe: conn.Pipeline(), clean: true}
+	}
+	now := time.Now()
+	for token, c := range h.leases { // at most max
+		if now.After(c.by) {
+			delete(h.leases, token)
+			return c
+		}
+	}
+	return nil
+}
+
+// put gives c back after a use that ended with err: a connection that may
+// be broken leaves, the others wait for the next acquisition.
+func (h *heldConns) put(c *keptConn, err error) {
+	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !errors.Is(err, ErrUnavailable) {
+		h.drop(c)
+		return
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.drop(c)
+		return
+	}
+	h.free = append(h.free, c)
+	h.mu.Unlock()
+}
+
+// drop returns c to the client's pool after an UNWATCH (a broken
+// connection fails at once and go-redis closes it).
+func (h *heldConns) drop(c *keptConn) {
+	h.mu.Lock()
+	h.owned--
+	h.mu.Unlock()
+	unwatchClose(c)
+}
+
+func unwatchClose(c *keptConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.conn.Do(ctx, "UNWATCH") // an error is a broken connection, which Close then discards
+	c.conn.Close()
+}
+
+// hold keeps c for token's lease until take, or until get reclaims it
+// after the lease (by the caller's clock: EXEC aborts after it anyway).
+func (h *heldConns) hold(token string, c *keptConn, lease time.Duration) {
+	c.by = time.Now().Add(lease)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.drop(c)
+		return
+	}
+	h.leases[token] = c
+	h.mu.Unlock()
+}
+
+// take removes token's held lease, nil when none is held; the caller owns
+// its connection.
+func (h *heldConns) take(token string) *keptConn {
+	if h.client == nil {
+		return nil
+	}
+	h.mu.Lock()
+	c := h.leases[token]
+	if c != nil {
+		delete(h.leases, token)
+	}
+	h.mu.Unlock()
+	return c
+}
+
+// release gives back token's connection, if one is held (ReleaseLease,
+// RenewLease: the lease ends or its entry changes).
+func (h *heldConns) release(token string) {
+	if c := h.take(token); c != nil {
+		h.put(c, nil)
+	}
+}
+
+// close returns every kept connection to the client's pool; one in use
+// goes back when its user gives it.
+func (h *heldConns) close() {
+	if h.client == nil {
+		return
+	}
+	h.mu.Lock()
+	h.closed = true
+	conns := h.free
+	h.free = nil
+	for token, c := range h.leases {
+		conns = append(conns, c)
+		delete(h.leases, token)
+	}
+	h.owned -= len(conns)
+	h.mu.Unlock()
+	for _, c := range conns {
+		unwatchClose(c)
+	}
+}
+
+// onConn runs exchange's pipeline of cmds on c (sc as exchange takes it),
+// on the caller's goroutine when direct is set, else on another one that
+// the caller leaves at ctx's end. owns reports whether the caller owns c
+// afterwards; when it does not, the goroutine gives it back.
+func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]any, at int, direct bool) (replies []any, durErr, err error, owns bool) {
+	if direct {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err), true
+		}
+		replies, durErr, err = s.exchange(ctx, c, sc, cmds, at, false)
+		return replies, durErr, err, true
+	}
+	type result struct {
+		replies     []any
+		durErr, err error
+	}
+	var mu sync.Mutex
+	left := false
+	done := make(chan result, 1) // buffered: the sender never blocks
+	go func() {
+		r, d, err := s.exchange(ctx, c, sc, cmds, at, false)
+		mu.Lock()
+		if left {
+			mu.Unlock()
+			s.held.put(c, err)
+			return
+		}
+		done <- result{r, d, err}
+		mu.Unlock()
+	}()
+	select {
+	case r := <-done:
+		return r.replies, r.durErr, r.err, true
+	case <-ctx.Done():
+		mu.Lock()
+		select {
+		case r := <-done:
+			mu.Unlock()
+			return r.replies, r.durErr, r.err, true
+		default:
+		}
+		left = true
+		mu.Unlock()
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()), false
+	}
+}
+
+// confirmHeld tries token's confirmation on the connection its acquisition
+// kept (see above): done is the entry's done value, side the side key's
+// name and value (sideKey "" for a plain lease), ms the until (Unix ms),
+// bound the guarded scripts' bound. ok reports whether its answer stands
+// (code and err as the confirm script's, through verdict); when it does
+// not, the script decides.
+func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, token string, done []byte, sideK string, side []byte, ms int64, bound *string, direct bool) (code int64, err error, ok bool) {
+	l := s.held.take(token)
+	if l == nil {
+		return 0, nil, false
+	}
+	b, perr := strconv.ParseInt(*bound, 10, 64)
+	if perr != nil || l.key != key || ms < l.end+1000 || ms > l.t0+b {
+		s.held.put(l, nil)
+		return 0, nil, false
+	}
+	pc := &pipeCall{key: key, side: sideK, done: done, sideValue: side, ms: ms}
+	pc.add("MULTI")
+	pc.add("TIME")
+	pc.add("SET", &pc.key, &pc.done, "PXAT", &pc.ms)
+	if sideK != "" {
+		pc.add("SET", &pc.side, &pc.sideValue, "PXAT", &pc.ms)
+	}
+	pc.add("EXEC")
+	cmds, at := pc.cmds[:pc.k], pc.k-1
+	sent := s.now().UnixMilli()
+	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, direct)
+	if !owns {
+		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
+	}
+	l.clean = xerr == nil || errors.Is(xerr, redis.Nil) // EXEC answered: nothing watched
+	s.held.put(l, xerr)
+	if isServerError(xerr) && strings.HasPrefix(xerr.Error(), "NOPERM") {
+		s.held.off.Store(true)
+	}
+	if xerr != nil {
+		return 0, nil, false // aborted (nil) or refused: the script decides
+	}
+	res, isArr := replies[at].([]any)
+	if !isArr || len(res) != at-1 {
+		return 0, fmt.Errorf("%w: unexpected reply to EXEC", ErrUnavailable), true
+	}
+	for _, r := range res[1:] {
+		if r != "OK" {
+			return 0, fmt.Errorf("%w: unexpected reply to EXEC", ErrUnavailable), true
+		}
+	}
+	now, tok := redisMillis(res[0])
+	switch {
+	case !tok:
+		return 0, fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable), true
+	case sent < now-s.maxSkew.Milliseconds():
+		code = -3 // the script's clock guard, read at EXEC
+	case ms <= now:
+		// EXEC ran after the lease ended (its expiry did not abort it):
+		// the entries were written expired, changing nothing, as the
+		// script's refusal.
+		code = -5
+	case ms > now+b:
+		// Only a clock that stepped back since the acquisition comes here.
+		return 0, fmt.Errorf("%w: Redis's clock stepped back between the acquisition and the confirmation", ErrUnavailable), true
+	default:
+		code = 1
+	}
+	code, _, err = s.verdict(sc, shard, code, now, durErr)
+	return code, err, true
+}
