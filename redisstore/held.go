@@ -96,6 +96,7 @@ type keptConn struct {
 	t0   int64     // Redis's clock at the acquisition (ms)
 	end  int64     // Redis's ms by which the lease has ended: t0 + lease
 	by   time.Time // the caller's clock after which the lease has ended
+	at   time.Time // when the acquisition was kept (monotonic)
 	// clean is set while the connection is known to watch nothing: new,
 	// or its last reply an EXEC's (which unwatches, run or aborted).
 	clean bool
@@ -187,7 +188,8 @@ func unwatchClose(c *keptConn) {
 // hold keeps c for token's lease until take, or until get reclaims it
 // after the lease (by the caller's clock: EXEC aborts after it anyway).
 func (h *heldConns) hold(token string, c *keptConn, lease time.Duration) {
-	c.by = time.Now().Add(lease)
+	c.at = time.Now()
+	c.by = c.at.Add(lease)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -301,7 +303,13 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 		return 0, nil, false
 	}
 	b, perr := strconv.ParseInt(*bound, 10, 64)
-	if perr != nil || l.key != key || ms < l.end+1000 || ms > l.t0+b {
+	// Redis's clock has advanced at least as far as the monotonic clock
+	// since the acquisition's TIME: a caller's clock behind that by more
+	// than MaxSkew goes to the script, which refuses without writing
+	// (the TIME in the transaction catches only Redis's own clock jumps).
+	sent := s.now().UnixMilli()
+	lags := sent < l.t0+time.Since(l.at).Milliseconds()-s.maxSkew.Milliseconds()
+	if perr != nil || lags || l.key != key || ms < l.end+1000 || ms > l.t0+b {
 		s.held.put(l, nil)
 		return 0, nil, false
 	}
@@ -314,7 +322,6 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	}
 	pc.add("EXEC")
 	cmds, at := pc.cmds[:pc.k], pc.k-1
-	sent := s.now().UnixMilli()
 	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, direct)
 	if !owns {
 		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script

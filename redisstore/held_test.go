@@ -132,9 +132,9 @@ func TestKeptConfirm(t *testing.T) {
 }
 
 // The caller's clock falls 2 minutes behind Redis's between the
-// acquisition and the confirmation: both paths answer ErrClockSkew (the
-// transaction's own TIME read after EXEC; the contract lets the write
-// stand, "may or may not have been applied").
+// acquisition and the confirmation: both paths answer ErrClockSkew and
+// write nothing (the kept path sees the lag before it sends and leaves
+// the answer to the script).
 func keptConfirmClockBehind(t *testing.T) {
 	ctx := context.Background()
 	answers := map[bool]string{}
@@ -157,8 +157,13 @@ func keptConfirmClockBehind(t *testing.T) {
 		if !errors.Is(err, ErrClockSkew) {
 			t.Fatalf("kept=%v: confirm from a clock 2 min behind = %v; want ErrClockSkew", kept, err)
 		}
-		if execs, aborted, confirms := h.get(); kept && (execs != 1 || aborted != 0 || confirms != 0) {
-			t.Fatalf("kept: %d EXEC, %d aborted, %d confirm scripts; want the EXEC alone", execs, aborted, confirms)
+		if execs, _, confirms := h.get(); execs != 0 || confirms != 1 {
+			t.Fatalf("kept=%v: %d EXEC, %d confirm scripts; want the script alone", kept, execs, confirms)
+		}
+		// A refusal consumes nothing: the lease is still there, unrecorded.
+		behind.Store(0)
+		if r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp")); err != nil || r.State != replay.LeaseBusy {
+			t.Fatalf("kept=%v: the ID after the refused confirmation = %+v, %v; want still leased", kept, r, err)
 		}
 	}
 	if answers[true] != answers[false] {
