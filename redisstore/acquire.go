@@ -14,12 +14,13 @@ import (
 //
 //	GET marker                       the shard's fence marker (T0)
 //	SET entry lease NX PX ms GET     the acquisition, or the entry found
-//	GET marker                       the marker again (T2)
+//	MGET marker side                 the marker again (T2), and the
+//	                                 record's side key (AcquireRecord;
+//	                                 GET marker for a plain lease)
 //	TIME                             Redis's clock
-//	GET side                         the record's side key (AcquireRecord)
 //
 // (on a connection the store keeps, held.go: UNWATCH first when it may
-// watch, and WATCH marker entry, MGET marker entry in place of T2),
+// watch, and WATCH marker entry, then MGET marker entry [side] as T2),
 // followed by the policy probe and the Durability waits, as after a
 // script. Its answer stands when both reads of the marker are "O", the
 // caller's clock is within MaxSkew of Redis's, and the SET either took the
@@ -129,17 +130,27 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 		f.wrote = true
 		return f, false, nil
 	}
-	if side != "" {
-		f.side = replies[len(replies)-1]
-	}
+	// The marker's second read, with the entry on a kept connection and
+	// the side key last (MGET reads a key of another type as nil: the
+	// marker then is not "O", the side key not this record's).
 	m2 := replies[t2]
-	if hc != nil {
+	if hc != nil || side != "" {
 		mv, _ := m2.([]any)
-		if len(mv) != 2 {
+		n := 1
+		if hc != nil {
+			n++
+		}
+		if side != "" {
+			n++
+		}
+		if len(mv) != n {
 			return f, false, nil
 		}
+		if side != "" {
+			f.side = mv[n-1]
+		}
 		m2 = mv[0]
-		f.mine = mv[0] == "O" && mv[1] == val
+		f.mine = hc != nil && mv[0] == "O" && mv[1] == val
 	}
 	now, tok := redisMillis(replies[tm])
 	f.t0 = now
@@ -171,18 +182,23 @@ func fastCmds(kc *keptConn, marker *string, key, side, val string, ms int64) (cm
 		c.add("GET", marker)
 		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
 		c.add("WATCH", marker, &c.key) // after the SET, which would dirty it
-		c.add("MGET", marker, &c.key)
+		if side != "" {
+			c.add("MGET", marker, &c.key, &c.side)
+		} else {
+			c.add("MGET", marker, &c.key)
+		}
 		t2, tm = at+2, at+3
 	} else {
 		c.add("GET", marker)
 		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
-		c.add("GET", marker)
+		if side != "" {
+			c.add("MGET", marker, &c.side)
+		} else {
+			c.add("GET", marker)
+		}
 		at, t2, tm = 1, 2, 3
 	}
 	c.add("TIME")
-	if side != "" {
-		c.add("GET", &c.side)
-	}
 	return c.cmds[:c.k], at, t2, tm
 }
 
