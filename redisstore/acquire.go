@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An acquisition (AcquireLease, AcquireRecord) whose entry is free or done,
@@ -19,10 +21,10 @@ import (
 //	                                 GET marker for a plain lease)
 //	TIME                             Redis's clock
 //
-// (on a connection the store keeps, held.go: UNWATCH first when it may
-// watch, and WATCH marker entry, then MGET marker entry [side] as T2),
-// followed by the policy probe and the Durability waits, as after a
-// script. Its answer stands when both reads of the marker are "O", the
+// (on a connection the store keeps, held.go: UNWATCH or DISCARD first as
+// its state asks, and WATCH marker entry, then MGET marker entry [side] as
+// T2), followed by the policy probe and the Durability waits, as after a
+// script (and MULTI, on a kept connection). Its answer stands when both reads of the marker are "O", the
 // caller's clock is within MaxSkew of Redis's, and the SET either took the
 // ID (an acquired lease) or found a done entry or a claim (done, with the
 // side key read after it). A marker read "O" before and after the SET
@@ -82,15 +84,24 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 	var replies []any
 	var durErr error
 	if hc != nil {
+		multi := redis.NewCmd(ctx, "MULTI")
 		var owns bool
-		replies, durErr, err, owns = s.onConn(ctx, hc, nil, cmds, at, direct)
+		replies, durErr, err, owns = s.onConn(ctx, hc, nil, cmds, at, multi, direct)
 		switch {
 		case owns && err == nil:
 			f.conn = hc
+			hc.state = connInMulti
+			if merr := multi.Err(); merr != nil {
+				hc.state = connWatching
+				if why, ok := refused(merr); ok {
+					s.keptOff(why)
+				}
+			}
 		case owns:
+			hc.state = connUnsure // an error reply: MULTI's may not have been read
 			s.held.put(hc, err)
-			if isServerError(err) && strings.HasPrefix(err.Error(), "NOPERM") {
-				s.held.off.Store(true) // the SET's own refusal included: the script decides below
+			if why, ok := refused(err); ok {
+				s.keptOff(why) // the SET's own refusal included: the script decides below
 			}
 			if !isServerError(err) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
 				// A kept connection the server closed (a restart, an
@@ -113,6 +124,7 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 		if Reason(err) == "" && isServerError(err) {
 			if strings.Contains(err.Error(), "syntax error") {
 				s.noSetNXGet.Store(true)
+				s.keptOff("SET NX GET")
 			}
 			// The script decides; it finds what the SET may have taken,
 			// and a refusal releases it.
@@ -168,16 +180,18 @@ func (s *Store) acquireFast(ctx context.Context, marker *string, key, side strin
 }
 
 // fastCmds is the acquisition pipeline, with the WATCH and MGET of a kept
-// connection kc (nil for none), and its UNWATCH unless it carries no
-// WATCH: the commands, and the indexes of the SET, of the marker's
+// connection kc (nil for none), after the UNWATCH or DISCARD its state
+// asks (the caller sends MULTI last): the commands, and the indexes of the SET, of the marker's
 // second read and of TIME.
 func fastCmds(kc *keptConn, marker *string, key, side, val string, ms int64) (cmds [][]any, at, t2, tm int) {
 	c := &pipeCall{key: key, val: val, side: side, ms: ms}
 	if kc != nil {
-		if !kc.clean {
-			c.add("UNWATCH") // a free connection may still watch (see held.go)
+		switch kc.state {
+		case connWatching:
+			c.add("UNWATCH")
+		case connInMulti:
+			c.add("DISCARD") // which unwatches too
 		}
-		kc.clean = false
 		at = c.k + 1
 		c.add("GET", marker)
 		c.add("SET", &c.key, &c.val, "NX", "PX", &c.ms, "GET")
@@ -224,12 +238,13 @@ func (c *pipeCall) add(args ...any) {
 }
 
 // keep hands f's connection to token's lease when the acquisition stands
-// with the WATCH in place (code 1, f.mine), else back to the free ones.
+// with the WATCH in place and MULTI open (code 1, f.mine), else back to
+// the free ones.
 func (s *Store) keep(f *fastAcquire, code int64, err error, key, token string, ms int64) {
 	if f.conn == nil {
 		return
 	}
-	if code != 1 || err != nil || !f.mine {
+	if code != 1 || err != nil || !f.mine || f.conn.state != connInMulti {
 		s.held.put(f.conn, nil)
 		return
 	}

@@ -19,19 +19,25 @@ import (
 //
 //	WATCH marker entry
 //	MGET marker entry                "O" and this lease's own value
+//	TIME                             T0
+//	(the policy probe, the Durability waits)
+//	MULTI
 //
 // and the confirmation sends on that connection, in one pipeline,
 //
-//	MULTI
 //	TIME                             Redis's clock when EXEC runs
-//	SET entry done PXAT until
 //	SET side token+result PXAT until (ConfirmRecord)
+//	SET entry done PXAT until
 //	EXEC
 //
-// followed by the Durability waits. EXEC runs only when neither key was
+// followed by the Durability waits. MULTI's reply is read at the
+// acquisition, so a confirmation only ever queues its writes: a server
+// that refuses MULTI keeps no lease's connection.
+// EXEC runs only when neither key was
 // written, flushed, swapped or expired since the WATCH (Redis 6.0.9 and
 // later abort on an expired watched key too; a restart or a failover
-// ends the connection or refuses the queued writes), so the marker is
+// ends the connection, which go-redis never replaces under a kept one),
+// so the marker is
 // still "O" and the entry still this lease: the confirm script would
 // have recorded, and the transaction writes what it writes (the side key
 // directly, where the script renames a staging key to it; no staging key
@@ -58,72 +64,94 @@ import (
 // an until near the bound), the script decides.
 //
 // The connections are the client's (its options, hooks and dialer), taken
-// with Client.Conn and kept by the store: a few, up to heldMax, free or
-// holding a lease. A free one may still carry a WATCH (an acquisition
-// that found the ID done); each pipeline on it begins with UNWATCH
-// unless its last reply was an EXEC's, and only the store ever sends
-// MULTI on it, so the WATCH affects nothing.
-// One goes back to the client's pool only after an UNWATCH (at
-// [Store.Close]) or broken (go-redis closes a connection after a
-// transport error). A lease gives its connection back when it is
-// confirmed, released or renewed; one never confirmed is taken back by an
-// acquisition that finds every kept connection busy, once the lease has
-// ended; when none is free, a call takes the ordinary path. A connection is
+// with Client.Conn: a store keeps up to a quarter of the client's pool
+// (none under 4), and takes a new one only while under half of the pool is
+// in use, so that the stores and the user sharing a client keep room.
+// Each pipeline on one begins with UNWATCH or DISCARD as its state asks
+// (connState); one in an unknown state (after an error reply) leaves.
+// One leaves after DISCARD and UNWATCH (one whose UNWATCH is queued, still
+// in a transaction, never goes back to the client's pool), in a
+// goroutine of its own (Close does no network I/O), or broken (go-redis
+// closes a connection after a transport error). A lease gives its
+// connection back when it is confirmed, released or renewed; one never
+// confirmed is taken back by an acquisition that finds every kept
+// connection busy, once the lease has ended; when none is free, a call
+// takes the ordinary path. A server that refuses a command only the kept
+// path sends turns it off: the free connections leave. A connection is
 // used by one goroutine at a time: whoever takes it from the free list or
 // the lease map owns it until it gives it back.
 
 // heldConns are the connections the store keeps for confirmations.
 type heldConns struct {
 	mu     sync.Mutex
-	client *redis.Client // nil: no connection is kept (a Cluster or another client)
+	client *redis.Client // nil: no connection is kept (a Cluster, another client, a pool under 4)
 	max    int
 	owned  int // free, held or in use
 	free   []*keptConn
 	leases map[string]*keptConn // by token
 	closed bool
-	// off is set once the server refused a command only the kept path
-	// sends (an ACL without WATCH, MULTI or EXEC): no more are kept.
+	// off is set once the kept path is turned off (see [Store.keptOff]):
+	// no more are kept.
 	off atomic.Bool
 }
+
+// connState is what a kept connection carries from its last pipeline.
+type connState uint8
+
+const (
+	connClean    connState = iota // new, or its last reply an EXEC's (which unwatches, run or aborted)
+	connWatching                  // a WATCH, not in a transaction (MULTI refused)
+	connInMulti                   // in the transaction the acquisition opened, nothing queued
+	connUnsure                    // after an error reply: it leaves
+)
 
 // keptConn is a kept connection with its pipeline (see
 // [durability.pipeline]) and, while it holds a lease, what the
 // confirmation needs of it.
 type keptConn struct {
-	conn *redis.Conn
-	pipe redis.Pipeliner
-	key  string    // the entry
-	t0   int64     // Redis's clock at the acquisition (ms)
-	end  int64     // Redis's ms by which the lease has ended: t0 + lease
-	by   time.Time // the caller's clock after which the lease has ended
-	at   time.Time // when the acquisition was kept (monotonic)
-	// clean is set while the connection is known to watch nothing: new,
-	// or its last reply an EXEC's (which unwatches, run or aborted).
-	clean bool
+	conn  *redis.Conn
+	pipe  redis.Pipeliner
+	state connState
+	key   string    // the entry
+	t0    int64     // Redis's clock at the acquisition (ms)
+	end   int64     // Redis's ms by which the lease has ended: t0 + lease
+	by    time.Time // the caller's clock after which the lease has ended
+	at    time.Time // when the acquisition was kept (monotonic)
 }
 
 // Pipeline returns c's pipeline, empty after each Exec (c has one user at
 // a time).
 func (c *keptConn) Pipeline() redis.Pipeliner { return c.pipe }
 
-// heldMax is how many of the client's connections a store keeps at most:
-// a quarter of its pool, at least one.
-func heldMax(c *redis.Client) int {
-	return max(1, c.Options().PoolSize/4)
+// poolCap is how many connections c's pool opens at most.
+func poolCap(c *redis.Client) int {
+	o := c.Options()
+	if o.MaxActiveConns > 0 && o.MaxActiveConns < o.PoolSize {
+		return o.MaxActiveConns
+	}
+	return o.PoolSize
 }
 
-// newHeldConns keeps connections of c; none when c is nil.
+// newHeldConns keeps connections of c; none when c is nil or its pool is
+// under 4.
 func newHeldConns(c *redis.Client) *heldConns {
-	if c == nil {
+	if c == nil || poolCap(c) < 4 {
 		return &heldConns{}
 	}
-	return &heldConns{client: c, max: heldMax(c), leases: make(map[string]*keptConn)}
+	return &heldConns{client: c, max: poolCap(c) / 4, leases: make(map[string]*keptConn)}
 }
 
-// get returns a free connection, a new one while fewer than max are kept,
-// or one whose lease has ended (never confirmed: a handler that panicked,
-// a caller that went away); nil when none is (the caller takes the
-// ordinary path).
+// room reports whether the client's pool has room for one more kept
+// connection: under half of it in use (kept ones included, every store's).
+func (h *heldConns) room() bool {
+	st := h.client.PoolStats()
+	return int(st.TotalConns)-int(st.IdleConns) < poolCap(h.client)/2
+}
+
+// get returns a free connection, a new one while fewer than max are kept
+// and the pool has room, or one whose lease has ended (never confirmed: a
+// handler that panicked, a caller that went away); nil when none is (the
+// caller takes the ordinary path).
 func (h *heldConns) get() *keptConn {
 	if h.client == nil || h.off.Load() {
 		return nil
@@ -137,10 +165,10 @@ func (h *heldConns) get() *keptConn {
 		c := h.free[len(h.free)-1]
 		h.free = h.free[:len(h.free)-1]
 		return c
-	case h.owned < h.max:
+	case h.owned < h.max && h.room():
 		h.owned++
 		conn := h.client.Conn()
-		return &keptConn{conn: conn, pipe: conn.Pipeline(), clean: true}
+		return &keptConn{conn: conn, pipe: conn.Pipeline()}
 	}
 	now := time.Now()
 	for token, c := range h.leases { // at most max
@@ -153,14 +181,15 @@ func (h *heldConns) get() *keptConn {
 }
 
 // put gives c back after a use that ended with err: a connection that may
-// be broken leaves, the others wait for the next acquisition.
+// be broken, or in an unknown state, leaves; the others wait for the next
+// acquisition.
 func (h *heldConns) put(c *keptConn, err error) {
-	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !errors.Is(err, ErrUnavailable) {
+	if c.state == connUnsure || (err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !errors.Is(err, ErrUnavailable)) {
 		h.drop(c)
 		return
 	}
 	h.mu.Lock()
-	if h.closed {
+	if h.closed || h.off.Load() {
 		h.mu.Unlock()
 		h.drop(c)
 		return
@@ -169,19 +198,32 @@ func (h *heldConns) put(c *keptConn, err error) {
 	h.mu.Unlock()
 }
 
-// drop returns c to the client's pool after an UNWATCH (a broken
-// connection fails at once and go-redis closes it).
+// drop gives c back to the client's pool (see end).
 func (h *heldConns) drop(c *keptConn) {
 	h.mu.Lock()
 	h.owned--
 	h.mu.Unlock()
-	unwatchClose(c)
+	go end(c)
 }
 
-func unwatchClose(c *keptConn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c.conn.Do(ctx, "UNWATCH") // an error is a broken connection, which Close then discards
+// end returns c to the client's pool out of any transaction and WATCH:
+// a broken connection fails at once and go-redis closes it; one whose
+// UNWATCH, after DISCARD, is not answered OK (but QUEUED: DISCARD refused)
+// may still queue commands and is left out of the pool.
+func end(c *keptConn) {
+	if c.state != connClean {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var unwatch *redis.Cmd
+		_, _ = c.conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "DISCARD") // not p.Discard, which empties the pipeline
+			unwatch = p.Do(ctx, "UNWATCH")
+			return nil
+		})
+		if v, err := unwatch.Result(); isServerError(err) || (err == nil && v != "OK") {
+			return // refused, or QUEUED inside a transaction: never back to the pool
+		}
+	}
 	c.conn.Close()
 }
 
@@ -191,7 +233,7 @@ func (h *heldConns) hold(token string, c *keptConn, lease time.Duration) {
 	c.at = time.Now()
 	c.by = c.at.Add(lease)
 	h.mu.Lock()
-	if h.closed {
+	if h.closed || h.off.Load() {
 		h.mu.Unlock()
 		h.drop(c)
 		return
@@ -223,37 +265,73 @@ func (h *heldConns) release(token string) {
 	}
 }
 
-// close returns every kept connection to the client's pool; one in use
-// goes back when its user gives it.
+// close returns every kept connection to the client's pool, each in a
+// goroutine of its own (see end); one in use goes back when its user
+// gives it.
 func (h *heldConns) close() {
 	if h.client == nil {
 		return
 	}
 	h.mu.Lock()
 	h.closed = true
+	h.mu.Unlock()
+	h.drain(true)
+}
+
+// drain returns the free kept connections (and, with leases, those
+// holding a lease) to the client's pool, as close does.
+func (h *heldConns) drain(leases bool) {
+	h.mu.Lock()
 	conns := h.free
 	h.free = nil
-	for token, c := range h.leases {
-		conns = append(conns, c)
-		delete(h.leases, token)
+	if leases {
+		for token, c := range h.leases {
+			conns = append(conns, c)
+			delete(h.leases, token)
+		}
 	}
 	h.owned -= len(conns)
 	h.mu.Unlock()
 	for _, c := range conns {
-		unwatchClose(c)
+		go end(c)
 	}
 }
 
-// onConn runs exchange's pipeline of cmds on c (sc as exchange takes it),
-// on the caller's goroutine when direct is set, else on another one that
+// keptOff turns the kept path off once the server refused a command only
+// it sends (why names it), or refused SET NX GET: the free connections
+// leave, the others when their user gives them back.
+func (s *Store) keptOff(why string) {
+	if s.held.client == nil || s.held.off.Swap(true) {
+		return
+	}
+	s.held.drain(false)
+	s.log.Info("redisstore: the server refused a command confirmations without Lua need: every confirmation runs the confirm script", "prefix", s.prefix, "refused", why)
+}
+
+// refused reports whether err is the server's refusal of a command (an
+// ACL's NOPERM, anywhere in the reply as in EXECABORT's, or a command
+// unknown or renamed away), and names it.
+func refused(err error) (string, bool) {
+	if !isServerError(err) {
+		return "", false
+	}
+	msg, _, _ := strings.Cut(err.Error(), ", with args") // an unknown command's arguments may name an ID
+	if strings.Contains(msg, "NOPERM") || strings.Contains(msg, "unknown command") {
+		return msg, true
+	}
+	return "", false
+}
+
+// onConn runs exchange's pipeline of cmds (and tail) on c (sc as exchange
+// takes it), on the caller's goroutine when direct is set, else on another one that
 // the caller leaves at ctx's end. owns reports whether the caller owns c
 // afterwards; when it does not, the goroutine gives it back.
-func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]any, at int, direct bool) (replies []any, durErr, err error, owns bool) {
+func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]any, at int, tail *redis.Cmd, direct bool) (replies []any, durErr, err error, owns bool) {
 	if direct {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err), true
 		}
-		replies, durErr, err = s.exchange(ctx, c, sc, cmds, at, false)
+		replies, durErr, err = s.exchange(ctx, c, sc, cmds, at, false, tail)
 		return replies, durErr, err, true
 	}
 	type result struct {
@@ -264,10 +342,11 @@ func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]an
 	left := false
 	done := make(chan result, 1) // buffered: the sender never blocks
 	go func() {
-		r, d, err := s.exchange(ctx, c, sc, cmds, at, false)
+		r, d, err := s.exchange(ctx, c, sc, cmds, at, false, tail)
 		mu.Lock()
 		if left {
 			mu.Unlock()
+			c.state = connUnsure // its caller, who reads the state, has left
 			s.held.put(c, err)
 			return
 		}
@@ -313,29 +392,38 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 		s.held.put(l, nil)
 		return 0, nil, false
 	}
+	if l.state != connInMulti || s.held.off.Load() {
+		s.held.put(l, nil)
+		return 0, nil, false
+	}
 	pc := &pipeCall{key: key, side: sideK, done: done, sideValue: side, ms: ms}
-	pc.add("MULTI")
 	pc.add("TIME")
-	pc.add("SET", &pc.key, &pc.done, "PXAT", &pc.ms)
-	if sideK != "" {
+	if sideK != "" { // before the entry: no done entry without its side key
 		pc.add("SET", &pc.side, &pc.sideValue, "PXAT", &pc.ms)
 	}
+	pc.add("SET", &pc.key, &pc.done, "PXAT", &pc.ms)
 	pc.add("EXEC")
 	cmds, at := pc.cmds[:pc.k], pc.k-1
-	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, direct)
+	replies, durErr, xerr, owns := s.onConn(ctx, l, sc, cmds, at, nil, direct)
 	if !owns {
 		return 0, xerr, true // ctx ended: the outcome is unknown, as after a script
 	}
-	l.clean = xerr == nil || errors.Is(xerr, redis.Nil) // EXEC answered: nothing watched
+	// EXEC answered (run, aborted, or EXECABORT: the transaction is
+	// discarded), or the state is unknown (EXEC itself refused, unknown
+	// to Redis 6.0, leaves the transaction open).
+	l.state = connUnsure
+	if xerr == nil || errors.Is(xerr, redis.Nil) || (isServerError(xerr) && strings.HasPrefix(xerr.Error(), "EXECABORT")) {
+		l.state = connClean
+	}
 	s.held.put(l, xerr)
-	if isServerError(xerr) && strings.HasPrefix(xerr.Error(), "NOPERM") {
-		s.held.off.Store(true)
+	if why, ok := refused(xerr); ok {
+		s.keptOff(why)
 	}
 	if xerr != nil {
 		return 0, nil, false // aborted (nil) or refused: the script decides
 	}
 	res, isArr := replies[at].([]any)
-	if !isArr || len(res) != at-1 {
+	if !isArr || len(res) != at {
 		return 0, fmt.Errorf("%w: unexpected reply to EXEC", ErrUnavailable), true
 	}
 	for _, r := range res[1:] {
@@ -350,9 +438,10 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	case sent < now-s.maxSkew.Milliseconds():
 		code = -3 // the script's clock guard, read at EXEC
 	case ms <= now:
-		// EXEC ran after the lease ended (its expiry did not abort it):
-		// the entries were written expired, changing nothing, as the
-		// script's refusal.
+		// EXEC ran after the lease ended (its expiry did not abort it,
+		// before Redis 6.0.9): a SET with a PXAT in the past deletes its
+		// key, so the entry ended as the lease had, and no side key is
+		// left, as after the script's refusal.
 		code = -5
 	case ms > now+b:
 		// Only a clock that stepped back since the acquisition comes here.

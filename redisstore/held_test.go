@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +102,16 @@ func keptStore(t *testing.T, poolSize int) (*Store, *redis.Client, *execCount) {
 	return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}), c, h
 }
 
+// waitAllIdle waits until every connection of c's pool is idle (the
+// store gives its kept ones back in goroutines).
+func waitAllIdle(t *testing.T, c *redis.Client) {
+	t.Helper()
+	waitFor(t, "every connection of the pool idle", func() bool {
+		st := c.PoolStats()
+		return st.TotalConns == st.IdleConns
+	})
+}
+
 // errClass names what callers tell apart in an error: nil, the
 // sentinels, and the reason.
 func errClass(err error) string {
@@ -129,6 +140,331 @@ func TestKeptConfirm(t *testing.T) {
 	t.Run("the client's own transactions are never aborted", keptConnsNeverAbortUserTransactions)
 	t.Run("a clock fallen behind since the acquisition refuses as the script", keptConfirmClockBehind)
 	t.Run("a dropped store gives its connections back", keptConnsOfADroppedStore)
+	t.Run("a server refusing MULTI keeps no lease and overwrites no other holder", keptConfirmMultiRefused)
+	t.Run("a refused command turns the kept path off", keptPathOffOnRefusal)
+	t.Run("a pool under 4 keeps no connection", keptConnsNoneOnASmallPool)
+	t.Run("stores sharing a client leave half its pool", keptConnsStoresShareAPool)
+	t.Run("Close on a hung Redis returns at once", keptConnsCloseOnHungRedis)
+	t.Run("the transaction writes the side key before the entry", keptConfirmSideKeyFirst)
+}
+
+// aclStore is a store as an ACL user with rules added to +@all (on a
+// server of its own, pool 8: two kept connections), the hook on its
+// client, and an admin client.
+func aclStore(t *testing.T, rules ...any) (*Store, *redis.Client, *execCount, *redis.Client) {
+	t.Helper()
+	srv := newServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { admin.Close() })
+	args := append([]any{"ACL", "SETUSER", "app", "reset", "on", ">pw", "~*", "&*", "+@all"}, rules...)
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: "app", Password: "pw", ContextTimeoutEnabled: true, PoolSize: 8})
+	t.Cleanup(func() { c.Close() })
+	h := new(execCount)
+	c.AddHook(h)
+	return provisioned(t, c, Options{Prefix: "acl:", Logger: quietLogger()}), c, h, admin
+}
+
+// renamedStore is a store on a server of its own where command is
+// renamed away, and its client (pool 8).
+func renamedStore(t *testing.T, command string) (*Store, *redis.Client) {
+	t.Helper()
+	srv := newServer(t, "--rename-command", command, "")
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, PoolSize: 8})
+	t.Cleanup(func() { c.Close() })
+	return provisioned(t, c, Options{Prefix: "ren:", Logger: quietLogger()}), c
+}
+
+// everyConnOutOfTransactions takes every connection of c's pool at once
+// and checks that each answers PING with PONG (one left inside MULTI
+// answers QUEUED).
+func everyConnOutOfTransactions(t *testing.T, c *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	conns := make([]*redis.Conn, c.Options().PoolSize)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if v, err := conns[i].Ping(ctx).Result(); err != nil || v != "PONG" {
+			t.Errorf("pool connection %d: PING = %q, %v; want PONG", i, v, err)
+		}
+	}
+	for _, cn := range conns {
+		cn.Close()
+	}
+}
+
+// A server that refuses MULTI (an ACL, a renamed command) answers MULTI's
+// refusal at the acquisition: no lease keeps its connection, the kept
+// path turns off, and a confirmation after the lease ended, once another
+// instance holds the ID, is the script's ErrLeaseLost with the other
+// lease untouched (it never sends a write outside a transaction).
+func keptConfirmMultiRefused(t *testing.T) {
+	for _, how := range []string{"ACL -multi", "MULTI renamed"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			var s *Store
+			var c *redis.Client
+			if how == "ACL -multi" {
+				s, c, _, _ = aclStore(t, "-multi")
+			} else {
+				s, c = renamedStore(t, "MULTI")
+			}
+			other, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			a, err := s.AcquireLease(ctx, "id", 100*time.Millisecond)
+			if err != nil || a.State != replay.LeaseAcquired {
+				t.Fatal(a, err)
+			}
+			_, _, leases := heldCounts(s)
+			off := s.held.off.Load()
+			waitFor(t, "a's lease to end", func() bool { return c.Exists(ctx, s.key("id")).Val() == 0 })
+			b, err := other.AcquireLease(ctx, "id", time.Minute)
+			if err != nil || b.State != replay.LeaseAcquired {
+				t.Fatal(b, err)
+			}
+			err = s.ConfirmLease(ctx, "id", a.Token, time.Now().Add(time.Hour))
+			if v := c.Get(ctx, s.key("id")).Val(); !errors.Is(err, replay.ErrLeaseLost) || v != "L"+b.Token {
+				t.Fatalf("a's late confirmation = %v, entry %q; want ErrLeaseLost and b's lease %q untouched", err, v, "L"+b.Token)
+			}
+			if leases != 0 || !off {
+				t.Fatalf("%d leases kept, off %v after the acquisition; want none kept and the kept path off", leases, off)
+			}
+			waitAllIdle(t, c)
+			everyConnOutOfTransactions(t, c)
+		})
+	}
+}
+
+// A command only the kept path sends, refused at the acquisition (WATCH)
+// or the confirmation (EXEC, answered EXECABORT … NOPERM), turns the kept
+// path off at the first refusal: later calls pay no refused command, the
+// free connections go back to the client's pool out of any transaction,
+// and every call is answered.
+func keptPathOffOnRefusal(t *testing.T) {
+	for _, how := range []string{"ACL -exec", "ACL -watch", "WATCH renamed", "EXEC renamed"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			var s *Store
+			var c *redis.Client
+			h := new(execCount)
+			switch how {
+			case "ACL -exec":
+				s, c, h, _ = aclStore(t, "-exec")
+			case "ACL -watch":
+				s, c, h, _ = aclStore(t, "-watch")
+			case "WATCH renamed":
+				s, c = renamedStore(t, "WATCH")
+				c.AddHook(h)
+			case "EXEC renamed":
+				s, c = renamedStore(t, "EXEC")
+				c.AddHook(h)
+			}
+			var scripts atomic.Int64
+			c.AddHook(acquireScripts{&scripts})
+			// Two leases, both kept when the acquisition succeeds; one
+			// released (its connection free, inside MULTI).
+			x := acquireRecordFor(t, s, "x", time.Minute)
+			y := acquireRecordFor(t, s, "y", time.Minute)
+			if err := s.ReleaseLease(ctx, "x", x.Token); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ConfirmRecord(ctx, "y", y.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+				t.Fatal(err)
+			}
+			if !s.held.off.Load() {
+				t.Fatal("the kept path is still on after a refusal")
+			}
+			h.reset()
+			scripts.Store(0)
+			for i := range 4 {
+				id := fmt.Sprint("after-", i)
+				l := acquireRecordFor(t, s, id, time.Minute)
+				if err := s.ConfirmRecord(ctx, id, l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if execs, _, confirms := h.get(); execs != 0 || confirms != 4 || scripts.Load() != 0 {
+				t.Fatalf("4 records after the turn-off: %d EXEC, %d confirm scripts, %d acquire scripts; want the pipeline and the confirm script alone", execs, confirms, scripts.Load())
+			}
+			if owned, _, _ := heldCounts(s); owned != 0 {
+				t.Fatalf("%d connections kept after the turn-off", owned)
+			}
+			waitAllIdle(t, c)
+			everyConnOutOfTransactions(t, c)
+		})
+	}
+}
+
+// acquireScripts is a go-redis hook counting the acquire scripts sent.
+type acquireScripts struct{ n *atomic.Int64 }
+
+func (h acquireScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h acquireScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h acquireScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h acquireScripts) count(cmd redis.Cmder) {
+	if a := cmd.Args(); len(a) > 1 {
+		if p, ok := a[1].(*string); ok && (*p == acquireLua.sha || *p == acquireRecordLua.sha) {
+			h.n.Add(1)
+		}
+	}
+}
+
+// A client whose pool is under 4 connections lends the store none: its
+// scripts and the user's own commands find the pool free.
+func keptConnsNoneOnASmallPool(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: 1, PoolTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	l, err := s.AcquireLease(ctx, "p", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	if owned, _, _ := heldCounts(s); owned != 0 {
+		t.Fatalf("%d connections kept of a pool of 1", owned)
+	}
+	if err := s.ConfirmLease(ctx, "p", l.Token, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "q", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Claim = %v", err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the user's own PING = %v", err)
+	}
+}
+
+// Four stores (tokens, webhooks, idempotency, MCP) on one client of pool
+// 4, each with a lease: together they keep at most half of the pool, and
+// the user's commands find a connection.
+func keptConnsStoresShareAPool(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: 4, PoolTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	kept := 0
+	for i := range 4 {
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+		if l, err := s.AcquireLease(ctx, "x", time.Minute); err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("store %d: %+v, %v", i, l, err)
+		}
+		owned, _, _ := heldCounts(s)
+		kept += owned
+	}
+	if kept > 2 {
+		t.Fatalf("the stores keep %d connections of a pool of 4", kept)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the user's own PING = %v", err)
+	}
+	if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "share-a-pool")
+		return nil
+	}); err != nil {
+		t.Fatalf("the user's own transaction = %v", err)
+	}
+}
+
+// Close gives the kept connections back without waiting on the network:
+// on a stopped Redis it returns at once, and the connections go back
+// (or are closed) once it answers.
+func keptConnsCloseOnHungRedis(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), PoolSize: 8, ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	s := provisioned(t, c, Options{Prefix: "hung:", Logger: quietLogger()})
+	for _, id := range []string{"a", "b"} {
+		if l, err := s.AcquireLease(ctx, id, time.Minute); err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+	}
+	if owned, _, leases := heldCounts(s); owned != 2 || leases != 2 {
+		t.Fatalf("kept %d, leases %d; want two", owned, leases)
+	}
+	srv.signal(syscall.SIGSTOP)
+	start := time.Now()
+	s.Close()
+	took := time.Since(start)
+	srv.signal(syscall.SIGCONT)
+	if took > time.Second {
+		t.Fatalf("Close on a stopped Redis took %v", took)
+	}
+	waitAllIdle(t, c)
+	everyConnOutOfTransactions(t, c)
+}
+
+// A confirmation's transaction writes the side key before the entry, so
+// that an EXEC that fails part-way never leaves a done entry without its
+// record.
+func keptConfirmSideKeyFirst(t *testing.T) {
+	s, c, _ := keptStore(t, 8)
+	var order []string
+	var mu sync.Mutex
+	c.AddHook(setOrder{&mu, &order})
+	l := acquireRecordFor(t, s, "k", time.Minute)
+	if err := s.ConfirmRecord(context.Background(), "k", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"TIME", sideKey(s.tags[shardOf("k")], "k"), s.key("k"), "EXEC"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("the confirmation's pipeline = %v; want %v", order, want)
+	}
+}
+
+// setOrder is a go-redis hook recording, of the pipeline that ends a
+// transaction, each command's name, or for a SET its key.
+type setOrder struct {
+	mu    *sync.Mutex
+	order *[]string
+}
+
+func (h setOrder) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h setOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h setOrder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		exec := false
+		for _, c := range cmds {
+			if exec {
+				break // the waits and the probe after EXEC
+			}
+			a := c.Args()
+			name := strings.ToUpper(fmt.Sprint(a[0]))
+			exec = name == "EXEC"
+			if name == "SET" {
+				name = fmt.Sprint(a[1])
+				if p, ok := a[1].(*string); ok {
+					name = *p
+				}
+			}
+			names = append(names, name)
+		}
+		if exec {
+			h.mu.Lock()
+			*h.order = names
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // The caller's clock falls 2 minutes behind Redis's between the
@@ -198,9 +534,7 @@ func keptConnsOfADroppedStore(t *testing.T) {
 			return false
 		}
 	})
-	if st := c.PoolStats(); st.TotalConns != st.IdleConns {
-		t.Fatalf("pool after the store was collected: %d connections, %d idle; want every one idle", st.TotalConns, st.IdleConns)
-	}
+	waitAllIdle(t, c)
 }
 
 func keptConfirmRunsNoScript(t *testing.T) {
@@ -440,9 +774,7 @@ func keptLeaseNeverConfirmed(t *testing.T) {
 	if owned, free, leases := heldCounts(s); owned != 0 || free != 0 || leases != 0 {
 		t.Fatalf("after Close: kept %d, free %d, leases %d; want none", owned, free, leases)
 	}
-	if st := cl.PoolStats(); st.TotalConns != st.IdleConns {
-		t.Fatalf("pool after Close: %d connections, %d idle; want every one idle", st.TotalConns, st.IdleConns)
-	}
+	waitAllIdle(t, cl) // Close gives them back in goroutines
 }
 
 // The idempotency middleware releases the lease of a handler that
@@ -542,6 +874,7 @@ func keptConnsNeverAbortUserTransactions(t *testing.T) {
 		}
 	}
 	s.Close()
+	waitAllIdle(t, cl)
 	allConns(pool)
 	// The control: a WATCH dirtied on a connection aborts its transaction.
 	c := cl.Conn()

@@ -457,9 +457,9 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 	} else if c, ok := s.client.(pipeliner); ok {
 		p = c
 	}
-	replies, durErr, err := s.exchange(ctx, p, sc, cmds, at, false)
+	replies, durErr, err := s.exchange(ctx, p, sc, cmds, at, false, nil)
 	if err != nil && sc != nil && isNoScript(err) {
-		replies, durErr, err = s.exchange(ctx, p, sc, cmds, at, true)
+		replies, durErr, err = s.exchange(ctx, p, sc, cmds, at, true, nil)
 	}
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
@@ -476,8 +476,10 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 // exchange sends cmds (the script as EVAL when eval is set, followed by
 // the policy probe when it is on) through p, or one by one through the
 // client when p is nil, and reads their replies.
-// A nil reply is nil; any other error ends the exchange.
-func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]any, at int, eval bool) ([]any, error, error) {
+// A nil reply is nil; any other error ends the exchange. tail, when not
+// nil, is sent last, after the waits, on a pipeline p only; its reply is
+// read into it and decides nothing here.
+func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]any, at int, eval bool, tail *redis.Cmd) ([]any, error, error) {
 	replies := make([]any, len(cmds))
 	if p == nil {
 		for i, cmd := range cmds {
@@ -526,6 +528,9 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	waitAOF, localAOF := s.dur.aofWait()
 	if one && waitAOF != nil {
 		wa = pipe.Do(ctx, waitAOF...)
+	}
+	if tail != nil {
+		_ = pipe.Process(ctx, tail) // a pipeline only queues it
 	}
 	pipe.Exec(ctx) // errors are read per command
 	// The script's error first: NOSCRIPT sends the pipeline again.

@@ -1314,7 +1314,6 @@ func (h *scriptSizes) note(cmd redis.Cmder) {
 		h.confirms++
 	}
 	h.args = append(h.args, size)
-	fmt.Println("SCRIPTDBG", args[:min(len(args), 5)])
 	reply := 0
 	if c, ok := cmd.(*redis.Cmd); ok {
 		reply = len(fmt.Sprint(c.Val()))
