@@ -31,15 +31,13 @@ import (
 //	EXEC
 //
 // followed by the Durability waits. MULTI's reply is read at the
-// acquisition, so a confirmation only ever queues its writes: a server
-// that refuses MULTI keeps no lease's connection.
-// EXEC runs only when neither key was
-// written, flushed, swapped or expired since the WATCH (Redis 6.0.9 and
-// later abort on an expired watched key too; a restart or a failover
-// ends the connection, which go-redis never replaces under a kept one),
-// so the marker is
-// still "O" and the entry still this lease: the confirm script would
-// have recorded, and the transaction writes what it writes (the side key
+// acquisition, so a confirmation only queues writes: a server that
+// refuses MULTI keeps no lease's connection. EXEC runs only when neither
+// key was written, flushed, swapped or expired since the WATCH (Redis
+// 6.0.9 and later abort on an expired watched key too; a restart or a
+// failover ends the connection, which go-redis never replaces under a
+// kept one), so the marker is still "O" and the entry still this lease:
+// the confirm script would have recorded, and the transaction writes what it writes (the side key
 // directly, where the script renames a staging key to it; no staging key
 // is left). Every other outcome (EXEC aborted, an error, a lease whose
 // connection was not kept) goes to the confirm script with the same
@@ -69,15 +67,15 @@ import (
 // in use, so that the stores and the user sharing a client keep room.
 // Each pipeline on one begins with UNWATCH or DISCARD as its state asks
 // (connState); one in an unknown state (after an error reply) leaves.
-// One leaves after DISCARD and UNWATCH (one whose UNWATCH is queued, still
-// in a transaction, never goes back to the client's pool), in a
-// goroutine of its own (Close does no network I/O), or broken (go-redis
+// One leaves in a goroutine of its own (Close does no network I/O), after
+// DISCARD and UNWATCH (one whose UNWATCH is queued, still in a
+// transaction, never goes back to the client's pool), or broken (go-redis
 // closes a connection after a transport error). A lease gives its
 // connection back when it is confirmed, released or renewed; one never
 // confirmed is taken back by an acquisition that finds every kept
 // connection busy, once the lease has ended; when none is free, a call
 // takes the ordinary path. A server that refuses a command only the kept
-// path sends turns it off: the free connections leave. A connection is
+// path sends turns it off: the kept connections leave. A connection is
 // used by one goroutine at a time: whoever takes it from the free list or
 // the lease map owns it until it gives it back.
 
@@ -265,9 +263,7 @@ func (h *heldConns) release(token string) {
 	}
 }
 
-// close returns every kept connection to the client's pool, each in a
-// goroutine of its own (see end); one in use goes back when its user
-// gives it.
+// close returns every kept connection to the client's pool (see drain).
 func (h *heldConns) close() {
 	if h.client == nil {
 		return
@@ -275,20 +271,20 @@ func (h *heldConns) close() {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
-	h.drain(true)
+	h.drain()
 }
 
-// drain returns the free kept connections (and, with leases, those
-// holding a lease) to the client's pool, as close does.
-func (h *heldConns) drain(leases bool) {
+// drain returns the free kept connections and those holding a lease (whose
+// confirmation then goes to the script) to the client's pool, each in a
+// goroutine of its own (see end); one in use goes back when its user gives
+// it.
+func (h *heldConns) drain() {
 	h.mu.Lock()
 	conns := h.free
 	h.free = nil
-	if leases {
-		for token, c := range h.leases {
-			conns = append(conns, c)
-			delete(h.leases, token)
-		}
+	for token, c := range h.leases {
+		conns = append(conns, c)
+		delete(h.leases, token)
 	}
 	h.owned -= len(conns)
 	h.mu.Unlock()
@@ -298,13 +294,13 @@ func (h *heldConns) drain(leases bool) {
 }
 
 // keptOff turns the kept path off once the server refused a command only
-// it sends (why names it), or refused SET NX GET: the free connections
-// leave, the others when their user gives them back.
+// it sends (why names it), or refused SET NX GET: the kept connections
+// leave (see drain).
 func (s *Store) keptOff(why string) {
 	if s.held.client == nil || s.held.off.Swap(true) {
 		return
 	}
-	s.held.drain(false)
+	s.held.drain()
 	s.log.Info("redisstore: the server refused a command confirmations without Lua need: every confirmation runs the confirm script", "prefix", s.prefix, "refused", why)
 }
 
