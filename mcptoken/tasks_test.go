@@ -61,7 +61,10 @@ func TestTaskRun(t *testing.T) {
 	t.Run("cancels a tool still running at the TTL", func(t *testing.T) {
 		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 		must(t, err)
-		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), TTL: time.Second, Hold: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+		// The hold as long as the TTL: a renewal late under load (a tick
+		// every Hold/3) must not end the tool before the TTL does.
+		const ttl = 1500 * time.Millisecond
+		ts, err := NewTasks(TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), TTL: ttl, Hold: ttl, PollInterval: 10 * time.Millisecond})
 		must(t, err)
 		ended := make(chan error, 1)
 		st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
@@ -73,7 +76,7 @@ func TestTaskRun(t *testing.T) {
 		if err := <-ended; !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("the tool's context ended with %v", err)
 		}
-		if end := st.Created.Add(time.Second); time.Now().Before(end) {
+		if end := st.Created.Add(ttl); time.Now().Before(end) {
 			t.Fatalf("the tool was stopped %v before the TTL", time.Until(end))
 		}
 	})
