@@ -124,17 +124,17 @@ if want all vet; then
 fi
 
 # The fault tests run in two lanes, each on a Cluster of its own, side by
-# side with each other and (all) with the store failures: every test and
-# subtest under -race on one, and TestCluster's "burst then idle then
-# CONFIG RESETSTAT" without -race on the other (as TestResetStatAfterABurst
-# runs in "failures"). Its bursts of 20 000 claims one at a time took 504
-# of TestCluster's 616 s under -race beside two CPU-bound processes: each
-# claim waits on the scheduler more than on the CPU. The suites share no
-# server, port (CTOKEN_PORT_CLASS: 0/8 for the failures on Redis and the
-# load test, 1/8 for the failures on Valkey, 2/8 and 3/8 for the fault
-# lanes, whatever the caller's; whatever runs beside this script takes
-# another class of 8) or directory; each lane's log is printed whole once
-# it has ended.
+# side with each other and (all, tests) with the store failures: every
+# test and subtest under -race on one, and TestCluster's "burst then idle
+# then CONFIG RESETSTAT" without -race on the other (as
+# TestResetStatAfterABurst runs in "failures"). Its bursts of 20 000
+# claims one at a time are most of TestCluster's time beside CPU-bound
+# processes, and each claim waits on the scheduler more than on the CPU.
+# The suites share no server, port (CTOKEN_PORT_CLASS: 0/8 for the
+# failures on Redis and the load test, 1/8 for the failures on Valkey,
+# 2/8 and 3/8 for the fault lanes, whatever the caller's; whatever runs
+# beside this script takes another class of 8) or directory; each lane's
+# log is printed whole once it has ended.
 fault_pids=() fault_logs=()
 if want all tests faults; then
 	echo "--- fault tests (-race): cluster, restarts, pause, killed instance; beside them, on a Cluster of its own, TestCluster's burst subtest without -race"
