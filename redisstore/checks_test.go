@@ -140,15 +140,12 @@ func closeEndsTheWatch(t *testing.T) {
 	}
 }
 
-// A Store dropped without Close is collected, and its watch ends.
-func droppedStoresWatchEnds(t *testing.T) {
-	f := newFake()
-	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	watched := s.watched
-	s = nil
+// waitDropped drops *s, the test's only reference to its store, and waits,
+// collecting garbage, until the store's watch has ended.
+func waitDropped(t *testing.T, s **Store) {
+	t.Helper()
+	watched := (*s).watched
+	*s = nil
 	waitFor(t, "the watch of a dropped store to end", func() bool {
 		runtime.GC()
 		select {
@@ -158,6 +155,16 @@ func droppedStoresWatchEnds(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// A Store dropped without Close is collected, and its watch ends.
+func droppedStoresWatchEnds(t *testing.T) {
+	f := newFake()
+	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDropped(t, &s)
 }
 
 // A server whose statistics were reset (cmdstat_config|resetstat in INFO

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,32 +19,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// execCount is a go-redis hook counting the EXECs the store sends, those
+// execCount counts (its note under a cmdHook) the EXECs the store sends, those
 // Redis aborted (a nil reply), and the confirm scripts (EVALSHA or EVAL
 // of either).
 type execCount struct {
 	mu                       sync.Mutex
 	execs, aborted, confirms int
-}
-
-func (h *execCount) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *execCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.note(cmd)
-		return err
-	}
-}
-
-func (h *execCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			h.note(c)
-		}
-		return err
-	}
 }
 
 func (h *execCount) note(cmd redis.Cmder) {
@@ -98,7 +77,7 @@ func keptStore(t *testing.T, poolSize int) (*Store, *redis.Client, *execCount) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: poolSize})
 	t.Cleanup(func() { c.Close() })
 	h := new(execCount)
-	c.AddHook(h)
+	c.AddHook(cmdHook{after: h.note})
 	return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}), c, h
 }
 
@@ -163,7 +142,7 @@ func aclStore(t *testing.T, rules ...any) (*Store, *redis.Client, *execCount, *r
 	c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: "app", Password: "pw", ContextTimeoutEnabled: true, PoolSize: 8})
 	t.Cleanup(func() { c.Close() })
 	h := new(execCount)
-	c.AddHook(h)
+	c.AddHook(cmdHook{after: h.note})
 	return provisioned(t, c, Options{Prefix: "acl:", Logger: quietLogger()}), c, h, admin
 }
 
@@ -259,13 +238,13 @@ func keptPathOffOnRefusal(t *testing.T) {
 				s, c, h, _ = aclStore(t, "-watch")
 			case "WATCH renamed":
 				s, c = renamedStore(t, "WATCH")
-				c.AddHook(h)
+				c.AddHook(cmdHook{after: h.note})
 			case "EXEC renamed":
 				s, c = renamedStore(t, "EXEC")
-				c.AddHook(h)
+				c.AddHook(cmdHook{after: h.note})
 			}
 			var scripts atomic.Int64
-			c.AddHook(acquireScripts{&scripts})
+			c.AddHook(cmdHook{before: countAcquireScripts(&scripts)})
 			// Two leases, both kept when the acquisition succeeds; one
 			// released (its connection free, inside MULTI).
 			x := acquireRecordFor(t, s, "x", time.Minute)
@@ -300,28 +279,14 @@ func keptPathOffOnRefusal(t *testing.T) {
 	}
 }
 
-// acquireScripts is a go-redis hook counting the acquire scripts sent.
-type acquireScripts struct{ n *atomic.Int64 }
-
-func (h acquireScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h acquireScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h acquireScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (h acquireScripts) count(cmd redis.Cmder) {
-	if a := cmd.Args(); len(a) > 1 {
-		if p, ok := a[1].(*string); ok && (*p == acquireLua.sha || *p == acquireRecordLua.sha) {
-			h.n.Add(1)
+// countAcquireScripts adds the acquire scripts among the commands a
+// cmdHook shows it to n.
+func countAcquireScripts(n *atomic.Int64) func(redis.Cmder) {
+	return func(cmd redis.Cmder) {
+		if a := cmd.Args(); len(a) > 1 {
+			if p, ok := a[1].(*string); ok && (*p == acquireLua.sha || *p == acquireRecordLua.sha) {
+				n.Add(1)
+			}
 		}
 	}
 }
@@ -478,7 +443,7 @@ func keptConfirmClockBehind(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, PoolSize: 8})
 		t.Cleanup(func() { c.Close() })
 		h := new(execCount)
-		c.AddHook(h)
+		c.AddHook(cmdHook{after: h.note})
 		var behind atomic.Int64
 		now := func() time.Time { return time.Now().Add(-time.Duration(behind.Load())) }
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: now})
@@ -523,17 +488,7 @@ func keptConnsOfADroppedStore(t *testing.T) {
 	if st := c.PoolStats(); st.TotalConns == st.IdleConns {
 		t.Fatalf("pool: %d connections, all idle; want the kept one out", st.TotalConns)
 	}
-	watched := s.watched
-	s = nil
-	waitFor(t, "the watch of a dropped store to end", func() bool {
-		runtime.GC()
-		select {
-		case <-watched:
-			return true
-		default:
-			return false
-		}
-	})
+	waitDropped(t, &s)
 	waitAllIdle(t, c)
 }
 

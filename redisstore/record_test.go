@@ -1253,35 +1253,14 @@ func resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
 	}
 }
 
-// scriptSizes is a go-redis hook that records, for every script command
-// the store sends (alone or in a pipeline), the bytes of its arguments
-// and of its reply.
+// scriptSizes records, for every script command the store sends (its note
+// under a cmdHook), the bytes of its arguments and of its reply.
 type scriptSizes struct {
 	mu             sync.Mutex
 	args, replies  []int
 	plainArgsBytes int
 	// confirms counts the confirm script's runs, execs the EXECs.
 	confirms, execs int
-}
-
-func (h *scriptSizes) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.note(cmd)
-		return err
-	}
-}
-
-func (h *scriptSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			h.note(c)
-		}
-		return err
-	}
 }
 
 func (h *scriptSizes) note(cmd redis.Cmder) {
@@ -1343,7 +1322,7 @@ func recordBytesNeverPassThroughLua(t *testing.T) {
 				}
 				opts.Prefix = uniquePrefix(t, c)
 				hook := new(scriptSizes)
-				c.AddHook(hook)
+				c.AddHook(cmdHook{after: hook.note})
 				s := provisioned(t, c, opts)
 				ctx := context.Background()
 				fp, result := bytes.Repeat([]byte{1}, replay.MaxFingerprintBytes), bytes.Repeat([]byte("R"), 64<<10)
