@@ -37,9 +37,9 @@ import (
 // 6.0.9 and later abort on an expired watched key too; a restart or a
 // failover ends the connection, which go-redis never replaces under a
 // kept one), so the marker is still "O" and the entry still this lease:
-// the confirm script would have recorded, and the transaction writes what it writes (the side key
-// directly, where the script renames a staging key to it; no staging key
-// is left). Every other outcome (EXEC aborted, an error, a lease whose
+// the confirm script would have recorded, and the transaction writes
+// what it writes (the side key directly, where the script renames a
+// staging key to it; no staging key is left). Every other outcome (EXEC aborted, an error, a lease whose
 // connection was not kept) goes to the confirm script with the same
 // token, which decides as it always did.
 //
@@ -53,10 +53,12 @@ import (
 //   - until is within the bound of Redis's now at EXEC: EXEC runs after
 //     T0, so until ≤ T0 + bound suffices (Redis's clock not stepping
 //     back, as every PXAT and fence of the store assumes).
-//   - the caller's clock within MaxSkew of Redis's: the TIME inside the
-//     transaction is EXEC's own; a lagging clock is reported as the
-//     script reports it, [ErrClockSkew], which the contract lets
-//     follow an applied write ("may or may not have been applied").
+//   - the caller's clock within MaxSkew of Redis's: Redis's clock is at
+//     least T0 plus the monotonic time since the acquisition, so a
+//     caller lagging that goes to the script before anything is sent
+//     (refused, nothing written); the TIME inside the transaction then
+//     catches only a jump of Redis's own clock, reported as the script
+//     reports it, [ErrClockSkew] ("may or may not have been applied").
 //
 // Outside these bounds (a lease renewed or longer than until's distance,
 // an until near the bound), the script decides.
