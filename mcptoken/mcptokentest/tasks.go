@@ -216,7 +216,8 @@ func tasksInputAcross(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring
 func tasksRefusals(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring) {
 	ttl := 2 * contractHold
 	a, b := newTasks(t, sa, keys, ttl), newTasks(t, sb, keys, ttl)
-	before := time.Now()
+	// A task's times are wall-clock milliseconds: so is the test's.
+	before := time.Now().UnixMilli()
 	id := create(t, a, "alice", func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) {
 		return json.RawMessage(`{"content":[]}`), nil
 	})
@@ -240,7 +241,7 @@ func tasksRefusals(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyring) {
 	for {
 		_, err := b.Get(ctx, "alice", id)
 		if errors.Is(err, mcptoken.ErrTaskInvalid) {
-			if d := time.Since(before); d < ttl {
+			if d := time.Duration(time.Now().UnixMilli()-before) * time.Millisecond; d < ttl {
 				t.Fatalf("a task refused %v after its creation, before its TTL %v", d, ttl)
 			}
 			break
