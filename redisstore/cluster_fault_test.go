@@ -753,7 +753,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			if tt.baselines {
 				prefix = prefixWithBaselinesOnTheMostShards(t, c, prefix)
 			}
-			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
+			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
 			old, expiry := claimOldUntil(t, s, evictOld)
 			recheckAll(t, s) // the baselines hold every claim's commands
 			if tt.appDown {

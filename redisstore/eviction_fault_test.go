@@ -170,7 +170,7 @@ func claimOldUntil(t *testing.T, s *Store, n int) ([]string, time.Time) {
 func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, refused int, openErr error) {
 	t.Helper()
 	ctx := context.Background()
-	opts := Options{Prefix: prefix, Logger: quietLogger()}
+	opts := Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout}
 	s, openErr := Open(ctx, c, opts)
 	if openErr != nil {
 		if !errors.Is(openErr, ErrFenced) && !errors.Is(openErr, ErrConfig) {
@@ -419,7 +419,7 @@ func evictAllKeysWhileIdleThenRestart(t *testing.T, run int, reset bool) {
 	c := srv.client()
 	ctx := context.Background()
 	prefix := "idle:"
-	s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
+	s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
 	old := claimOld(t, s, evictOld)
 	recheckAll(t, s)
 	s.Close() // the app is down from here
@@ -523,7 +523,7 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
-			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger()})
+			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger(), Timeout: idleTimeout})
 			old, expiry := claimOldUntil(t, s, evictOld)
 			recheckAll(t, s) // the baseline holds every claim's commands
 			if tt.appDown {
@@ -633,7 +633,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 	// The fence a new Open raised (the app down) or kept, read through a
 	// Store that runs no check before its first claim: every fence was
 	// raised before detected.
-	s2, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger()})
+	s2, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(), Timeout: idleTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

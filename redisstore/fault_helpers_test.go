@@ -355,6 +355,13 @@ func envInt(t *testing.T, env string, def int) int {
 	return n
 }
 
+// idleTimeout is Options.Timeout for the stores of the tests that change
+// a server while the store is idle or the app down (eviction, CONFIG
+// RESETSTAT), which test what a check or an Open finds, not how long a
+// call may wait: under CI's load (about 10 on 2 cores, Clusters fsyncing
+// every write) one claim of thousands can wait past DefaultTimeout.
+const idleTimeout = 10 * time.Second
+
 // fenceSlack is what checkFenceEnd allows a fence's end beyond the instant
 // it was detected plus the key space's lifetime: 1 s, and the sum rounded
 // up to a whole second. The bound holds by construction, not by timing: a
