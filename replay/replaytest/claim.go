@@ -115,11 +115,19 @@ func untilNotInTheFutureRefused(t *testing.T, s replay.Store) {
 }
 
 func claimEndsAtUntil(t *testing.T, s replay.Store) {
-	until := time.Now().Add(Lease)
-	claim(t, s, "short", until, true)
-	claim(t, s, "short", time.Now().Add(time.Hour), false)
+	var until time.Time
+	id, _, _ := inTime(t, func(id string, d time.Duration) error {
+		until = time.Now().Add(d)
+		if first, err := s.Claim(ctx(), id, until); !first || err != nil {
+			return fmt.Errorf("Claim(%q) until %v ahead = %v, %v; want true, nil", id, d, first, err)
+		}
+		if first, err := s.Claim(ctx(), id, time.Now().Add(time.Hour)); first || err != nil {
+			return fmt.Errorf("Claim(%q) again before its until = %v, %v; want false, nil", id, first, err)
+		}
+		return nil
+	})
 	time.Sleep(time.Until(until.Add(50 * time.Millisecond)))
-	claim(t, s, "short", time.Now().Add(time.Hour), true)
+	claim(t, s, id, time.Now().Add(time.Hour), true)
 }
 
 func endedContextRecordsNothing(t *testing.T, s replay.Store) {

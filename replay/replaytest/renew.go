@@ -2,6 +2,7 @@ package replaytest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,13 +58,17 @@ func wantLost(t *testing.T, s RenewStore, id, token, why string) {
 }
 
 func renewedLeaseOutlivesItsFirstEnd(t *testing.T, s RenewStore) {
-	start := time.Now()
-	l := acquireRecord(t, s, "a", Lease, []byte("fp"), replay.LeaseAcquired, nil, nil)
-	renew(t, s, "a", l.Token, time.Minute)
-	waitOut(start, Lease)
-	r := acquireRecord(t, s, "a", time.Minute, []byte("fp"), replay.LeaseBusy, []byte("fp"), nil)
-	if r.Wait <= Lease {
-		t.Fatalf("Wait = %v after a renewal to a minute, want over %v", r.Wait, Lease)
+	id, start, d := inTime(t, func(id string, d time.Duration) error {
+		l := acquireRecord(t, s, id, d, []byte("fp"), replay.LeaseAcquired, nil, nil)
+		if err := s.RenewLease(ctx(), id, l.Token, time.Minute); err != nil {
+			return fmt.Errorf("RenewLease(%q) while its lease of %v runs: %v", id, d, err)
+		}
+		return nil
+	})
+	waitOut(start, d)
+	r := acquireRecord(t, s, id, time.Minute, []byte("fp"), replay.LeaseBusy, []byte("fp"), nil)
+	if r.Wait <= d {
+		t.Fatalf("Wait = %v after a renewal to a minute, want over %v", r.Wait, d)
 	}
 }
 
@@ -125,14 +130,18 @@ func renewWithForeignTokenIsLost(t *testing.T, s RenewStore) {
 }
 
 func nonPositiveRenewalRefused(t *testing.T, s RenewStore) {
-	start := time.Now()
-	l := acquireRecord(t, s, "a", Lease, nil, replay.LeaseAcquired, nil, nil)
-	for _, d := range []time.Duration{0, -time.Second} {
-		if err := s.RenewLease(ctx(), "a", l.Token, d); !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("RenewLease(%v) = %v, want ErrExpired", d, err)
+	id, start, d := inTime(t, func(id string, d time.Duration) error {
+		l := acquireRecord(t, s, id, d, nil, replay.LeaseAcquired, nil, nil)
+		for _, r := range []time.Duration{0, -time.Second} {
+			if err := s.RenewLease(ctx(), id, l.Token, r); !errors.Is(err, replay.ErrExpired) {
+				t.Fatalf("RenewLease(%v) = %v, want ErrExpired", r, err)
+			}
 		}
-	}
-	acquireRecord(t, s, "a", time.Minute, nil, replay.LeaseBusy, nil, nil)
-	waitOut(start, Lease) // the refused renewals left the lease as it was
-	acquireRecord(t, s, "a", time.Minute, nil, replay.LeaseAcquired, nil, nil)
+		if r, err := s.AcquireRecord(ctx(), id, time.Minute, nil); err != nil || r.State != replay.LeaseBusy {
+			return fmt.Errorf("AcquireRecord(%q) after the refused renewals, its lease of %v running = %v, %v; want %v", id, d, r.State, err, replay.LeaseBusy)
+		}
+		return nil
+	})
+	waitOut(start, d) // the refused renewals left the lease as it was
+	acquireRecord(t, s, id, time.Minute, nil, replay.LeaseAcquired, nil, nil)
 }
