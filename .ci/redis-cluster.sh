@@ -109,18 +109,8 @@ if [ "$span" -lt 1000 ]; then
 	echo "redis-cluster.sh: the ephemeral port range begins at $ephemeral_low; nodes need ports below $((ephemeral_low - 10000)) from 20000 on" >&2
 	exit 1
 fi
-# CTOKEN_PORT_CLASS=k/n (as in the Go tests' belowEphemeral): only ports
-# whose remainder by n is k, so that suites run side by side (.ci/fleet.sh)
-# never pick one another's. n divides 10000: a bus port is of its node's
-# class.
-class=0 of=1
-if [ -n "${CTOKEN_PORT_CLASS:-}" ]; then
-	class="${CTOKEN_PORT_CLASS%/*}" of="${CTOKEN_PORT_CLASS#*/}"
-	if ! [[ "$class" =~ ^[0-9]+$ && "$of" =~ ^[0-9]+$ ]] || [ "$of" -lt 1 ] || [ $((10000 % of)) != 0 ] || [ "$class" -ge "$of" ]; then
-		echo "redis-cluster.sh: CTOKEN_PORT_CLASS=$CTOKEN_PORT_CLASS: want k/n, n dividing 10000 and 0 <= k < n" >&2
-		exit 2
-	fi
-fi
+# CTOKEN_PORT_CLASS=k/n: see .ci/portclass.sh.
+. "$root/.ci/portclass.sh"
 for _ in $(seq 60); do
 	[ "${#ports[@]}" -eq 3 ] && break
 	p=$((20000 + RANDOM % (span - of)))

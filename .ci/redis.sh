@@ -74,17 +74,8 @@ pong() {
 	) 2>/dev/null
 }
 
-# CTOKEN_PORT_CLASS=k/n (as in the Go tests' belowEphemeral): only a port
-# whose remainder by n is k, so that suites run side by side (.ci/run)
-# never pick one another's.
-class=0 of=1
-if [ -n "${CTOKEN_PORT_CLASS:-}" ]; then
-	class="${CTOKEN_PORT_CLASS%/*}" of="${CTOKEN_PORT_CLASS#*/}"
-	if ! [[ "$class" =~ ^[0-9]+$ && "$of" =~ ^[0-9]+$ ]] || [ "$of" -lt 1 ] || [ $((10000 % of)) != 0 ] || [ "$class" -ge "$of" ]; then
-		echo "redis.sh: CTOKEN_PORT_CLASS=$CTOKEN_PORT_CLASS: want k/n, n dividing 10000 and 0 <= k < n" >&2
-		exit 2
-	fi
-fi
+# CTOKEN_PORT_CLASS=k/n: see .ci/portclass.sh.
+. "$root/.ci/portclass.sh"
 port=""
 for _ in $(seq 20); do
 	p=$((20000 + RANDOM % 40000))
