@@ -332,40 +332,12 @@ func (s *Store) onConn(ctx context.Context, c *keptConn, sc *script, cmds [][]an
 		replies, durErr, err = s.exchange(ctx, c, sc, cmds, at, false, tail)
 		return replies, durErr, err, true
 	}
-	type result struct {
-		replies     []any
-		durErr, err error
-	}
-	var mu sync.Mutex
-	left := false
-	done := make(chan result, 1) // buffered: the sender never blocks
-	go func() {
-		r, d, err := s.exchange(ctx, c, sc, cmds, at, false, tail)
-		mu.Lock()
-		if left {
-			mu.Unlock()
-			c.state = connUnsure // its caller, who reads the state, has left
-			s.held.put(c, err)
-			return
-		}
-		done <- result{r, d, err}
-		mu.Unlock()
-	}()
-	select {
-	case r := <-done:
-		return r.replies, r.durErr, r.err, true
-	case <-ctx.Done():
-		mu.Lock()
-		select {
-		case r := <-done:
-			mu.Unlock()
-			return r.replies, r.durErr, r.err, true
-		default:
-		}
-		left = true
-		mu.Unlock()
-		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()), false
-	}
+	return awaitExchange(ctx, func() ([]any, error, error) {
+		return s.exchange(ctx, c, sc, cmds, at, false, tail)
+	}, func(err error) {
+		c.state = connUnsure // its caller, who reads the state, has left
+		s.held.put(c, err)
+	})
 }
 
 // confirmHeld tries token's confirmation on the connection its acquisition

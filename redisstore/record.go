@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -428,20 +429,50 @@ func (s *Store) sendRecord(ctx context.Context, sc *script, marker string, cmds 
 		}
 		return s.sendRecordOnce(ctx, sc, marker, cmds, at)
 	}
+	r, d, err, _ := awaitExchange(ctx, func() ([]any, error, error) {
+		return s.sendRecordOnce(ctx, sc, marker, cmds, at)
+	}, nil)
+	return r, d, err
+}
+
+// awaitExchange runs f (a pipeline's exchange) on a goroutine of its own
+// and waits for it until ctx ends; stayed is false when the caller left
+// first (the error then wraps ctx's in ErrUnavailable), and left, when
+// not nil, gets f's error on that goroutine once f returns.
+func awaitExchange(ctx context.Context, f func() ([]any, error, error), left func(error)) (replies []any, durErr, err error, stayed bool) {
 	type result struct {
 		replies     []any
 		durErr, err error
 	}
+	var mu sync.Mutex
+	gone := false
 	done := make(chan result, 1) // buffered: the sender never blocks
 	go func() {
-		r, d, err := s.sendRecordOnce(ctx, sc, marker, cmds, at)
+		r, d, err := f()
+		mu.Lock()
+		if gone {
+			mu.Unlock()
+			if left != nil {
+				left(err)
+			}
+			return
+		}
 		done <- result{r, d, err}
+		mu.Unlock()
 	}()
 	select {
 	case r := <-done:
-		return r.replies, r.durErr, r.err
+		return r.replies, r.durErr, r.err, true
 	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case r := <-done:
+			return r.replies, r.durErr, r.err, true
+		default:
+		}
+		gone = true
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()), false
 	}
 }
 
