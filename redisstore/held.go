@@ -419,6 +419,6 @@ func (s *Store) confirmHeld(ctx context.Context, sc *script, shard int, key, tok
 	default:
 		code = 1
 	}
-	code, _, err = s.verdict(sc, shard, code, now, durErr)
+	code, _, err = s.verdict(sc, shard, code, now, sent, durErr)
 	return code, err, true
 }

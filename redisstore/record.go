@@ -322,14 +322,15 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 			if f.wrote {
 				code = 1
 			}
-			code, val, err = s.verdict(&acquireRecordLua, shard, code, 0, f.durErr)
+			code, val, err = s.verdict(&acquireRecordLua, shard, code, 0, 0, f.durErr)
 			s.keep(&f, code, err, key, token, ms)
 			return code, val, f.entry, f.side, err
 		}
 		wrote = f.wrote
 	}
+	sent := s.now().UnixMilli()
 	cmds := [][]any{
-		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, bound, ms, token, fingerprint},
+		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, sent, &s.skewArg, bound, ms, token, fingerprint},
 		{"GET", sideK},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &acquireRecordLua, *marker, cmds, 0, direct)
@@ -355,7 +356,7 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	} else if code == 2 || code == 3 {
 		return 0, 0, "", nil, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
-	code, val, err = s.verdict(&acquireRecordLua, shard, code, val, durErr)
+	code, val, err = s.verdict(&acquireRecordLua, shard, code, val, sent, durErr)
 	if code < 0 && wrote {
 		s.dropOwn(ctx, id, key, token, ms)
 	}
@@ -407,7 +408,7 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	if code == -7 {
 		return 0, fmt.Errorf("%w: the staged record expired before the confirm script ran", ErrUnavailable)
 	}
-	code, _, err = s.verdict(&confirmRecordLua, shard, code, val, durErr)
+	code, _, err = s.verdict(&confirmRecordLua, shard, code, val, now, durErr)
 	return code, err
 }
 

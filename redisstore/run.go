@@ -86,7 +86,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 			if f.wrote {
 				code = 1
 			}
-			code, val, err := s.verdict(sc, shard, code, 0, f.durErr)
+			code, val, err := s.verdict(sc, shard, code, 0, 0, f.durErr)
 			s.keep(&f, code, err, string(c.entry), arg, ms)
 			return code, val, err
 		}
@@ -111,7 +111,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if n, ok := v.(int64); ok && n >= 0 {
 		// A bare code: the common replies of the claim, acquire and
 		// confirm scripts (value 0).
-		return s.verdict(sc, shard, n, 0, durErr)
+		return s.verdict(sc, shard, n, 0, c.now, durErr)
 	}
 	reply, ok := v.([]any)
 	if !ok || len(reply) != 2 {
@@ -122,7 +122,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if !ok1 || !ok2 {
 		return 0, 0, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
-	return s.verdict(sc, shard, code, val, durErr)
+	return s.verdict(sc, shard, code, val, c.now, durErr)
 }
 
 // send sends cmd, a guarded script of sc on marker's shard, with the
@@ -143,8 +143,10 @@ func (s *Store) send(ctx context.Context, sc *script, marker string, cmd []any, 
 	return v, nil, err
 }
 
-// verdict turns a script's reply into run's result.
-func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (int64, int64, error) {
+// verdict turns a script's reply into run's result; sent is the caller's
+// clock (ms) the script was sent with, which a lagging-clock refusal
+// reports against Redis's (the call's transit included).
+func (s *Store) verdict(sc *script, shard int, code, val, sent int64, durErr error) (int64, int64, error) {
 	switch code {
 	case -1:
 		until := time.UnixMilli(val)
@@ -157,8 +159,7 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 		return code, val, fenced(whyFenced, shard, until)
 	case -3:
 		s.emit(replay.Event{Kind: replay.EventClockSkew, Shard: shard})
-		return code, val, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable,
-			(time.Duration(val)*time.Millisecond-time.Duration(s.now().UnixMilli())*time.Millisecond).Round(time.Millisecond)))
+		return code, val, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable, time.Duration(val-sent)*time.Millisecond))
 	case -4:
 		return code, val, refuse(ErrUnavailable, whyBadMarker, nil)
 	case -5:

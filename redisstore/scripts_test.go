@@ -6,10 +6,13 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestScriptDigestsAreSHA1 checks the EVALSHA names against the
@@ -49,6 +52,7 @@ func TestRedisClock(t *testing.T) {
 	}{
 		{"instance two minutes behind", instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice},
 		{"until past by redis clock", untilPastByRedisClockIsRefusedAsExpired},
+		{"refusal reports the clock the call sent", lagRefusalReportsTheClockTheCallSent},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -114,5 +118,38 @@ func untilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
 	}
 	if first, err := s.Claim(ctx, "live", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim from an instance 30s behind = %v, %v; want first", first, err)
+	}
+}
+
+// A claim refused as lagging reports how far the clock it sent was behind
+// Redis's when the script ran, not the instance's clock once the reply is
+// in: here the clock lags 2 minutes until the script's reply arrives (as a
+// call that waited that long in transit would see), and the refusal says
+// 2 minutes, not 0.
+func lagRefusalReportsTheClockTheCallSent(t *testing.T) {
+	c := newTestClient(t)
+	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	var lagging atomic.Bool
+	lagging.Store(true)
+	hooked := newTestClient(t)
+	hooked.AddHook(cmdHook{after: func(cmd redis.Cmder) {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			lagging.Store(false)
+		}
+	}})
+	lag, err := New(hooked, Options{Prefix: good.Prefix(), Logger: quietLogger(), Now: func() time.Time {
+		if lagging.Load() {
+			return time.Now().Add(-2 * time.Minute)
+		}
+		return time.Now()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lag.Close() })
+	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
+	first, err := lag.Claim(context.Background(), "late", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrClockSkew) || !strings.Contains(err.Error(), "behind by 2m0") {
+		t.Fatalf("claim sent with a clock 2 minutes behind = %v, %v; want ErrClockSkew behind by 2m0…", first, err)
 	}
 }
