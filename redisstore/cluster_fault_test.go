@@ -584,7 +584,7 @@ func minKey(m map[string]int) string {
 // clusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
 // fence's lifetime (lifetime.go) on a 3-master Cluster: a store of 1 s
 // claims meets the loss of every marker and of the lifetime record first
-// and fences every shard for its own lifetime; a store of 4 s claims on the same key space, which had
+// and fences every shard for its own lifetime; a store of 8 s claims on the same key space, which had
 // not been read by the first (RecheckInterval an hour), then lengthens
 // each shard's fence to its own lifetime from when the fence was raised
 // (the raise time is kept in the shard's slot, <prefix>{NN}f): on every
@@ -594,6 +594,11 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	opts := lifetimeOpts(fmt.Sprintf("cl-life-%d:", time.Now().UnixNano()), time.Hour)
+	// A call that reaches Redis more than MaxSkew after it left is refused
+	// as a lagging clock: on a loaded machine the 200 ms of the lifetime
+	// tests is not enough. The short store's fence is then 3 s, the long
+	// one's 11 s.
+	opts.MaxSkew, opts.Timeout = time.Second, idleTimeout
 	provisionFirst(t, c, opts)
 	short, err := New(c, opts)
 	if err != nil {
@@ -610,7 +615,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	}
 	// One ID per shard for the long store, claimed before the loss.
 	var ids [Shards]string
-	latest := time.Now().Add(4 * time.Second)
+	latest := time.Now().Add(8 * time.Second)
 	for i, n := 0, 0; n < Shards; i++ {
 		id := fmt.Sprint("long-", i)
 		if ids[shardOf(id)] != "" {

@@ -355,10 +355,10 @@ func envInt(t *testing.T, env string, def int) int {
 	return n
 }
 
-// idleTimeout is Options.Timeout for the stores of the tests that change
-// a server while the store is idle or the app down (eviction, CONFIG
-// RESETSTAT), which test what a check or an Open finds, not how long a
-// call may wait: under CI's load (about 10 on 2 cores, Clusters fsyncing
+// idleTimeout is Options.Timeout for the stores of the fault tests that
+// test what a check, an Open or a fence finds, not how long a call may
+// wait (a server changed while the store is idle or the app down, a
+// fence's lifetime on a Cluster): under CI's load (about 10 on 2 cores, Clusters fsyncing
 // every write) one claim of thousands can wait past DefaultTimeout.
 const idleTimeout = 10 * time.Second
 
