@@ -495,11 +495,31 @@ func (t *Tasks) wire(st TaskState, resultType string) map[string]any {
 	case taskInputRequired:
 		m["inputRequests"] = st.InputRequests
 	case taskCompleted:
-		m["result"] = st.Result
+		m["result"] = completeResult(st.Result)
 	case taskFailed:
 		m["error"] = rpcError{Code: st.ErrorCode, Message: st.ErrorMessage}
+		m["statusMessage"] = st.ErrorMessage
 	}
 	return m
+}
+
+// completeResult is a completed task's result as the tools/call it
+// stands for would have returned it: a CallToolResult, which the
+// 2026-07-28 revision sends with resultType "complete" (a tool's Run
+// returns it without, and a stored outcome may lack it).
+func completeResult(res json.RawMessage) json.RawMessage {
+	m, err := jsonObject(res)
+	if err != nil {
+		return res // recorded only as a JSON object (outcomeOf)
+	}
+	if _, ok := m["resultType"]; ok {
+		return res
+	}
+	if len(m) == 0 {
+		return json.RawMessage(`{"resultType":"complete"}`)
+	}
+	b := bytes.TrimSpace(res)
+	return append(json.RawMessage(`{"resultType":"complete",`), b[1:]...)
 }
 
 func writeMissing(w http.ResponseWriter, id json.RawMessage) {

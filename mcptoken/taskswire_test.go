@@ -168,6 +168,9 @@ func TestTasksHandler(t *testing.T) {
 		if got["status"] != "completed" || got["resultType"] != "complete" || !strings.Contains(mustJSON(t, res), `args {\"n\":1}`) {
 			t.Fatalf("tasks/get: %v", got)
 		}
+		if res["resultType"] != "complete" {
+			t.Errorf("the task's result is not what tools/call returns: resultType %v", res["resultType"])
+		}
 		if s.sdk != 0 {
 			t.Fatalf("the SDK saw %d requests", s.sdk)
 		}
@@ -178,6 +181,9 @@ func TestTasksHandler(t *testing.T) {
 		e, _ := got["error"].(map[string]any)
 		if _, has := got["result"]; got["status"] != "failed" || e["code"] != float64(codeInternal) || has {
 			t.Fatalf("tasks/get: %v", got)
+		}
+		if msg, _ := got["statusMessage"].(string); msg == "" || msg != e["message"] {
+			t.Errorf("statusMessage %q, error message %q", msg, e["message"])
 		}
 	})
 	t.Run("cancel acks with an empty result, on a running and on a finished task", func(t *testing.T) {
@@ -665,5 +671,21 @@ func TestTasksHandlerRefusesMalformedKeys(t *testing.T) {
 	}
 	if _, out := s.rpc("tools/call", big("9007199254740995"), nil); errCode(out) != codeInvalid {
 		t.Fatalf("other big arguments under the key: %v; want -32602", out)
+	}
+}
+
+func TestCompleteResult(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:                        `{"resultType":"complete"}`,
+		` { } `:                     `{"resultType":"complete"}`,
+		`{"content":[]}`:            `{"resultType":"complete","content":[]}`,
+		` {"isError":true} `:        `{"resultType":"complete","isError":true} `,
+		`{"resultType":"complete"}`: `{"resultType":"complete"}`,
+		`[1]`:                       `[1]`,
+	} {
+		got := completeResult(json.RawMessage(in))
+		if string(got) != want || !json.Valid(got) {
+			t.Errorf("completeResult(%s) = %s, want %s", in, got, want)
+		}
 	}
 }
