@@ -679,7 +679,7 @@ func TestCompleteResult(t *testing.T) {
 		`{}`:                        `{"resultType":"complete"}`,
 		` { } `:                     `{"resultType":"complete"}`,
 		`{"content":[]}`:            `{"resultType":"complete","content":[]}`,
-		` {"isError":true} `:        `{"resultType":"complete","isError":true} `,
+		` {"isError":true} `:        `{"resultType":"complete","isError":true}`,
 		`{"resultType":"complete"}`: `{"resultType":"complete"}`,
 		`[1]`:                       `[1]`,
 	} {
