@@ -276,7 +276,7 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				return
 			}
 			if !headersMatch(r, req.Method, p.TaskID) {
-				writeRPC(w, http.StatusBadRequest, req.ID, nil, &rpcError{Code: CodeHeaderMismatch, Message: "Mcp-Method or Mcp-Name header does not match the body"}, nil)
+				writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcHeaders, nil)
 				return
 			}
 			if !p.declared() {
@@ -291,6 +291,18 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			res, rerr := t.serve(r.Context(), caller, req.Method, &p)
 			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
 			return
+		case "subscriptions/listen":
+			if listensToTasks(req.Params) {
+				p, err = decodeParams(req.Params)
+				if errors.Is(err, errDuplicateKey) {
+					writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcDuplicate, nil)
+					return
+				}
+				if !p.declared() {
+					writeMissing(w, req.ID)
+					return
+				}
+			}
 		case "tools/call":
 			if p, err = decodeParams(req.Params); err != nil {
 				if errors.Is(err, errDuplicateKey) {
@@ -311,7 +323,7 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				break
 			}
 			if !headersMatch(r, req.Method, p.Name) {
-				writeRPC(w, http.StatusBadRequest, req.ID, nil, &rpcError{Code: CodeHeaderMismatch, Message: "Mcp-Method or Mcp-Name header does not match the body"}, nil)
+				writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcHeaders, nil)
 				return
 			}
 			caller, ok := t.callerOf(r)
@@ -339,6 +351,7 @@ func (t *Tasks) callerOf(r *http.Request) (string, bool) {
 var (
 	rpcNoCaller  = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
 	rpcDuplicate = &rpcError{Code: codeInvalidRequest, Message: "a JSON key is named twice"}
+	rpcHeaders   = &rpcError{Code: CodeHeaderMismatch, Message: "the Mcp-Method or Mcp-Name header is missing or does not match the body"}
 	rpcBatch     = &rpcError{Code: CodeMissingCapability, Message: "a batch may not call a tool that requires the " + TasksExtension + " extension"}
 )
 
@@ -391,16 +404,38 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// headersMatch reports whether the Mcp-Method and Mcp-Name headers, where
-// present, match the body (after trimming the whitespace HTTP allows).
+// headersMatch reports whether the Mcp-Method and Mcp-Name headers match
+// the body (after trimming the whitespace HTTP allows): where present, and
+// present on a request of protocol 2026-07-28 or later (its
+// MCP-Protocol-Version header), which must carry both, as both SDKs
+// require of a tools/call and the extension of a task method.
 func headersMatch(r *http.Request, method, name string) bool {
-	if v := r.Header.Values("Mcp-Method"); len(v) > 0 && strings.TrimSpace(v[0]) != method {
-		return false
-	}
-	if v := r.Header.Values("Mcp-Name"); len(v) > 0 && strings.TrimSpace(v[0]) != name {
-		return false
+	required := r.Header.Get("Mcp-Protocol-Version") >= standardHeadersVersion
+	for _, h := range [...]struct{ key, want string }{{"Mcp-Method", method}, {"Mcp-Name", name}} {
+		v := r.Header.Values(h.key)
+		if len(v) == 0 && required || len(v) > 0 && strings.TrimSpace(v[0]) != h.want {
+			return false
+		}
 	}
 	return true
+}
+
+// standardHeadersVersion is the first protocol revision whose requests
+// carry the Mcp-Method and Mcp-Name headers.
+const standardHeadersVersion = "2026-07-28"
+
+// listensToTasks reports whether a subscriptions/listen asks for task
+// notifications (params.notifications.taskIds), which only a client that
+// declared the extension may do.
+func listensToTasks(params json.RawMessage) bool {
+	var p struct {
+		Notifications map[string]json.RawMessage `json:"notifications"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return false // the SDK's to refuse
+	}
+	_, ok := p.Notifications["taskIds"]
+	return ok
 }
 
 // call answers the tools/call of a task tool: input_required while its Ask

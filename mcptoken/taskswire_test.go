@@ -323,6 +323,52 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			t.Fatalf("answer %v", out)
 		}
 	})
+	t.Run("rejects a 2026-07-28 task request without Mcp-Method or Mcp-Name", func(t *testing.T) {
+		s := newTaskServer(t)
+		id := s.create("slow")
+		v := map[string]string{"Mcp-Protocol-Version": "2026-07-28"}
+		for _, c := range []struct {
+			method, name string
+			params       map[string]any
+		}{
+			{"tools/call", "quick", map[string]any{"name": "quick"}},
+			{"tasks/get", id, map[string]any{"taskId": id}},
+			{"tasks/cancel", id, map[string]any{"taskId": id}},
+		} {
+			for _, missing := range []string{"Mcp-Method", "Mcp-Name"} {
+				h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": c.method, "Mcp-Name": c.name}
+				delete(h, missing)
+				code, out := s.rpc(c.method, with(c.params, declared), h)
+				if code != http.StatusBadRequest || errCode(out) != CodeHeaderMismatch {
+					t.Fatalf("%s without %s: answer %d %v", c.method, missing, code, out)
+				}
+			}
+		}
+		if got := s.await2(id); got != "working" || s.sdk != 0 {
+			t.Fatalf("task %s after the refusals; the SDK saw %d", got, s.sdk)
+		}
+		// An earlier revision's request need not carry them.
+		v["Mcp-Protocol-Version"] = "2025-11-25"
+		if _, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), v); errCode(out) != 0 {
+			t.Fatalf("2025-11-25 tasks/get: %v", out)
+		}
+	})
+	t.Run("rejects a task subscription from a client without the extension", func(t *testing.T) {
+		s := newTaskServer(t)
+		id := s.create("slow")
+		listen := map[string]any{"notifications": map[string]any{"taskIds": []string{id}}}
+		_, out := s.rpc("subscriptions/listen", listen, nil)
+		e, _ := out["error"].(map[string]any)
+		if errCode(out) != CodeMissingCapability || !strings.Contains(mustJSON(t, e["data"]), TasksExtension) || s.sdk != 0 {
+			t.Fatalf("answer %v", out)
+		}
+		// Declared, or asking for no task notifications: the SDK's.
+		s.rpc("subscriptions/listen", with(map[string]any{"notifications": map[string]any{"taskIds": []string{id}}}, declared), nil)
+		s.rpc("subscriptions/listen", map[string]any{"notifications": map[string]any{"toolsListChanged": true}}, nil)
+		if s.sdk != 2 {
+			t.Fatalf("the SDK saw %d of the 2 other subscriptions", s.sdk)
+		}
+	})
 	t.Run("rejects a task tool call whose Mcp-Name differs from the tool", func(t *testing.T) {
 		s := newTaskServer(t)
 		code, out := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), map[string]string{"Mcp-Name": "slow"})
