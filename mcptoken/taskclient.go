@@ -66,8 +66,10 @@ type detailedTask struct {
 // with params, to which it adds what its SDK needs (_meta declaring the
 // extension, the Mcp-Name header), and returns its result or error.
 //
-// It polls tasks/get, waiting pollIntervalMs between polls (as the latest
-// answer says, within 10 ms and 30 s; 1 s when it does not say). A task in
+// It polls tasks/get at once, then 10 ms later, doubling the wait up to
+// the pollIntervalMs of the latest answer (taken within 10 ms and 30 s;
+// 1 s when it does not say), so that a quick task is read soon after its
+// end without polling a long one more often than its server asks. A task in
 // input_required has its requests answered by input, each key once (a key
 // seen again in a later poll is not asked again), and the answers sent
 // with tasks/update (again after a transient error, without asking
@@ -87,7 +89,7 @@ func AwaitTask(ctx context.Context, taskID string,
 	}
 	answered := map[string]bool{}          // keys whose answers were delivered
 	unsent := map[string]json.RawMessage{} // answers not delivered yet
-	wait := defaultTaskPoll
+	wait, backoff := defaultTaskPoll, minTaskPoll
 	for {
 		raw, err := rpc(ctx, "tasks/get", map[string]any{"taskId": taskID})
 		if err != nil {
@@ -154,8 +156,9 @@ func AwaitTask(ctx context.Context, taskID string,
 				// Not delivered: sent again after the next poll.
 			}
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := sleepCtx(ctx, min(backoff, wait)); err != nil {
 			return nil, err
 		}
+		backoff = min(2*backoff, maxTaskPoll)
 	}
 }

@@ -65,9 +65,10 @@ type TasksConfig struct {
 	// task whose instance stopped is reported failed within Hold. 0 means
 	// 6 seconds.
 	Hold time.Duration
-	// PollInterval is the polling interval suggested to clients
-	// (pollIntervalMs), and how often a task waiting for input looks for
-	// its answers. 0 means 500 milliseconds.
+	// PollInterval is the longest polling interval suggested to clients
+	// (pollIntervalMs: a running task's age, from 10 ms up to it), and how
+	// often a running task looks for its answers and for a cancel made on
+	// another instance. 0 means 500 milliseconds.
 	PollInterval time.Duration
 	// Caller names the authenticated caller of an HTTP request, the one a
 	// task is bound to; required by [Tasks.Handler], which refuses a

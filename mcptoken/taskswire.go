@@ -521,7 +521,7 @@ func (t *Tasks) wire(st TaskState, resultType string) map[string]any {
 		"createdAt":      st.Created.UTC().Format(time.RFC3339Nano),
 		"lastUpdatedAt":  st.Updated.UTC().Format(time.RFC3339Nano),
 		"ttlMs":          t.ttl.Milliseconds(),
-		"pollIntervalMs": max(t.poll.Milliseconds(), 1),
+		"pollIntervalMs": max(t.pollFor(st).Milliseconds(), 1),
 	}
 	if resultType == "task" {
 		return m
@@ -556,6 +556,20 @@ func completeResult(res json.RawMessage) json.RawMessage {
 	b := bytes.TrimSpace(res)
 	return append(json.RawMessage(`{"resultType":"complete",`), b[1:]...)
 }
+
+// pollFor is the polling interval suggested for st: a running task's age,
+// from 10 ms up to PollInterval, so that a client that honours it (the
+// extension's own waits the interval before its first poll) reads a quick
+// task soon after its end and polls a long one at PollInterval.
+func (t *Tasks) pollFor(st TaskState) time.Duration {
+	if st.Status != taskWorking && st.Status != taskInputRequired {
+		return t.poll
+	}
+	return min(max(time.Since(st.Created), minPollHint), t.poll)
+}
+
+// minPollHint is the shortest polling interval a task suggests.
+const minPollHint = 10 * time.Millisecond
 
 func writeMissing(w http.ResponseWriter, id json.RawMessage) {
 	data := map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}

@@ -735,3 +735,25 @@ func TestCompleteResult(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskPollHint(t *testing.T) {
+	tasks := &Tasks{poll: 500 * time.Millisecond}
+	now := time.Now()
+	for _, c := range []struct {
+		name     string
+		st       TaskState
+		min, max time.Duration
+	}{
+		{"a new task: 10 ms", TaskState{Status: taskWorking, Created: now}, minPollHint, 500 * time.Millisecond},
+		{"a running task: its age", TaskState{Status: taskWorking, Created: now.Add(-200 * time.Millisecond)}, 200 * time.Millisecond, 500 * time.Millisecond},
+		{"a task waiting for input: its age", TaskState{Status: taskInputRequired, Created: now.Add(-300 * time.Millisecond)}, 300 * time.Millisecond, 500 * time.Millisecond},
+		{"an old task: PollInterval", TaskState{Status: taskWorking, Created: now.Add(-time.Hour)}, 500 * time.Millisecond, 500 * time.Millisecond},
+		{"a finished task: PollInterval", TaskState{Status: taskCompleted, Created: now}, 500 * time.Millisecond, 500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := tasks.pollFor(c.st); got < c.min || got > c.max {
+				t.Errorf("pollFor = %v, want %v to %v", got, c.min, c.max)
+			}
+		})
+	}
+}
