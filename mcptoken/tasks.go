@@ -105,8 +105,10 @@ type Tasks struct {
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
-	// works are the Transactional tasks this instance runs, by entry.
-	works map[string]*taskWork
+	// running are the tasks this instance runs, by entry; once closed
+	// (Shutdown), no task is created.
+	running map[string]*runner
+	closed  bool
 }
 
 // TaskTool is a tool that runs as a task.
@@ -125,7 +127,12 @@ type TaskTool struct {
 	// Run does the tool's work and returns its CallToolResult as JSON; a
 	// tool error is a result with isError true. An error (or a panic) fails
 	// the task with a JSON-RPC internal error. Its context is cancelled
-	// when the task is cancelled or its lease is lost.
+	// when the task is cancelled (at once on this instance, within a
+	// PollInterval from another), its lease is lost, its TTL ends or
+	// [Tasks.Shutdown] hands it over; a Run that returns a result all the
+	// same completes the task, and one that ignores its context and acts
+	// after its task was reported failed acts on a task a client reads as
+	// failed.
 	Run func(ctx context.Context, call *TaskCall) (json.RawMessage, error)
 	// Transactional runs Run in a transaction of the Store, which must be
 	// a replay.WorkAcquirer (pgstore, sqlitestore): the task's entry is
@@ -207,7 +214,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, works: map[string]*taskWork{}}
+	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, running: map[string]*runner{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -375,6 +382,12 @@ type TaskState struct {
 // request's auth) but not its cancellation or deadline; it returns the
 // task's state once any instance's [Tasks.Get] would find it.
 func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (TaskState, error) {
+	t.mu.RLock()
+	closed := t.closed
+	t.mu.RUnlock()
+	if closed {
+		return TaskState{}, errTasksClosed
+	}
 	ref := taskRef{Nonce: make([]byte, 16), Tool: tool.Name}
 	if call.key != "" {
 		// Keyed: a retry of the call finds this task instead of creating
@@ -408,6 +421,11 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	now := ref.created() // as tasks/get reports it
 	ref.Token = rec.Token
 	id, err := ctoken.IssueState(t.ids, taskScope(call.Caller), 0, ref)
+	var r *runner
+	var rctx context.Context
+	if err == nil {
+		r, rctx, err = t.register(ctx, ref, work != nil)
+	}
 	if err != nil {
 		if work != nil {
 			_ = work.Rollback(context.WithoutCancel(ctx))
@@ -418,14 +436,9 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	}
 	call.Tool = tool.Name
 	if work != nil {
-		wctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
-		w := &taskWork{stop: stop, done: make(chan struct{})}
-		t.mu.Lock()
-		t.works[ref.entry()] = w
-		t.mu.Unlock()
-		go t.runWork(wctx, ref, tool, call, work, w)
+		go t.runWork(rctx, r, tool, call, work)
 	} else {
-		go t.run(context.WithoutCancel(ctx), ref, held, tool, call)
+		go t.run(rctx, r, held, tool, call)
 	}
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
@@ -453,13 +466,20 @@ func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec repla
 }
 
 // run runs a task and records its outcome, renewing its lease meanwhile,
-// under parent's values (the creating request's, such as its auth).
-func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool TaskTool, call *TaskCall) {
-	ctx, cancel := context.WithDeadline(parent, ref.created().Add(t.ttl))
+// in ctx (with the creating request's values, such as its auth; stopped
+// by r's stop).
+func (t *Tasks) run(ctx context.Context, r *runner, held time.Time, tool TaskTool, call *TaskCall) {
+	defer t.unregister(r)
+	ref := r.ref
+	// The lease is kept until the outcome is recorded (or the TTL ends),
+	// beyond the tool's end: a cancelled tool still records its outcome.
+	kctx, kcancel := context.WithDeadline(context.WithoutCancel(ctx), ref.created().Add(t.ttl))
+	defer kcancel()
+	ctx, cancel := context.WithDeadline(ctx, ref.created().Add(t.ttl))
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
-	go t.keep(ctx, ref, held, func() { lost.Do(func() { close(lostCh); cancel() }) })
+	go t.keep(kctx, ref, held, func() { lost.Do(func() { close(lostCh); r.stop(errLeaseGone) }) }, r.stop)
 	var asking sync.Mutex // one round at a time: the client sees the latest
 	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
@@ -473,21 +493,24 @@ func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool Ta
 		for key := range req {
 			used[key] = true
 		}
-		r := round
+		k := round
 		round++
-		return t.input(ctx, ref, r, req)
+		return t.input(ctx, ref, k, req)
 	}
 	res, err := runTool(ctx, tool, call)
-	o := t.outcomeOf(ref, res, err)
+	select {
+	case <-lostCh:
+		return // recorded elsewhere: cancelled, failed, or lapsed
+	default:
+	}
+	o := t.outcomeOf(ref, res, err, context.Cause(ctx))
+	if !r.claim() {
+		return // handed over by Shutdown
+	}
 	// Record the outcome, retrying a store that cannot answer while the
-	// lease is still kept; once it is lost (cancelled, recorded by
-	// another instance, or lapsed) nothing is recorded here.
+	// lease is still kept; once it is lost (recorded by another instance,
+	// or lapsed) nothing is recorded here.
 	for {
-		select {
-		case <-lostCh:
-			return
-		default:
-		}
 		err := t.finish(ref, ref.Token, o)
 		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
 			return
@@ -501,19 +524,29 @@ func (t *Tasks) run(parent context.Context, ref taskRef, held time.Time, tool Ta
 	}
 }
 
-// outcomeOf is the outcome of a tool that returned res and err: completed
-// with a JSON object, failed (and logged) otherwise.
-func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error) outcome {
+// outcomeOf is the outcome of a tool that returned res and err with its
+// context's cause: completed with a JSON object (whatever the cause: the
+// tool completed), cancelled after a cancel, failed (and logged) otherwise.
+func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error, cause error) outcome {
 	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
 	var obj map[string]json.RawMessage
-	if err != nil || json.Unmarshal(res, &obj) != nil || obj == nil {
-		if err == nil {
-			err = errors.New("mcptoken: the result is not a JSON object")
-		}
-		t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
-		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the tool failed"}, Updated: o.Updated}
+	if err == nil && json.Unmarshal(res, &obj) == nil && obj != nil {
+		return o
 	}
-	return o
+	if errors.Is(cause, errTaskCancelled) {
+		return outcome{Status: taskCancelled, Updated: o.Updated}
+	}
+	msg := "internal error: the tool failed"
+	switch {
+	case errors.Is(cause, errTaskDrained):
+		msg = msgTaskDrained
+	case errors.Is(cause, context.DeadlineExceeded):
+		msg = "the task's TTL ended before it finished"
+	case err == nil:
+		err = errors.New("mcptoken: the result is not a JSON object")
+	}
+	t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
+	return outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msg}, Updated: o.Updated}
 }
 
 // runTool runs the tool, turning a panic into an error.
@@ -527,19 +560,27 @@ func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMe
 }
 
 // keep renews the task's lease every Hold/3 until ctx ends; it calls lose
-// once the lease is lost (cancelled, or taken by another instance), or
-// could lapse before the next renewal. A lease acquired or renewed by a
+// once the lease is lost (taken by another instance), or could lapse
+// before the next renewal. Every PollInterval it looks for a cancel made
+// on another instance, and stops the tool when it finds one. A lease acquired or renewed by a
 // call begun at held lasts until held+Hold at least, so an instance that
 // cannot renew gives its tool up a third of the Hold before then, while no
 // other instance can yet find the lease lapsed and report the task failed.
-func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func()) {
+func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func(), stop context.CancelCauseFunc) {
 	step := t.hold / 3
 	tick := time.NewTicker(step)
 	defer tick.Stop()
+	look := time.NewTicker(t.poll)
+	defer look.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-look.C:
+			if c, _ := t.cancelled(ctx, ref); c {
+				stop(errTaskCancelled)
+			}
+			continue
 		case <-tick.C:
 		}
 		start, giveUp := time.Now(), held.Add(t.hold-step/2)
@@ -558,11 +599,6 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func
 		switch {
 		case err == nil:
 			held = start
-			if c, _ := t.cancelled(ctx, ref); c {
-				_ = t.finish(ref, ref.Token, outcome{Status: taskCancelled, Updated: time.Now().UnixMilli()})
-				lose()
-				return
-			}
 		case errors.Is(err, replay.ErrLeaseLost):
 			lose()
 			return
@@ -609,12 +645,9 @@ func (t *Tasks) finish(ref taskRef, token string, o outcome) error {
 	return err
 }
 
-// cancelled reports whether a keyed task was cancelled through an ID
-// without its lease token (always false for any other task).
+// cancelled reports whether the task was cancelled on an instance that
+// does not run it (its cancel mark).
 func (t *Tasks) cancelled(ctx context.Context, ref taskRef) (bool, error) {
-	if len(ref.Args) == 0 {
-		return false, nil
-	}
 	_, ok, err := t.peek(ctx, ref, ref.cancelMark())
 	return ok, err
 }
@@ -654,13 +687,9 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 		case replay.LeaseAcquired:
 			// The running instance stopped and its lease lapsed: record it.
 			t.fail(slog.LevelWarn, "a task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
+			// Failed even if it was cancelled meanwhile: how far its tool
+			// got is unknown.
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
-			if c, err := t.cancelled(ctx, ref); err != nil {
-				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
-				return TaskState{}, -1, err
-			} else if c {
-				o = outcome{Status: taskCancelled, Updated: o.Updated}
-			}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
 				return TaskState{}, -1, err
@@ -681,16 +710,11 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			}
 			return st, -1, nil
 		}
-		// Busy: working (or cancelled, the running instance not yet told),
-		// or waiting for input in its latest round. A Transactional task
-		// has no rounds, and its cancel is not marked in the store, whose
-		// writer (SQLite's) its transaction may hold.
+		// Busy: working (a cancelled task too, until its runner records
+		// how it ended), or waiting for input in its latest round. A
+		// Transactional task has no rounds.
 		if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
 			return st, -1, nil
-		}
-		if c, err := t.cancelled(ctx, ref); err != nil || c {
-			st.Status = taskCancelled
-			return st, -1, err
 		}
 		k, req := -1, map[string]json.RawMessage(nil)
 		for i := 0; ; i++ {
@@ -750,47 +774,40 @@ func (t *Tasks) Update(ctx context.Context, caller, id string, responses map[str
 	return nil
 }
 
-// Cancel cancels the task id names: a task still running is recorded
-// cancelled and its instance cancels the tool's context at its next
-// renewal; a finished task is left as it is. A Transactional task is
-// cancelled by the instance running it (its writes rolled back); on
-// another, Cancel fails while the task runs.
+// Cancel cancels the task id names: the tool of a task this instance runs
+// has its context cancelled at once; a task another instance runs is
+// marked cancelled in the store, which that instance looks for every
+// PollInterval. The task ends cancelled unless its tool completes first
+// (then completed); a finished task is left as it is. A Transactional
+// task is cancelled only by the instance running it (its writes rolled
+// back); on another, Cancel fails while the task runs.
 func (t *Tasks) Cancel(ctx context.Context, caller, id string) error {
 	ref, err := t.open(caller, id)
 	if err != nil {
 		return err
 	}
-	t.mu.RLock()
-	w := t.works[ref.entry()]
-	t.mu.RUnlock()
-	if w != nil {
-		// A Transactional task this instance runs: its writes are rolled
-		// back and the task recorded cancelled.
-		w.stop(errWorkCancelled)
+	if r := t.local(ref); r != nil {
+		r.stop(errTaskCancelled)
+		// A tool that honours its context has usually ended within a
+		// poll: a tasks/get after the acknowledgement then reads it.
+		tm := time.NewTimer(t.poll)
+		defer tm.Stop()
 		select {
-		case <-w.done:
-			return nil
+		case <-r.done:
+		case <-tm.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		return nil
+	}
+	st, _, err := t.state(ctx, ref)
+	if err != nil || st.Status != taskWorking && st.Status != taskInputRequired {
+		return err // finished: left as it is
 	}
 	if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
 		// Run by another instance, whose transaction holds the entry (and
-		// SQLite's writer): a finished task is left as it is.
-		st, _, err := t.state(ctx, ref)
-		if err == nil && st.Status == taskWorking {
-			err = errors.New("mcptoken: a Transactional task is cancelled only by the instance running it")
-		}
-		return err
+		// SQLite's writer).
+		return errors.New("mcptoken: a Transactional task is cancelled only by the instance running it")
 	}
-	if ref.Token == "" {
-		// A keyed task's ID from a retry of its call: the running
-		// instance finds the mark at its next renewal.
-		return t.put(ctx, ref, ref.cancelMark(), []byte("true"))
-	}
-	err = t.finish(ref, ref.Token, outcome{Status: taskCancelled, Updated: time.Now().UnixMilli()})
-	if errors.Is(err, replay.ErrLeaseLost) {
-		return nil // finished by another path already
-	}
-	return err
+	return t.put(ctx, ref, ref.cancelMark(), []byte("true"))
 }

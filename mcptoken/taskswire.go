@@ -332,7 +332,11 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				return
 			}
 			res, rerr := t.call(r.Context(), caller, tool, &p)
-			writeRPC(w, http.StatusOK, req.ID, res, rerr, nil)
+			status := http.StatusOK
+			if rerr == rpcClosed {
+				status = http.StatusServiceUnavailable
+			}
+			writeRPC(w, status, req.ID, res, rerr, nil)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -352,6 +356,7 @@ var (
 	rpcNoCaller  = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
 	rpcDuplicate = &rpcError{Code: codeInvalidRequest, Message: "a JSON key is named twice"}
 	rpcHeaders   = &rpcError{Code: CodeHeaderMismatch, Message: "the Mcp-Method or Mcp-Name header is missing or does not match the body"}
+	rpcClosed    = &rpcError{Code: codeInternal, Message: "the server is shutting down: no task was created; call again"}
 	rpcBatch     = &rpcError{Code: CodeMissingCapability, Message: "a batch may not call a tool that requires the " + TasksExtension + " extension"}
 )
 
@@ -472,6 +477,9 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 	if errors.Is(err, ErrKeyReused) {
 		t.fail(slog.LevelWarn, "task not created: idempotency key reused with other arguments", tool.Name, nil)
 		return nil, &rpcError{Code: codeInvalid, Message: msgTaskKeyReused, Data: map[string]int{"ctokenCode": CodeKeyReused}}
+	}
+	if errors.Is(err, errTasksClosed) {
+		return nil, rpcClosed
 	}
 	if err != nil {
 		t.fail(slog.LevelError, "task not created: the task store could not answer", tool.Name, err)

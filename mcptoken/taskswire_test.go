@@ -52,6 +52,7 @@ func newTaskServer(t *testing.T) *taskServer {
 		select {
 		case <-release:
 		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 		return json.RawMessage(`{"content":[{"type":"text","text":"slow done"}]}`), nil
 	}}))

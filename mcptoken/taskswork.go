@@ -15,13 +15,6 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// taskWork is a running Transactional task: stop cancels its tool (the
-// cause errWorkCancelled), done is closed once its outcome is settled.
-type taskWork struct {
-	stop context.CancelCauseFunc
-	done chan struct{}
-}
-
 // acquireWork takes a Transactional task's entry in a transaction of the
 // store, held until the task's TTL ends: the task is created when the
 // transaction commits with its outcome, and an instance that dies leaves
@@ -43,25 +36,16 @@ func (t *Tasks) acquireWork(ctx context.Context, ref taskRef) (replay.Record, re
 	return rec, work, err
 }
 
-// errWorkCancelled is the cause of a Transactional task's cancel.
-var errWorkCancelled = errors.New("mcptoken: the task was cancelled")
-
 // errTaskInputTx is the error of TaskCall.Input in a Transactional task.
 var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional task: a transaction must not stay open while the client answers")
 
 // runWork runs a Transactional task in work, whose transaction holds its
-// entry, under parent (cancelled by Cancel through w, with the cause
-// errWorkCancelled): its outcome commits with the tool's writes; a
-// failure, a cancel or a commit that kept nothing rolls them back and
-// records the task failed (or cancelled).
-func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call *TaskCall, work replay.Work, w *taskWork) {
-	defer func() {
-		t.mu.Lock()
-		delete(t.works, ref.entry())
-		t.mu.Unlock()
-		w.stop(nil)
-		close(w.done)
-	}()
+// entry, under parent (stopped by r's stop): its outcome commits with the
+// tool's writes; a failure, a cancel or a commit that kept nothing rolls
+// them back and records the task failed (or cancelled).
+func (t *Tasks) runWork(parent context.Context, r *runner, tool TaskTool, call *TaskCall, work replay.Work) {
+	defer t.unregister(r)
+	ref := r.ref
 	ctx, cancel := context.WithDeadline(parent, ref.created().Add(t.ttl))
 	defer cancel()
 	call.input = func(context.Context, map[string]json.RawMessage) (map[string]json.RawMessage, error) {
@@ -69,8 +53,9 @@ func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call
 	}
 	res, err := runTool(work.Context(ctx), tool, call)
 	bg := context.WithoutCancel(parent)
-	o := t.outcomeOf(ref, res, err)
-	if errors.Is(context.Cause(ctx), errWorkCancelled) {
+	o := t.outcomeOf(ref, res, err, context.Cause(ctx))
+	if errors.Is(context.Cause(ctx), errTaskCancelled) {
+		// Cancelled before its commit: rolled back, whatever Run returned.
 		o = outcome{Status: taskCancelled, Updated: o.Updated}
 	}
 	if o.Status == taskCompleted {

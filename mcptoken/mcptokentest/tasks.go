@@ -133,14 +133,14 @@ func tasksCancelAcross(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Keyrin
 		close(started)
 		<-ctx.Done()
 		close(stopped)
-		return json.RawMessage(`{"content":[]}`), nil
+		return nil, ctx.Err()
 	})
 	<-started
 	if err := b.Cancel(context.Background(), "alice", id); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
 	<-stopped // the running instance saw the cancel through the store
-	if st := await(t, a, "alice", id, func(mcptoken.TaskState) bool { return true }); st.Status != "cancelled" {
+	if st := await(t, a, "alice", id, func(st mcptoken.TaskState) bool { return st.Status != "working" }); st.Status != "cancelled" {
 		t.Fatalf("after cancel: %s", st.Status)
 	}
 	if err := b.Cancel(context.Background(), "alice", id); err != nil {
@@ -156,7 +156,7 @@ func tasksStoppedInstance(t *testing.T, sa, sb replay.Recorder, keys *ctoken.Key
 		close(started)
 		<-ctx.Done()
 		close(stopped)
-		return json.RawMessage(`{"content":[]}`), nil
+		return nil, ctx.Err()
 	})
 	<-started
 	dead.killed.Store(true) // instance a can no longer reach the store
