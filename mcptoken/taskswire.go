@@ -214,8 +214,12 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // it reads keys exactly, and refuses a body over 4 MiB (413), one that is not exactly
 // one JSON value (400, -32700), a request that names a key twice or in
 // another case (400, -32600) and a batch that calls a Required tool (400,
-// -32021).
+// -32021). Without [TasksConfig.Caller] it refuses every task request, and
+// says so to the Logger when it is built.
 func (t *Tasks) Handler(next http.Handler) http.Handler {
+	if t.caller == nil {
+		t.fail(slog.LevelError, "Tasks.Handler without TasksConfig.Caller refuses every task request: set Caller to the authentication of the HTTP request", "", nil)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)

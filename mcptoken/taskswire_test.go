@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -757,4 +758,21 @@ func TestTaskPollHint(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTasksHandlerWithoutCallerSaysSo(t *testing.T) {
+	var logs syncBuffer
+	ts, err := NewTasks(TasksConfig{Keys: keyringFor(t), Store: replay.NewMemoryStore(0), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	must(t, err)
+	ts.Handler(http.NotFoundHandler())
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "TasksConfig.Caller") {
+		t.Fatalf("logged %q", logs.String())
+	}
+}
+
+func keyringFor(t *testing.T) *ctoken.Keyring {
+	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	return keys
 }
