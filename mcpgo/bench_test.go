@@ -7,7 +7,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -148,10 +150,12 @@ func BenchmarkListPageTurn(b *testing.B) {
 	})
 }
 
-// benchTaskCall measures CallTool of newTaskServer's "echo", a tool that answers at once,
-// over loopback HTTP behind Tasks.Handler, tasks in a replay.MemoryStore.
-func benchTaskCall(b *testing.B, task bool) {
-	ts := newTaskServer(b)
+// benchTaskCall measures CallTool of newTaskServer's "echo", a tool that
+// answers at once, over loopback HTTP behind Tasks.Handler, tasks in a
+// replay.MemoryStore polled every poll at most (0: the default), and
+// reports the calls' median and 99th percentile.
+func benchTaskCall(b *testing.B, task bool, poll time.Duration) {
+	ts := newTaskServerPolled(b, poll)
 	p := overHTTP(b, ts.endpoint, "alice", nil)
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "echo"
@@ -160,20 +164,26 @@ func benchTaskCall(b *testing.B, task bool) {
 	if task {
 		opts.Task = &TaskOptions{}
 	}
+	var took []time.Duration
 	b.ReportAllocs()
 	for b.Loop() {
+		t0 := time.Now()
 		res, err := CallTool(p.ctx, p.c, req, opts)
+		took = append(took, time.Since(t0))
 		if err != nil || text(res) != "hi for alice" {
 			b.Fatal(res, err)
 		}
 	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
 
 // BenchmarkToolCallPlain is one tools/call of a tool that answers at once,
 // from a client that did not declare the Tasks extension: mcp-go runs it.
-func BenchmarkToolCallPlain(b *testing.B) { benchTaskCall(b, false) }
+func BenchmarkToolCallPlain(b *testing.B) { benchTaskCall(b, false, 0) }
 
 // BenchmarkToolCallTask is the same call as a task: created in the store,
-// run in the background, polled with tasks/get at the server's
-// pollIntervalMs (10 ms) until completed.
-func BenchmarkToolCallTask(b *testing.B) { benchTaskCall(b, true) }
+// run in the background, polled with tasks/get until completed, at the
+// default PollInterval (500 ms).
+func BenchmarkToolCallTask(b *testing.B) { benchTaskCall(b, true, 0) }

@@ -28,12 +28,15 @@ type taskServer struct {
 	release  chan struct{} // closing it lets "held" answer
 }
 
-func newTaskServer(t testing.TB) *taskServer {
+func newTaskServer(t testing.TB) *taskServer { return newTaskServerPolled(t, 10*time.Millisecond) }
+
+// newTaskServerPolled is newTaskServer with a PollInterval (0: the default).
+func newTaskServerPolled(t testing.TB, poll time.Duration) *taskServer {
 	t.Helper()
 	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{
 		Keys:         keyring(t, 7),
 		Store:        replay.NewMemoryStore(0),
-		PollInterval: 10 * time.Millisecond,
+		PollInterval: poll,
 		Caller: func(r *http.Request) (string, error) {
 			u, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			return u, nil // "" is refused
