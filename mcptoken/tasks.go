@@ -577,8 +577,14 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func
 		case <-ctx.Done():
 			return
 		case <-look.C:
-			if c, _ := t.cancelled(ctx, ref); c {
+			// Bounded, so that a store that hangs delays no renewal past
+			// its give-up time.
+			lctx, done := context.WithTimeout(ctx, step/2)
+			c, _ := t.cancelled(lctx, ref)
+			done()
+			if c {
 				stop(errTaskCancelled)
+				look.Stop() // told once
 			}
 			continue
 		case <-tick.C:
