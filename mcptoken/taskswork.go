@@ -53,7 +53,7 @@ var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional tas
 // entry, under parent (cancelled by Cancel through w, with the cause
 // errWorkCancelled): its outcome commits with the tool's writes; a
 // failure, a cancel or a commit that kept nothing rolls them back and
-// records the task failed (or cancelled).
+// records the task failed with nothing kept (or cancelled).
 func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call *TaskCall, work replay.Work, w *taskWork) {
 	defer func() {
 		t.mu.Lock()
@@ -91,6 +91,9 @@ func (t *Tasks) runWork(parent context.Context, ref taskRef, tool TaskTool, call
 		}
 		t.fail(slog.LevelError, "a Transactional task's outcome was not committed; its writes were rolled back and the task failed", ref.Tool, err)
 		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the task's transaction was rolled back"}, Updated: time.Now().UnixMilli()}
+	}
+	if o.Status == taskFailed {
+		o.Effect = effectNone // rolled back: a keyed task runs again (Create)
 	}
 	_ = work.Rollback(bg) // frees the entry (a no-op after a Commit)
 	// Record the outcome in the freed entry, retrying a store that cannot
