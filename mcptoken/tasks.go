@@ -448,8 +448,8 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		if call.key == "" {
 			return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
 		}
-		st, next, rerun, err := t.again(ctx, ref, call.Caller, rec)
-		if err != nil || !rerun || run >= maxTaskRuns {
+		st, next, rerun, err := t.again(ctx, ref, call.Caller, rec, run < maxTaskRuns)
+		if err != nil || !rerun {
 			return st, err
 		}
 		ref = next
@@ -488,8 +488,8 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 // the same arguments; [ErrKeyReused] for others. Nothing is written. For a
 // run that failed keeping nothing, or whose rerun [Tasks.AllowRerun]
 // allowed, it returns rerun true and ref with the task's creation time
-// instead, for the next run.
-func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec replay.Record) (st TaskState, next taskRef, rerun bool, err error) {
+// instead, for the next run, when more may follow.
+func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec replay.Record, more bool) (st TaskState, next taskRef, rerun bool, err error) {
 	fp := rec.Fingerprint
 	if len(fp) != len(taskFP)+1+32+8 {
 		// Taken for a moment by an instance that records the task failed.
@@ -499,7 +499,7 @@ func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec repla
 		return TaskState{}, ref, false, ErrKeyReused
 	}
 	ref.Created = int64(binary.BigEndian.Uint64(fp[len(fp)-8:]))
-	if rec.State == replay.LeaseDone {
+	if rec.State == replay.LeaseDone && more {
 		o, err := t.openOutcome(ref, rec.Result)
 		if err != nil {
 			return TaskState{}, ref, false, err
