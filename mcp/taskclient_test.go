@@ -487,7 +487,6 @@ func TestCallToolTaskEnds(t *testing.T) {
 			if !errors.As(err, &failure) || !errors.Is(err, ErrOutcomeUnknown) || !ok || key != "mail-1" || !strings.Contains(err.Error(), "AllowRerun") {
 				t.Fatalf("call %d: err = %v (key %q); want a TaskFailure of unknown effect with the key", i+1, err, key)
 			}
-			t.Logf("call %d: %v", i+1, err)
 			if n := runs.Load(); n != 1 {
 				t.Fatalf("call %d: %d runs; want 1", i+1, n)
 			}

@@ -30,11 +30,8 @@ type TaskFailure struct {
 
 func (f *TaskFailure) Error() string {
 	s := fmt.Sprintf("mcptoken: the task failed: JSON-RPC error %d: %s", f.Code, f.Message)
-	switch f.effect {
-	case effectNone:
+	if f.effect == effectNone {
 		s += " (nothing of it was kept: calling again is safe)"
-	case effectUnknown:
-		s += " (whether it took effect is unknown)"
 	}
 	return s
 }

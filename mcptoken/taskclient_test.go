@@ -118,7 +118,7 @@ func TestAwaitTask(t *testing.T) {
 		s := &script{gets: []string{`{"status":"failed","error":{"code":-32603,"message":"stopped","data":{"ctokenEffect":"unknown"}}}`}}
 		_, err := AwaitTask(ctx, "t", s.rpc, nil, nil)
 		var f *TaskFailure
-		if !errors.As(err, &f) || !errors.Is(err, ErrOutcomeUnknown) || settledByTask(err) || !strings.Contains(err.Error(), "unknown") {
+		if !errors.As(err, &f) || !errors.Is(err, ErrOutcomeUnknown) || settledByTask(err) || err.Error() != "mcptoken: the task failed: JSON-RPC error -32603: stopped" {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -390,7 +390,7 @@ type rpcError struct {
 // Messages of a task whose instance stopped while it ran.
 const (
 	msgStoppedUnknown = "the server running the task stopped: whether the task took effect is unknown"
-	msgStoppedNone    = "the server running the task stopped: nothing of the task was kept"
+	msgStoppedNone    = "the server running the task stopped mid-transaction"
 )
 
 // taskFP is the fingerprint of every task entry: it tells a task's entry
