@@ -104,7 +104,17 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 //
 // Over a StreamableClientTransport whose HTTPClient's transport is a
 // [TaskTransport], a call the server answers with a task (the MCP Tasks
-// extension) returns the task's result, or its error, as one attempt.
+// extension) returns the task's result, or its end, as one attempt: a
+// task that failed is an error matching [*mcptoken.TaskFailure], one
+// cancelled [mcptoken.ErrTaskCancelled]. Whenever the task's effect is
+// unknown (ctx ended while it ran, polling failed, or its server stopped
+// while it ran: "the server running the task stopped", a TaskFailure
+// matching [mcptoken.ErrOutcomeUnknown]), the error matches
+// [ErrOutcomeUnknown] and [RetryKey] returns the key: a call under it gets
+// the same task, or its recorded end, without running it again; the
+// error's text says what to check first when its server stopped (see
+// [mcptoken.Tasks.AllowRerun]). A Transactional task that failed keeping
+// nothing is run again by the next call under its key.
 func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolParams, opts CallOptions) (*mcp.CallToolResult, error) {
 	if cs == nil || params == nil {
 		return nil, fmt.Errorf("ctokenmcp: CallTool: %w: nil session or params", ctoken.ErrConfig)
@@ -121,12 +131,30 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 		return nil, err
 	}
 	return mcptoken.CallWithRetries(ctx, "ctokenmcp", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
-		res, err := cs.CallTool(ctx, p)
+		end := &taskEnd{}
+		res, err := cs.CallTool(context.WithValue(ctx, taskEndKey{}, end), p)
 		if err != nil {
+			if ok, terr := end.get(); ok && terr != nil {
+				// The end of the task the call created (TaskTransport).
+				return nil, taskVerdict(terr), terr
+			}
 			return nil, classify(err), err
 		}
 		return res, mcptoken.RetryVerdict{}, nil
 	})
+}
+
+// taskVerdict is the verdict on err, the end of a task a call created
+// other than its result: a failure whose effect is known and a cancel
+// settle the call; any other end (the task's instance stopped, a
+// transport failure, an input handler's error) leaves its outcome
+// unknown, with no attempt left to make.
+func taskVerdict(err error) verdict {
+	var f *mcptoken.TaskFailure
+	if errors.Is(err, mcptoken.ErrTaskCancelled) || errors.As(err, &f) && !errors.Is(err, mcptoken.ErrOutcomeUnknown) {
+		return verdict{}
+	}
+	return verdict{Reached: true}
 }
 
 // RetryKey returns the idempotency key of the call that an

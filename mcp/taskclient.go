@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -59,7 +60,9 @@ const maxTaskBodyBytes = 16 << 20
 //     would answer with a second task). While the task runs, a server that
 //     is down or a lost connection is waited out until the call's context
 //     ends; the task stays in the server's store, and [ResumeTask] with the
-//     ID opts.Started was given gets its result later.
+//     ID opts.Started was given gets its result later. Under [CallTool],
+//     the task's end is its error as [CallTool] says (typed, and carrying
+//     the key when the task's effect is unknown).
 //
 // Every other request and response passes unchanged. It needs protocol
 // 2026-07-28 (a client on an earlier one is never answered with a task).
@@ -153,6 +156,9 @@ func (t *taskTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return postRPC(ctx, t.base, r, method, id, params)
 	}
 	result, err := mcptoken.AwaitTask(r.Context(), id, send, taskInput(t.opts.Input), transientHTTP)
+	if end, ok := r.Context().Value(taskEndKey{}).(*taskEnd); ok {
+		end.set(err) // for CallTool, which go-sdk's error would not tell
+	}
 	final := map[string]any{"jsonrpc": "2.0", "id": msg.ID}
 	var failure *mcptoken.TaskFailure
 	switch {
@@ -177,6 +183,31 @@ func (t *taskTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.ContentLength = int64(len(fb))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(fb)))
 	return resp, nil
+}
+
+// taskEnd is where [TaskTransport] leaves the end of the task a call of
+// [CallTool] created (its context carries it under taskEndKey): go-sdk
+// returns a JSON-RPC error, which would lose whether the task failed, was
+// cancelled, or its outcome is unknown.
+type taskEnd struct {
+	mu   sync.Mutex
+	seen bool  // a task was created
+	err  error // its end: nil for a result
+}
+
+type taskEndKey struct{}
+
+func (e *taskEnd) set(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen, e.err = true, err
+}
+
+// get reports whether the call created a task, and the task's end.
+func (e *taskEnd) get() (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen, e.err
 }
 
 // withBody returns r with body as its body.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,4 +354,182 @@ func TestTaskTransportRetryGetsTheSameTask(t *testing.T) {
 	if !proxy.dropped || proxy.calls != 2 || runs != 1 || len(started) != 1 {
 		t.Fatalf("dropped %v, %d tools/call sent, the tool ran %d times, %d tasks seen; want the first answer lost, 2 calls, 1 run, 1 task", proxy.dropped, proxy.calls, runs, len(started))
 	}
+}
+
+// taskFleet is one go-sdk server behind two instances' Tasks (a, then b
+// once toB is called) at one endpoint, as a proxy in front of a fleet;
+// each instance's Tasks has tool added with h.
+type taskFleet struct {
+	endpoint string
+	a, b     *mcptoken.Tasks
+	cur      atomic.Pointer[http.Handler]
+	toB      func()
+}
+
+func newTaskFleet(t *testing.T, storeA, storeB replay.Recorder, name string, transactional bool, h mcp.ToolHandler) *taskFleet {
+	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tasks", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: name, InputSchema: &jsonschema.Schema{Type: "object"}}, h)
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
+	f := &taskFleet{}
+	instance := func(store replay.Recorder) (*mcptoken.Tasks, http.Handler) {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store, Hold: time.Second, PollInterval: 10 * time.Millisecond, Caller: HTTPTokenUserID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tool := TaskTool(name, h, false)
+		tool.Transactional = transactional
+		if err := ts.Add(tool); err != nil {
+			t.Fatal(err)
+		}
+		return ts, ts.Handler(sdk)
+	}
+	var ha, hb http.Handler
+	f.a, ha = instance(storeA)
+	f.b, hb = instance(storeB)
+	f.cur.Store(&ha)
+	f.toB = func() { f.cur.Store(&hb) }
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		user, ok := testUsers[token]
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: user, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*f.cur.Load()).ServeHTTP(w, r) })
+	srv := httptest.NewServer(auth.RequireBearerToken(verify, nil)(front))
+	t.Cleanup(srv.Close)
+	f.endpoint = srv.URL
+	return f
+}
+
+// client returns a session of alice's over TaskTransport with opts.
+func (f *taskFleet) client(t *testing.T, opts TaskOptions) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "tasks-client", Version: "v0"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: f.endpoint, HTTPClient: &http.Client{Transport: TaskTransport(bearer{"alice-token", http.DefaultTransport}, opts)}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func textResult(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// TestCallToolTaskEnds: CallTool ends a call's task with a typed outcome,
+// as ctokenmcpgo does, and the key names the way forward: a Transactional
+// task whose instance stopped kept nothing and the next call under the key
+// runs it again (one effect committed); a non-Transactional one is a
+// TaskFailure of unknown effect that carries the key, not run again until
+// the server allows it; a call whose ctx ended while its task ran carries
+// the key, under which the next call gets the task's result, run once.
+func TestCallToolTaskEnds(t *testing.T) {
+	t.Run("a Transactional task whose instance stopped runs again under the key", func(t *testing.T) {
+		store := newTxStore()
+		var runs atomic.Int32
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		f := newTaskFleet(t, store, store, "pay", true, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			n := runs.Add(1)
+			if err := txWrite(ctx, "paid"); err != nil {
+				return nil, err
+			}
+			if n == 1 {
+				store.kill() // its instance dies mid-transaction
+				<-release
+				return nil, errors.New("stopped")
+			}
+			return textResult("paid"), nil
+		})
+		cs := f.client(t, TaskOptions{})
+		params := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"cents": 500}}
+		_, err := CallTool(context.Background(), cs, params, CallOptions{Key: "pay-1"})
+		var failure *mcptoken.TaskFailure
+		if !errors.As(err, &failure) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "calling again is safe") {
+			t.Fatalf("err = %v; want a TaskFailure that kept nothing", err)
+		}
+		res, err := CallTool(context.Background(), cs, params, CallOptions{Key: "pay-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "paid" || runs.Load() != 2 || store.count("paid") != 1 {
+			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.count("paid"))
+		}
+	})
+
+	t.Run("a non-Transactional task whose instance stopped is a TaskFailure carrying the key", func(t *testing.T) {
+		mem := replay.NewMemoryStore(0)
+		dying := &cutOff{MemoryStore: mem}
+		var runs atomic.Int32
+		var f *taskFleet
+		f = newTaskFleet(t, dying, mem, "mail", false, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if runs.Add(1) == 1 {
+				dying.cut.Store(true) // instance a stops; the proxy turns to b
+				f.toB()
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return textResult("sent"), nil
+		})
+		cs := f.client(t, TaskOptions{})
+		params := &mcp.CallToolParams{Name: "mail", Arguments: map[string]any{"to": "ada"}}
+		for i := range 2 {
+			_, err := CallTool(context.Background(), cs, params, CallOptions{Key: "mail-1"})
+			var failure *mcptoken.TaskFailure
+			key, ok := RetryKey(err)
+			if !errors.As(err, &failure) || !errors.Is(err, ErrOutcomeUnknown) || !ok || key != "mail-1" || !strings.Contains(err.Error(), "AllowRerun") {
+				t.Fatalf("call %d: err = %v (key %q); want a TaskFailure of unknown effect with the key", i+1, err, key)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("call %d: %d runs; want 1", i+1, n)
+			}
+		}
+		if err := f.b.AllowRerun(context.Background(), "alice", "mail", "mail-1"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := CallTool(context.Background(), cs, params, CallOptions{Key: "mail-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "sent" || runs.Load() != 2 {
+			t.Fatalf("after AllowRerun: result %q, %d runs", got, runs.Load())
+		}
+	})
+
+	t.Run("a call whose ctx ended while its task ran carries the key", func(t *testing.T) {
+		store := replay.NewMemoryStore(0)
+		var runs atomic.Int32
+		release := make(chan struct{})
+		f := newTaskFleet(t, store, store, "held", false, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			select {
+			case <-release:
+				return textResult("released"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		quitter := f.client(t, TaskOptions{Started: func(string) { cancel() }})
+		params := &mcp.CallToolParams{Name: "held"}
+		_, err := CallTool(ctx, quitter, params, CallOptions{Key: "held-1"})
+		if key, ok := RetryKey(err); !ok || key != "held-1" || !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v (key %q); want the outcome unknown with the key", err, key)
+		}
+		close(release)
+		res, err := CallTool(context.Background(), f.client(t, TaskOptions{}), params, CallOptions{Key: "held-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text0(t, res); got != "released" || runs.Load() != 1 {
+			t.Fatalf("the key's next call: %q after %d runs; want released, 1 run", got, runs.Load())
+		}
+	})
 }

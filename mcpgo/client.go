@@ -122,15 +122,21 @@ const defaultCallElapsed = 30 * time.Second
 // at the interval its server asks (pollIntervalMs), its input requests are
 // answered by opts.Task.Input (each once) and sent with tasks/update, and
 // its result is the call's. A task that failed is an error matching
-// [*mcptoken.TaskFailure] (the JSON-RPC error it failed with, such as "the
-// server running the task stopped"), one cancelled
-// [mcptoken.ErrTaskCancelled]. While the task runs, a server that is
-// down or a lost connection is waited out until ctx ends: the task is in
-// the server's store, and [ResumeTask] with the ID opts.Task.Started was
-// given gets its result later, from this client or another of the same
-// caller. The tools/call itself is sent again only after an attempt that
-// cannot have reached the server (each call that reaches it creates a
-// task).
+// [*mcptoken.TaskFailure] (the JSON-RPC error it failed with), one
+// cancelled [mcptoken.ErrTaskCancelled]. While the task runs, a server
+// that is down or a lost connection is waited out until ctx ends: the task
+// is in the server's store, and [ResumeTask] with the ID opts.Task.Started
+// was given gets its result later, from this client or another of the
+// same caller. The tools/call itself is sent again only after an attempt
+// that cannot have reached the server (each call that reaches it creates a
+// task). Whenever the task's effect is unknown (ctx ended while it ran,
+// polling failed, or its server stopped while it ran: "the server running
+// the task stopped", a TaskFailure matching [mcptoken.ErrOutcomeUnknown]),
+// the error matches [ErrOutcomeUnknown] and [RetryKey] returns the key: a
+// call under it gets the same task, or its recorded end, without running it
+// again; the error's text says what to check first when its server
+// stopped (see [mcptoken.Tasks.AllowRerun]). A Transactional task that
+// failed keeping nothing is run again by the next call under its key.
 func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, opts CallOptions) (*mcp.CallToolResult, error) {
 	if c == nil {
 		return nil, fmt.Errorf("ctokenmcpgo: CallTool: %w: nil client", ctoken.ErrConfig)

@@ -56,7 +56,10 @@ func callTask(ctx context.Context, c *client.Client, req mcp.CallToolRequest, ke
 		}
 		// A task tool's call is not idempotent on the server (each call
 		// that reaches it creates a task): it is sent again only when the
-		// attempt cannot have reached the server.
+		// attempt cannot have reached the server. A task it created is
+		// driven to its end in the attempt, whose error then carries the
+		// key whenever the task's effect is unknown.
+		fromTask := false
 		raw, err := mcptoken.CallWithRetries(ctx, "ctokenmcpgo", ErrOutcomeUnknown, key, attempts, elapsed, func() (json.RawMessage, mcptoken.RetryVerdict, error) {
 			raw, err := rpc(ctx, string(mcp.MethodToolsCall), params)
 			if err != nil {
@@ -64,16 +67,25 @@ func callTask(ctx context.Context, c *client.Client, req mcp.CallToolRequest, ke
 				v.Retry = v.Retry && !v.Reached
 				return nil, v, err
 			}
+			id, ok := mcptoken.TaskIDOf(raw)
+			if !ok {
+				return raw, mcptoken.RetryVerdict{}, nil
+			}
+			fromTask = true
+			if opts.Task.Started != nil {
+				opts.Task.Started(id)
+			}
+			raw, err = awaitRaw(ctx, c, id, *opts.Task)
+			if err != nil {
+				return nil, taskVerdict(err), err
+			}
 			return raw, mcptoken.RetryVerdict{}, nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		if id, ok := mcptoken.TaskIDOf(raw); ok {
-			if opts.Task.Started != nil {
-				opts.Task.Started(id)
-			}
-			return awaitTask(ctx, c, id, *opts.Task)
+		if fromTask {
+			return mcp.ParseCallToolResult((*json.RawMessage)(&raw))
 		}
 		res, err := mcp.ParseCallToolResult((*json.RawMessage)(&raw))
 		if err != nil || !res.NeedsInput() {
@@ -97,8 +109,8 @@ func callTask(ctx context.Context, c *client.Client, req mcp.CallToolRequest, ke
 // [CallOptions].Task started (its TaskOptions.Started got the ID), to its
 // result through c: after the client restarted, or after CallTool ended
 // with ctx. The client must be the same caller's (the server refuses
-// another caller's task ID as unknown, -32602). Errors are [CallTool]'s for
-// a task.
+// another caller's task ID as unknown, -32602). A task that failed is a
+// [*mcptoken.TaskFailure], one cancelled [mcptoken.ErrTaskCancelled].
 func ResumeTask(ctx context.Context, c *client.Client, taskID string, opts TaskOptions) (*mcp.CallToolResult, error) {
 	if c == nil || taskID == "" {
 		return nil, fmt.Errorf("ctokenmcpgo: ResumeTask: %w: nil client or empty task ID", ctoken.ErrConfig)
@@ -109,9 +121,32 @@ func ResumeTask(ctx context.Context, c *client.Client, taskID string, opts TaskO
 	return awaitTask(ctx, c, taskID, opts)
 }
 
+// taskVerdict is the verdict on err, the end of a task a call created
+// other than its result: a failure whose effect is known and a cancel
+// settle the call; any other end (the task's instance stopped, a
+// transport failure, an input handler's error) leaves its outcome
+// unknown, with no attempt left to make.
+func taskVerdict(err error) verdict {
+	var f *mcptoken.TaskFailure
+	if errors.Is(err, mcptoken.ErrTaskCancelled) || errors.As(err, &f) && !errors.Is(err, mcptoken.ErrOutcomeUnknown) {
+		return verdict{}
+	}
+	return verdict{Reached: true}
+}
+
 // awaitTask polls the task to its end (mcptoken.AwaitTask) and decodes
 // its result.
 func awaitTask(ctx context.Context, c *client.Client, id string, opts TaskOptions) (*mcp.CallToolResult, error) {
+	raw, err := awaitRaw(ctx, c, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	return mcp.ParseCallToolResult((*json.RawMessage)(&raw))
+}
+
+// awaitRaw polls the task to its end (mcptoken.AwaitTask) and returns its
+// result's JSON.
+func awaitRaw(ctx context.Context, c *client.Client, id string, opts TaskOptions) (json.RawMessage, error) {
 	var input func(context.Context, map[string]json.RawMessage) (map[string]json.RawMessage, error)
 	if opts.Input != nil {
 		input = func(ctx context.Context, requests map[string]json.RawMessage) (map[string]json.RawMessage, error) {
@@ -138,11 +173,7 @@ func awaitTask(ctx context.Context, c *client.Client, id string, opts TaskOption
 			return out, nil
 		}
 	}
-	raw, err := mcptoken.AwaitTask(ctx, id, taskRPC(c), input, func(err error) bool { return classify(err).Retry })
-	if err != nil {
-		return nil, err
-	}
-	return mcp.ParseCallToolResult((*json.RawMessage)(&raw))
+	return mcptoken.AwaitTask(ctx, id, taskRPC(c), input, func(err error) bool { return classify(err).Retry })
 }
 
 // paramsMap returns p as the JSON object of a request's params.

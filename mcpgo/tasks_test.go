@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +344,165 @@ func TestRequiredTaskToolBehindMcpGo(t *testing.T) {
 			t.Errorf("%s: mcp-go ran %q for a client without the extension: %.300s", body, ran, out)
 		}
 	}
+}
+
+// taskFleet is one mcp-go server behind two instances' Tasks (a, then b
+// once toB is called) at one endpoint, as a proxy in front of a fleet;
+// "Bearer <user>" names the caller.
+type taskFleet struct {
+	endpoint string
+	a, b     *mcptoken.Tasks
+	cur      atomic.Pointer[http.Handler]
+}
+
+func (f *taskFleet) toB(h http.Handler) { f.cur.Store(&h) }
+
+func newTaskFleet(t *testing.T, storeA, storeB replay.Recorder, name string, transactional bool, h server.ToolHandlerFunc) (*taskFleet, http.Handler) {
+	t.Helper()
+	keys := keyring(t, 11)
+	s := server.NewMCPServer("tasks", "v0", server.WithToolCapabilities(true),
+		server.WithExtensions(map[string]any{mcptoken.TasksExtension: map[string]any{}}))
+	s.AddTool(mcp.NewTool(name), h)
+	sdk := server.NewStreamableHTTPServer(s, server.WithHTTPContextFunc(bearerCaller))
+	instance := func(store replay.Recorder) (*mcptoken.Tasks, http.Handler) {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store, Hold: time.Second, PollInterval: 10 * time.Millisecond,
+			Caller: func(r *http.Request) (string, error) {
+				u, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				return u, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tool := TaskTool(name, h, false)
+		tool.Transactional = transactional
+		if err := ts.Add(tool); err != nil {
+			t.Fatal(err)
+		}
+		return ts, ts.Handler(sdk)
+	}
+	f := &taskFleet{}
+	var ha, hb http.Handler
+	f.a, ha = instance(storeA)
+	f.b, hb = instance(storeB)
+	f.cur.Store(&ha)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*f.cur.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	f.endpoint = srv.URL + "/mcp"
+	return f, hb
+}
+
+// TestCallToolTaskEnds: CallTool ends a call's task with a typed outcome,
+// as ctokenmcp does, and the key names the way forward: a Transactional
+// task whose instance stopped kept nothing and the next call under the key
+// runs it again (one effect committed); a non-Transactional one is a
+// TaskFailure of unknown effect that carries the key, not run again until
+// the server allows it; a call whose ctx ended while its task ran carries
+// the key, under which the next call gets the task's result, run once.
+func TestCallToolTaskEnds(t *testing.T) {
+	call := func(ctx context.Context, p *peer, tool, key string, topts *TaskOptions) (*mcp.CallToolResult, error) {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = tool
+		req.Params.Arguments = map[string]any{"n": 1}
+		return CallTool(ctx, p.c, req, CallOptions{Key: key, Task: topts})
+	}
+
+	t.Run("a Transactional task whose instance stopped runs again under the key", func(t *testing.T) {
+		store := newTxStore()
+		var runs atomic.Int32
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		f, _ := newTaskFleet(t, store, store, "pay", true, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			n := runs.Add(1)
+			if err := txWrite(ctx, "paid"); err != nil {
+				return nil, err
+			}
+			if n == 1 {
+				store.kill() // its instance dies mid-transaction
+				<-release
+				return nil, errors.New("stopped")
+			}
+			return mcp.NewToolResultText("paid"), nil
+		})
+		alice := overHTTP(t, f.endpoint, "alice", nil)
+		_, err := call(alice.ctx, alice, "pay", "pay-1", &TaskOptions{})
+		var failure *mcptoken.TaskFailure
+		if !errors.As(err, &failure) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "calling again is safe") {
+			t.Fatalf("err = %v; want a TaskFailure that kept nothing", err)
+		}
+		res, err := call(alice.ctx, alice, "pay", "pay-1", &TaskOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "paid" || runs.Load() != 2 || store.count("paid") != 1 {
+			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.count("paid"))
+		}
+	})
+
+	t.Run("a non-Transactional task whose instance stopped is a TaskFailure carrying the key", func(t *testing.T) {
+		mem := replay.NewMemoryStore(0)
+		dying := &cutOff{MemoryStore: mem}
+		var runs atomic.Int32
+		var f *taskFleet
+		var hb http.Handler
+		f, hb = newTaskFleet(t, dying, mem, "mail", false, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if runs.Add(1) == 1 {
+				dying.cut.Store(true) // instance a stops; the proxy turns to b
+				f.toB(hb)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return mcp.NewToolResultText("sent"), nil
+		})
+		alice := overHTTP(t, f.endpoint, "alice", nil)
+		for i := range 2 {
+			_, err := call(alice.ctx, alice, "mail", "mail-1", &TaskOptions{})
+			var failure *mcptoken.TaskFailure
+			key, ok := RetryKey(err)
+			if !errors.As(err, &failure) || !errors.Is(err, ErrOutcomeUnknown) || !ok || key != "mail-1" || !strings.Contains(err.Error(), "AllowRerun") {
+				t.Fatalf("call %d: err = %v (key %q); want a TaskFailure of unknown effect with the key", i+1, err, key)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("call %d: %d runs; want 1", i+1, n)
+			}
+		}
+		if err := f.b.AllowRerun(context.Background(), "alice", "mail", "mail-1"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := call(alice.ctx, alice, "mail", "mail-1", &TaskOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "sent" || runs.Load() != 2 {
+			t.Fatalf("after AllowRerun: result %q, %d runs", got, runs.Load())
+		}
+	})
+
+	t.Run("a call whose ctx ended while its task ran carries the key", func(t *testing.T) {
+		store := replay.NewMemoryStore(0)
+		var runs atomic.Int32
+		release := make(chan struct{})
+		f, _ := newTaskFleet(t, store, store, "held", false, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			select {
+			case <-release:
+				return mcp.NewToolResultText("released"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		alice := overHTTP(t, f.endpoint, "alice", nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := call(ctx, alice, "held", "held-1", &TaskOptions{Started: func(string) { cancel() }})
+		if key, ok := RetryKey(err); !ok || key != "held-1" || !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v (key %q); want the outcome unknown with the key", err, key)
+		}
+		close(release)
+		res, err := call(context.Background(), overHTTP(t, f.endpoint, "alice", nil), "held", "held-1", &TaskOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := text(res); got != "released" || runs.Load() != 1 {
+			t.Fatalf("the key's next call: %q after %d runs; want released, 1 run", got, runs.Load())
+		}
+	})
 }

@@ -116,7 +116,8 @@ var (
 	// call with the same key, retried after [RetryAfter], learns the
 	// outcome: the committed result, replayed, or, if nothing was kept,
 	// the tool run (code [CodeOutcomeUnknown]). A call under a new key
-	// may act twice.
+	// may act twice. A [TaskFailure] of [AwaitTask] matches it too when
+	// the task's instance stopped while it ran.
 	ErrOutcomeUnknown = errors.New("mcptoken: the outcome of this call is unknown")
 )
 

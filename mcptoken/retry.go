@@ -44,7 +44,9 @@ type RetryVerdict struct {
 // outcome (the integration's ErrOutcomeUnknown; [RetryKey] then gives the
 // key), whatever the later attempts met: an error not worth another
 // attempt, a closed session, the budget or the context ending. Before
-// that, an error not worth another attempt is returned as it is, and an
+// that, an error not worth another attempt is returned as it is (and so,
+// always, is a task's own end: a [*TaskFailure] whose effect is known, or
+// [ErrTaskCancelled]), and an
 // end of the budget or of the context is an error that matches the
 // context's error, if it ended the call, and the last attempt's error.
 // name begins every text ("ctokenmcp"), which never holds the key. A
@@ -72,7 +74,9 @@ func CallWithRetries[T any](ctx context.Context, name string, outcome error, key
 		switch {
 		case v.Closed:
 			return zero, c.end("the session closed", nil)
-		case !v.Retry && !c.unknown:
+		case !v.Retry && (!c.unknown || settledByTask(err)):
+			// Not run, or the end of the call's task, which every
+			// attempt under the key found.
 			return zero, err
 		case !v.Retry:
 			return zero, c.end("an answer no retry settles", nil)
@@ -142,7 +146,14 @@ func (c *callError) end(why string, cause error) error {
 
 func (c *callError) Error() string {
 	what := "the tool call was not delivered"
-	if c.unknown {
+	var f *TaskFailure
+	switch {
+	case c.unknown && errors.As(c.last, &f) && f.effect == effectUnknown:
+		// A call under the key gets this failure again: it is no way on.
+		what = "the server running the tool's task stopped, and whether the task took effect is unknown: " +
+			"check where the tool acts whether it did; if not, have the server allow a rerun of the key " +
+			"(mcptoken.Tasks.AllowRerun) and call again under the same idempotency key, never a new one"
+	case c.unknown:
 		what = "the outcome of the tool call is unknown: call again under the same idempotency key, never a new one"
 	}
 	s := fmt.Sprintf("%s: %s (%d attempts; %s)", c.pkg, what, c.attempts, c.why)

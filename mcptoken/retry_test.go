@@ -161,3 +161,47 @@ func TestRetryBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestCallWithRetriesEndsWithTheTask: a call whose attempt drove a task to
+// its end returns a failure whose effect is known, or a cancel, as it is,
+// even after an earlier attempt may have reached the server (the key's
+// retry found the same task); a failure whose effect is unknown carries
+// the key, and its text names the check and the rerun, not a retry that
+// would only find the failure again.
+func TestCallWithRetriesEndsWithTheTask(t *testing.T) {
+	const key = "k-task"
+	lost := errors.New("502")
+	known := &TaskFailure{Code: -32603, Message: "the tool failed"}
+	unknown := &unknownFailure{&TaskFailure{Code: -32603, Message: "stopped", effect: effectUnknown}}
+	for _, tc := range []struct {
+		name    string
+		end     error
+		verdict RetryVerdict
+		unknown bool
+	}{
+		{"a known failure", known, RetryVerdict{}, false},
+		{"a cancel", ErrTaskCancelled, RetryVerdict{}, false},
+		{"a failure whose effect is unknown", unknown, RetryVerdict{Reached: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			made := 0
+			_, err := CallWithRetries(context.Background(), "test", errRetryOutcome, key, 5, time.Minute, func() (string, RetryVerdict, error) {
+				made++
+				if made == 1 {
+					return "", RetryVerdict{Retry: true, Reached: true, Hint: time.Nanosecond}, lost
+				}
+				return "", tc.verdict, tc.end
+			})
+			k, ok := RetryKey(err)
+			var f *TaskFailure
+			switch {
+			case !tc.unknown && (err != tc.end || ok):
+				t.Fatalf("err = %v; want %v as it is", err, tc.end)
+			case tc.unknown && (!ok || k != key || !errors.As(err, &f) || !errors.Is(err, errRetryOutcome) || !errors.Is(err, ErrOutcomeUnknown)):
+				t.Fatalf("err = %v; want the task's failure with the key", err)
+			case tc.unknown && (!strings.Contains(err.Error(), "AllowRerun") || !strings.Contains(err.Error(), "check where the tool acts") || strings.Contains(err.Error(), key)):
+				t.Fatalf("err = %q; want the check and the rerun named, never the key", err)
+			}
+		})
+	}
+}

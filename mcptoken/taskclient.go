@@ -17,14 +17,37 @@ var ErrTaskCancelled = errors.New("mcptoken: the task was cancelled")
 
 // TaskFailure is the JSON-RPC error a task failed with ([AwaitTask]): the
 // tool's own protocol error, or the server's, such as "the server running
-// the task stopped".
+// the task stopped". Its text says what the server knows of the task's
+// effect: nothing kept (a Transactional task's writes were rolled back:
+// calling again is safe), or unknown (the error then also matches
+// [ErrOutcomeUnknown]).
 type TaskFailure struct {
 	Code    int
 	Message string
+
+	effect string // the error data's ctokenEffect: effectNone, effectUnknown or ""
 }
 
 func (f *TaskFailure) Error() string {
-	return fmt.Sprintf("mcptoken: the task failed: JSON-RPC error %d: %s", f.Code, f.Message)
+	s := fmt.Sprintf("mcptoken: the task failed: JSON-RPC error %d: %s", f.Code, f.Message)
+	if f.effect == effectNone {
+		s += " (nothing of it was kept: calling again is safe)"
+	}
+	return s
+}
+
+// unknownFailure is a [TaskFailure] whose effect is unknown: it matches
+// [ErrOutcomeUnknown] too.
+type unknownFailure struct{ f *TaskFailure }
+
+func (u *unknownFailure) Error() string   { return u.f.Error() }
+func (u *unknownFailure) Unwrap() []error { return []error{ErrOutcomeUnknown, u.f} }
+
+// settledByTask reports whether err is a task's own end that settles its
+// call: a failure whose effect is not unknown, or a cancel.
+func settledByTask(err error) bool {
+	var f *TaskFailure
+	return errors.Is(err, ErrTaskCancelled) || errors.As(err, &f) && f.effect != effectUnknown
 }
 
 // Polling bounds of AwaitTask: a server's pollIntervalMs is honoured
@@ -56,8 +79,9 @@ type detailedTask struct {
 	InputRequests  map[string]json.RawMessage `json:"inputRequests"`
 	Result         json.RawMessage            `json:"result"`
 	Error          *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
 	} `json:"error"`
 }
 
@@ -73,7 +97,9 @@ type detailedTask struct {
 // input_required has its requests answered by input, each key once (a key
 // seen again in a later poll is not asked again), and the answers sent
 // with tasks/update (again after a transient error, without asking
-// again). A failed task is a [*TaskFailure], a cancelled one
+// again). A failed task is a [*TaskFailure] (which matches
+// [ErrOutcomeUnknown] too when the server says that whether it took
+// effect is unknown: its instance stopped while it ran), a cancelled one
 // [ErrTaskCancelled]. An error of rpc for which transient returns true (a
 // server restarting, a connection lost) is waited out as a poll is, until
 // ctx ends: the task lives in the server's store, and a later AwaitTask
@@ -118,6 +144,15 @@ func AwaitTask(ctx context.Context, taskID string,
 			f := &TaskFailure{Code: codeInternal, Message: "the task failed without an error"}
 			if t.Error != nil {
 				f.Code, f.Message = t.Error.Code, t.Error.Message
+				var data struct {
+					Effect string `json:"ctokenEffect"`
+				}
+				if json.Unmarshal(t.Error.Data, &data) == nil && (data.Effect == effectNone || data.Effect == effectUnknown) {
+					f.effect = data.Effect
+				}
+			}
+			if f.effect == effectUnknown {
+				return nil, &unknownFailure{f}
 			}
 			return nil, f
 		case taskCancelled:

@@ -114,6 +114,32 @@ func TestAwaitTask(t *testing.T) {
 		}
 	})
 
+	t.Run("a failure whose effect is unknown also matches ErrOutcomeUnknown", func(t *testing.T) {
+		s := &script{gets: []string{`{"status":"failed","error":{"code":-32603,"message":"stopped","data":{"ctokenEffect":"unknown"}}}`}}
+		_, err := AwaitTask(ctx, "t", s.rpc, nil, nil)
+		var f *TaskFailure
+		if !errors.As(err, &f) || !errors.Is(err, ErrOutcomeUnknown) || settledByTask(err) || err.Error() != "mcptoken: the task failed: JSON-RPC error -32603: stopped" {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("a failure that kept nothing says calling again is safe", func(t *testing.T) {
+		s := &script{gets: []string{`{"status":"failed","error":{"code":-32603,"message":"rolled back","data":{"ctokenEffect":"none"}}}`}}
+		_, err := AwaitTask(ctx, "t", s.rpc, nil, nil)
+		var f *TaskFailure
+		if !errors.As(err, &f) || errors.Is(err, ErrOutcomeUnknown) || !settledByTask(err) || !strings.Contains(err.Error(), "calling again is safe") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("a failure's unknown data is ignored", func(t *testing.T) {
+		s := &script{gets: []string{`{"status":"failed","error":{"code":-32603,"message":"x","data":{"ctokenEffect":"maybe"}}}`}}
+		_, err := AwaitTask(ctx, "t", s.rpc, nil, nil)
+		if f, ok := err.(*TaskFailure); !ok || f.effect != "" || err.Error() != "mcptoken: the task failed: JSON-RPC error -32603: x" {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
 	t.Run("a failed task without an error is still a TaskFailure", func(t *testing.T) {
 		s := &script{gets: []string{`{"status":"failed"}`}}
 		var f *TaskFailure

@@ -143,6 +143,9 @@ type TaskTool struct {
 	// in it: no transaction stays open while a client answers. tasks/cancel
 	// stops it only on the instance that runs it. On sqlitestore the task
 	// holds the store's one writer until it ends: keep such tools short.
+	// A keyed task (a call with an idempotency key) that failed with its
+	// writes rolled back, or whose instance stopped mid-transaction, is
+	// run again by the next call under the key, up to 8 runs in all.
 	Transactional bool
 }
 
@@ -315,6 +318,10 @@ func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
 
 func (r taskRef) cancelMark() string { return r.entry() + ":c" }
 
+// rerunMark is the entry by which [Tasks.AllowRerun] lets a keyed task's
+// failed run be followed by another.
+func (r taskRef) rerunMark() string { return r.entry() + ":r" }
+
 // fp is the fingerprint the task's entry is recorded with: taskFP, and for
 // a keyed task its arguments' fingerprint and creation time, which a
 // retry of its call reads back from the lease or the outcome.
@@ -331,6 +338,16 @@ func (r taskRef) fp() []byte {
 // with an idempotency key: 16 bytes of callHash under a domain of its own.
 func keyedTask(caller, tool, key string) []byte {
 	sum := callHash("ctoken/mcp keyed task v1\x00", caller, tool, key)
+	return sum[:16]
+}
+
+// taskRun returns the entry nonce of run n (from 0) of the keyed task
+// whose first run's nonce is first.
+func taskRun(first []byte, n int) []byte {
+	if n == 0 {
+		return first
+	}
+	sum := sha256.Sum256(binary.BigEndian.AppendUint32(append([]byte("ctoken/mcp keyed task run v1\x00"), first...), uint32(n)))
 	return sum[:16]
 }
 
@@ -353,13 +370,36 @@ type outcome struct {
 	Result  json.RawMessage `json:"result,omitempty"`
 	Error   *rpcError       `json:"error,omitempty"`
 	Updated int64           `json:"updated"`
+	// Effect is, for a failed task, what is certain of its effect:
+	// effectNone (its transaction rolled back: nothing happened, and a
+	// keyed task is run again by the next call under its key) or
+	// effectUnknown (its instance stopped while it ran); "" when the
+	// failure is the tool's own.
+	Effect string `json:"effect,omitempty"`
 }
+
+// Values of outcome.Effect, sent as the failed task's error data
+// {"ctokenEffect": ...}.
+const (
+	effectNone    = "none"
+	effectUnknown = "unknown"
+)
+
+// maxTaskRuns bounds the runs of one keyed task: its first and the
+// reruns of failures that kept nothing (or that AllowRerun allowed).
+const maxTaskRuns = 8
 
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 	Data    any    `json:"data,omitempty"`
 }
+
+// Messages of a task whose instance stopped while it ran.
+const (
+	msgStoppedUnknown = "the server running the task stopped: whether the task took effect is unknown"
+	msgStoppedNone    = "the server running the task stopped mid-transaction"
+)
 
 // taskFP is the fingerprint of every task entry: it tells a task's entry
 // from one leased without it.
@@ -375,6 +415,8 @@ type TaskState struct {
 	Result        json.RawMessage
 	ErrorCode     int
 	ErrorMessage  string
+
+	effect string // a failure's outcome.Effect, sent as its error's data
 }
 
 // Create creates a task for call durably (one write to the store) and
@@ -397,23 +439,35 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	} else if _, err := rand.Read(ref.Nonce); err != nil {
 		return TaskState{}, err
 	}
-	held := time.Now() // the lease lasts until held+Hold at least
+	first := ref.Nonce
+	var held time.Time // the lease lasts until held+Hold at least
 	var rec replay.Record
 	var work replay.Work
-	var err error
-	if tool.Transactional {
-		rec, work, err = t.acquireWork(ctx, ref)
-	} else {
-		rec, err = t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
-	}
-	if err != nil {
-		return TaskState{}, err
-	}
-	if rec.State != replay.LeaseAcquired {
-		if call.key != "" {
-			return t.again(ctx, ref, call.Caller, rec)
+	for run := 1; ; run++ {
+		// A keyed task's run n+1 has an entry of its own, the store's
+		// done entries being final: it follows a run that kept nothing.
+		held = time.Now()
+		var err error
+		if tool.Transactional {
+			rec, work, err = t.acquireWork(ctx, ref)
+		} else {
+			rec, err = t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
 		}
-		return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
+		if err != nil {
+			return TaskState{}, err
+		}
+		if rec.State == replay.LeaseAcquired {
+			break
+		}
+		if call.key == "" {
+			return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
+		}
+		st, next, rerun, err := t.again(ctx, ref, call.Caller, rec, run < maxTaskRuns)
+		if err != nil || !rerun {
+			return st, err
+		}
+		ref = next
+		ref.Nonce = taskRun(first, run)
 	}
 	if call.key == "" {
 		ref.Created = time.Now().UnixMilli()
@@ -443,26 +497,111 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	return TaskState{ID: id, Status: taskWorking, Created: now, Updated: now}, nil
 }
 
-// again answers a retry of a keyed task's call that found its task (rec,
-// busy or done): the task, under an ID without its lease token, for the
-// same arguments; [ErrKeyReused] for others. Nothing is written.
-func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec replay.Record) (TaskState, error) {
+// again answers a retry of a keyed task's call that found its task's run
+// (rec, busy or done): the run, under an ID without its lease token, for
+// the same arguments; [ErrKeyReused] for others. Nothing is written. For a
+// run that failed keeping nothing, or whose rerun [Tasks.AllowRerun]
+// allowed, it returns rerun true and ref with the task's creation time
+// instead, for the next run, when more may follow.
+func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec replay.Record, more bool) (st TaskState, next taskRef, rerun bool, err error) {
 	fp := rec.Fingerprint
 	if len(fp) != len(taskFP)+1+32+8 {
 		// Taken for a moment by an instance that records the task failed.
-		return TaskState{}, fmt.Errorf("mcptoken: a keyed task's entry is %s without its fingerprint", rec.State)
+		return TaskState{}, ref, false, fmt.Errorf("mcptoken: a keyed task's entry is %s without its fingerprint", rec.State)
 	}
 	if subtle.ConstantTimeCompare(fp[:len(taskFP)+1+32], ref.fp()[:len(taskFP)+1+32]) != 1 {
-		return TaskState{}, ErrKeyReused
+		return TaskState{}, ref, false, ErrKeyReused
 	}
 	ref.Created = int64(binary.BigEndian.Uint64(fp[len(fp)-8:]))
+	if rec.State == replay.LeaseDone && more {
+		o, err := t.openOutcome(ref, rec.Result)
+		if err != nil {
+			return TaskState{}, ref, false, err
+		}
+		if o.Status == taskFailed {
+			if o.Effect == effectNone {
+				return TaskState{}, ref, true, nil
+			}
+			if _, ok, err := t.peek(ctx, ref, ref.rerunMark()); err != nil || ok {
+				return TaskState{}, ref, ok, err
+			}
+		}
+	}
 	id, err := ctoken.IssueState(t.ids, taskScope(caller), 0, ref)
 	if err != nil {
-		return TaskState{}, err
+		return TaskState{}, ref, false, err
 	}
-	st, _, err := t.state(ctx, ref)
+	st, _, err = t.state(ctx, ref)
 	st.ID = id
-	return st, err
+	return st, ref, false, err
+}
+
+// openOutcome opens a task entry's sealed outcome.
+func (t *Tasks) openOutcome(ref taskRef, sealed []byte) (outcome, error) {
+	b, err := t.seal.open(ref.entry(), taskFP, sealed)
+	var o outcome
+	if err == nil {
+		err = json.Unmarshal(b, &o)
+	}
+	if err != nil {
+		return outcome{}, fmt.Errorf("mcptoken: task record %w", errRecordForged)
+	}
+	return o, nil
+}
+
+// errNoRerun reports an AllowRerun for a key whose latest run did not
+// fail, is still running, or was the last.
+var errNoRerun = errors.New("mcptoken: AllowRerun: the key's latest run did not fail, still runs, or was the last")
+
+// AllowRerun lets the next call of caller's tool under the idempotency key
+// run its task again after its latest run failed (its instance stopped
+// while it ran, so that whether it took effect is unknown, or its tool
+// failed): call it once the application has checked, where the tool
+// acts, that the run did not take effect. A run whose failure kept
+// nothing (a Transactional task's) is run again without it. One key has
+// at most 8 runs. AllowRerun fails for a key whose latest run did not
+// fail, still runs or was the last, and with [ErrTaskInvalid] for a key
+// without a task.
+func (t *Tasks) AllowRerun(ctx context.Context, caller, tool, key string) error {
+	first := keyedTask(caller, tool, key)
+	for run := 0; run < maxTaskRuns; run++ {
+		ref := taskRef{Nonce: taskRun(first, run), Tool: tool}
+		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, nil)
+		if err != nil {
+			return err
+		}
+		switch {
+		case rec.State == replay.LeaseAcquired:
+			if err := t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token); err != nil || run > 0 {
+				return err // run > 0: the next call makes this run already
+			}
+			return ErrTaskInvalid
+		case rec.State != replay.LeaseDone, len(rec.Fingerprint) != len(taskFP)+1+32+8:
+			return errNoRerun // running
+		}
+		ref.Created = int64(binary.BigEndian.Uint64(rec.Fingerprint[len(rec.Fingerprint)-8:]))
+		o, err := t.openOutcome(ref, rec.Result)
+		if err != nil {
+			return err
+		}
+		if o.Status != taskFailed {
+			return errNoRerun
+		}
+		if o.Effect == effectNone {
+			continue // followed by the next run already
+		}
+		_, marked, err := t.peek(ctx, ref, ref.rerunMark())
+		switch {
+		case err != nil:
+			return err
+		case marked:
+			continue
+		case run+1 == maxTaskRuns:
+			return errNoRerun
+		}
+		return t.put(ctx, ref, ref.rerunMark(), []byte("true"))
+	}
+	return errNoRerun
 }
 
 // run runs a task and records its outcome, renewing its lease meanwhile,
@@ -694,8 +833,12 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			// The running instance stopped and its lease lapsed: record it.
 			t.fail(slog.LevelWarn, "a task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
 			// Failed even if it was cancelled meanwhile: how far its tool
-			// got is unknown.
-			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "the server running the task stopped"}, Updated: time.Now().UnixMilli()}
+			// got is unknown (nothing, for a Transactional tool).
+			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgStoppedUnknown}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
+			if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
+				// Its transaction ended with its instance: nothing kept.
+				o.Error.Message, o.Effect = msgStoppedNone, effectNone
+			}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
 				return TaskState{}, -1, err
@@ -710,7 +853,7 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			if err != nil {
 				return TaskState{}, -1, fmt.Errorf("mcptoken: task record %w", errRecordForged)
 			}
-			st.Status, st.Result, st.Updated = o.Status, o.Result, time.UnixMilli(o.Updated)
+			st.Status, st.Result, st.Updated, st.effect = o.Status, o.Result, time.UnixMilli(o.Updated), o.Effect
 			if o.Error != nil {
 				st.ErrorCode, st.ErrorMessage = o.Error.Code, o.Error.Message
 			}

@@ -435,3 +435,177 @@ func TestTaskTransactionalRefusedWithoutWorkStore(t *testing.T) {
 		t.Fatalf("the refusal left %d entries in the store", n)
 	}
 }
+
+// cutOff is a MemoryStore an instance stops reaching once cut, as when the
+// instance stopped: its lease is neither renewed nor confirmed.
+type cutOff struct {
+	*replay.MemoryStore
+	cut atomic.Bool
+}
+
+var errCut = errors.New("test: the instance stopped")
+
+func (c *cutOff) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if c.cut.Load() {
+		return replay.Record{}, errCut
+	}
+	return c.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+func (c *cutOff) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (c *cutOff) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if c.cut.Load() {
+		return errCut
+	}
+	return c.MemoryStore.RenewLease(ctx, id, token, lease)
+}
+
+// keyedCall is caller's call of a task tool with arguments {} under key.
+func keyedCall(caller, key string) *TaskCall {
+	fp, _ := ctoken.ArgsFingerprint(json.RawMessage(`{}`))
+	return &TaskCall{Caller: caller, Arguments: json.RawMessage(`{}`), key: key, args: fp}
+}
+
+// settle returns the state of the task id once it left working.
+func settle(t *testing.T, ts *Tasks, id string) TaskState {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got, err := ts.Get(context.Background(), "alice", id)
+		must(t, err)
+		if got.Status != taskWorking {
+			return got
+		}
+	}
+	t.Fatal("task still working")
+	return TaskState{}
+}
+
+// TestKeyedTaskRuns: under one idempotency key, a task whose failure kept
+// nothing (a Transactional task's, whose transaction rolled back or whose
+// instance stopped) is run again by the next call, at most 8 runs in all,
+// with one committed effect; a non-Transactional task whose instance
+// stopped is not, its effect unknown, until AllowRerun lets it.
+func TestKeyedTaskRuns(t *testing.T) {
+	ok := json.RawMessage(`{"content":[{"type":"text","text":"paid"}]}`)
+	newTx := func(t *testing.T, run func(ctx context.Context, n int32) (json.RawMessage, error)) (*Tasks, *txStore, TaskTool, *atomic.Int32) {
+		store := newTxStore()
+		ts := newCoreTasks(t, store)
+		runs := &atomic.Int32{}
+		tool := TaskTool{Name: "pay", Transactional: true, Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+			n := runs.Add(1)
+			if err := txWrite(ctx, "paid"); err != nil {
+				return nil, err
+			}
+			return run(ctx, n)
+		}}
+		must(t, ts.Add(tool))
+		return ts, store, tool, runs
+	}
+
+	t.Run("a Transactional task whose instance stopped runs again, once", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		ts, store, tool, runs := newTx(t, func(ctx context.Context, n int32) (json.RawMessage, error) {
+			if n == 1 {
+				close(started)
+				<-release // the stopped instance's goroutine, never heard of again
+				return nil, errors.New("stopped")
+			}
+			return ok, nil
+		})
+		first, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
+		must(t, err)
+		<-started
+		store.kill()
+		if st := settle(t, ts, first.ID); st.Status != taskFailed || st.ErrorMessage != msgStoppedNone || st.effect != effectNone {
+			t.Fatalf("the stopped run: %+v", st)
+		}
+		second, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
+		must(t, err)
+		if st := settle(t, ts, second.ID); st.Status != taskCompleted {
+			t.Fatalf("the next call's run: %+v", st)
+		}
+		third, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
+		must(t, err)
+		if third.Status != taskCompleted || !bytes.Contains(third.Result, []byte("paid")) {
+			t.Fatalf("a call after the rerun completed: %+v", third)
+		}
+		if n, c := runs.Load(), store.count("paid"); n != 2 || c != 1 {
+			t.Fatalf("%d runs, %d committed effects; want 2 runs, 1 effect", n, c)
+		}
+	})
+
+	t.Run("a Transactional task that rolled back runs again, at most 8 runs", func(t *testing.T) {
+		ts, store, tool, runs := newTx(t, func(context.Context, int32) (json.RawMessage, error) {
+			return nil, errors.New("declined")
+		})
+		for i := 1; i <= maxTaskRuns+1; i++ {
+			st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k2"))
+			must(t, err)
+			if st = settle(t, ts, st.ID); st.Status != taskFailed || st.effect != effectNone {
+				t.Fatalf("call %d: %+v", i, st)
+			}
+			if want := min(i, maxTaskRuns); runs.Load() != int32(want) {
+				t.Fatalf("after call %d: %d runs; want %d", i, runs.Load(), want)
+			}
+		}
+		if c := store.count("paid"); c != 0 {
+			t.Fatalf("%d effects committed by failed runs", c)
+		}
+	})
+
+	t.Run("a non-Transactional task whose instance stopped runs again only after AllowRerun", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		mem := replay.NewMemoryStore(0)
+		dying := &cutOff{MemoryStore: mem}
+		a, err := NewTasks(TasksConfig{Keys: keys, Store: dying, Hold: time.Second, PollInterval: 10 * time.Millisecond})
+		must(t, err)
+		b, err := NewTasks(TasksConfig{Keys: keys, Store: mem, Hold: time.Second, PollInterval: 10 * time.Millisecond})
+		must(t, err)
+		var runs atomic.Int32
+		started := make(chan struct{})
+		tool := TaskTool{Name: "mail", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-ctx.Done() // given up by its instance
+				return nil, ctx.Err()
+			}
+			return ok, nil
+		}}
+		must(t, a.Add(tool))
+		must(t, b.Add(tool))
+		first, err := a.Create(context.Background(), tool, keyedCall("alice", "k3"))
+		must(t, err)
+		<-started
+		dying.cut.Store(true)
+		st := settle(t, b, first.ID)
+		if st.Status != taskFailed || st.ErrorMessage != msgStoppedUnknown || st.effect != effectUnknown {
+			t.Fatalf("the stopped run: %+v", st)
+		}
+		again, err := b.Create(context.Background(), tool, keyedCall("alice", "k3"))
+		must(t, err)
+		if again.Status != taskFailed || runs.Load() != 1 {
+			t.Fatalf("the next call: %+v after %d runs; want the failure, not a run", again, runs.Load())
+		}
+		ctx := context.Background()
+		if err := b.AllowRerun(ctx, "bob", "mail", "k3"); !errors.Is(err, ErrTaskInvalid) {
+			t.Fatalf("AllowRerun of another caller's key: %v", err)
+		}
+		must(t, b.AllowRerun(ctx, "alice", "mail", "k3"))
+		rerun, err := b.Create(ctx, tool, keyedCall("alice", "k3"))
+		must(t, err)
+		if st := settle(t, b, rerun.ID); st.Status != taskCompleted || runs.Load() != 2 {
+			t.Fatalf("the call after AllowRerun: %+v after %d runs", st, runs.Load())
+		}
+		if err := b.AllowRerun(ctx, "alice", "mail", "k3"); !errors.Is(err, errNoRerun) {
+			t.Fatalf("AllowRerun of a completed task: %v", err)
+		}
+	})
+}

@@ -115,7 +115,7 @@ func (t *Tasks) Shutdown(ctx context.Context) error {
 		if r.transactional || !r.claim() {
 			continue
 		}
-		o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgTaskDrained}, Updated: time.Now().UnixMilli()}
+		o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgTaskDrained}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
 		if err := t.finish(r.ref, r.ref.Token, o); err != nil {
 			t.fail(slog.LevelError, "a task could not be handed over at shutdown; another instance reports it failed once its lease lapses", r.ref.Tool, err)
 		}

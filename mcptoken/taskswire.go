@@ -544,7 +544,11 @@ func (t *Tasks) wire(st TaskState, resultType string) map[string]any {
 	case taskCompleted:
 		m["result"] = completeResult(st.Result)
 	case taskFailed:
-		m["error"] = rpcError{Code: st.ErrorCode, Message: st.ErrorMessage}
+		e := rpcError{Code: st.ErrorCode, Message: st.ErrorMessage}
+		if st.effect != "" {
+			e.Data = map[string]string{"ctokenEffect": st.effect}
+		}
+		m["error"] = e
 		m["statusMessage"] = st.ErrorMessage
 	}
 	return m

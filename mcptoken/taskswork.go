@@ -42,7 +42,7 @@ var errTaskInputTx = errors.New("mcptoken: TaskCall.Input in a Transactional tas
 // runWork runs a Transactional task in work, whose transaction holds its
 // entry, under parent (stopped by r's stop): its outcome commits with the
 // tool's writes; a failure, a cancel or a commit that kept nothing rolls
-// them back and records the task failed (or cancelled).
+// them back and records the task failed with nothing kept (or cancelled).
 func (t *Tasks) runWork(parent context.Context, r *runner, tool TaskTool, call *TaskCall, work replay.Work) {
 	defer t.unregister(r)
 	ref := r.ref
@@ -76,6 +76,9 @@ func (t *Tasks) runWork(parent context.Context, r *runner, tool TaskTool, call *
 		}
 		t.fail(slog.LevelError, "a Transactional task's outcome was not committed; its writes were rolled back and the task failed", ref.Tool, err)
 		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: "internal error: the task's transaction was rolled back"}, Updated: time.Now().UnixMilli()}
+	}
+	if o.Status == taskFailed {
+		o.Effect = effectNone // rolled back: a keyed task runs again (Create)
 	}
 	_ = work.Rollback(bg) // frees the entry (a no-op after a Commit)
 	// Record the outcome in the freed entry, retrying a store that cannot
