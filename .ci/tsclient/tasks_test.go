@@ -62,6 +62,7 @@ type seen struct {
 	raw      bool   // sent by tasks.mjs's rawDispatch (a string id), not by the SDK client
 	header   http.Header
 	taskID   string // params.taskId, or the created task's
+	poll     int64  // the answer's pollIntervalMs, 0 if none
 	response json.RawMessage
 }
 
@@ -213,10 +214,14 @@ func (f *taskServer) serve(t *testing.T, h http.Handler) {
 				Result struct {
 					Type   string `json:"resultType"`
 					TaskID string `json:"taskId"`
+					Poll   int64  `json:"pollIntervalMs"`
 				} `json:"result"`
 			}
-			if json.Unmarshal(b, &resp) == nil && resp.Result.Type == "task" {
-				s.taskID = resp.Result.TaskID
+			if json.Unmarshal(b, &resp) == nil {
+				s.poll = resp.Result.Poll
+				if resp.Result.Type == "task" {
+					s.taskID = resp.Result.TaskID
+				}
 			}
 		}
 		f.mu.Lock()
@@ -590,29 +595,27 @@ func answeredBy(f *taskServer, id, method string) bool {
 }
 
 // logPolls logs, for the record and without asserting on it, how long the
-// client waited after each task's creation before its first tasks/get, and
-// between polls.
+// client waited before each tasks/get of a task after the answer before
+// (the task's creation, or the last tasks/get), and the pollIntervalMs
+// that answer suggested. Some gets are the script's own (a snapshot, a
+// resume), not the package's polling.
 func logPolls(t *testing.T, f *taskServer) {
-	created := map[string]time.Time{}
 	tool := map[string]string{}
-	last := map[string]time.Time{}
+	last := map[string]seen{}
 	var b strings.Builder
 	for _, s := range f.seenRequests() {
 		switch {
 		case s.method == "tools/call" && s.taskID != "":
-			created[s.taskID], tool[s.taskID] = s.done, s.tool
+			tool[s.taskID], last[s.taskID] = s.tool, s
+			fmt.Fprintf(&b, "\n  %s:", s.tool)
 		case s.method == "tasks/get":
-			if c, ok := created[s.taskID]; ok {
-				if l, ok := last[s.taskID]; ok {
-					fmt.Fprintf(&b, " +%dms", s.at.Sub(l).Milliseconds())
-				} else {
-					fmt.Fprintf(&b, "\n  %s: first tasks/get %dms after the task's creation, then", tool[s.taskID], s.at.Sub(c).Milliseconds())
-				}
-				last[s.taskID] = s.at
+			if l, ok := last[s.taskID]; ok {
+				fmt.Fprintf(&b, " %dms(%d)", s.at.Sub(l.done).Milliseconds(), l.poll)
+				last[s.taskID] = s
 			}
 		}
 	}
-	t.Logf("polls (pollIntervalMs 20):%s", b.String())
+	t.Logf("each tasks/get, in ms after the answer before (its pollIntervalMs):%s", b.String())
 }
 
 // newGoSDKTaskServer serves the tools on a go-sdk server (stateless
