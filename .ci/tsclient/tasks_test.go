@@ -167,10 +167,12 @@ func newTaskServer(t *testing.T) (*taskServer, *mcptoken.Tasks) {
 		}
 	})
 	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{
-		Keys:         keyring(t, 7),
-		Store:        replay.NewMemoryStore(0),
-		TTL:          10 * time.Minute,
-		Hold:         3 * time.Second,
+		Keys:  keyring(t, 7),
+		Store: replay.NewMemoryStore(0),
+		TTL:   10 * time.Minute,
+		// A lease renewed every 2 s, lost only after a 3 s stall: a loaded
+		// CI machine does not cancel a gated tool that waits for the script.
+		Hold:         6 * time.Second,
 		PollInterval: 20 * time.Millisecond,
 		Caller: func(r *http.Request) (string, error) {
 			if u := r.Header.Get(taskUser); u != "" {
