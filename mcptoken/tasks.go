@@ -318,6 +318,9 @@ func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
 
 func (r taskRef) cancelMark() string { return r.entry() + ":c" }
 
+// beganMark is the entry that records that a task's run began (begin).
+func (r taskRef) beganMark() string { return r.entry() + ":b" }
+
 // rerunMark is the entry by which [Tasks.AllowRerun] lets a keyed task's
 // failed run be followed by another.
 func (r taskRef) rerunMark() string { return r.entry() + ":r" }
@@ -438,6 +441,8 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		ref.Created = time.Now().UnixMilli()
 	} else if _, err := rand.Read(ref.Nonce); err != nil {
 		return TaskState{}, err
+	} else {
+		ref.Created = time.Now().UnixMilli()
 	}
 	first := ref.Nonce
 	var held time.Time // the lease lasts until held+Hold at least
@@ -456,6 +461,17 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		if err != nil {
 			return TaskState{}, err
 		}
+		if rec.State == replay.LeaseAcquired && work == nil {
+			fresh, err := t.begin(ctx, ref, rec.Token)
+			if err != nil {
+				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+				return TaskState{}, err
+			}
+			if !fresh {
+				run-- // the same run, now recorded failed: read it again
+				continue
+			}
+		}
 		if rec.State == replay.LeaseAcquired {
 			break
 		}
@@ -468,9 +484,6 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		}
 		ref = next
 		ref.Nonce = taskRun(first, run)
-	}
-	if call.key == "" {
-		ref.Created = time.Now().UnixMilli()
 	}
 	now := ref.created() // as tasks/get reports it
 	ref.Token = rec.Token
@@ -534,6 +547,37 @@ func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec repla
 	st, _, err = t.state(ctx, ref)
 	st.ID = id
 	return st, ref, false, err
+}
+
+// begin makes the creation of a task whose entry was just acquired with
+// token durable before its ID is returned: a mark that its run began,
+// recorded (and so synced: a store may keep a lease unsynced, as
+// sqlitestore does) in an entry of its own. A keyed task's run found free
+// with its mark present began before, and its instance stopped with the
+// lease lapsing before any read recorded it: begin records it failed,
+// effect unknown, and reports false, so that the retry reads that instead
+// of running the task again.
+func (t *Tasks) begin(ctx context.Context, ref taskRef, token string) (fresh bool, err error) {
+	if len(ref.Args) != 0 {
+		b, ok, err := t.peek(ctx, ref, ref.beganMark())
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			fp := ref.fp()
+			if len(b) != len(fp) || subtle.ConstantTimeCompare(b[:len(fp)-8], fp[:len(fp)-8]) != 1 {
+				return false, ErrKeyReused
+			}
+			ref.Created = int64(binary.BigEndian.Uint64(b[len(b)-8:]))
+			t.fail(slog.LevelWarn, "a keyed task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
+			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgStoppedUnknown}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
+			if err := t.finish(ref, token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
+				return false, err
+			}
+			return false, nil
+		}
+	}
+	return true, t.put(ctx, ref, ref.beganMark(), ref.fp())
 }
 
 // openOutcome opens a task entry's sealed outcome.
