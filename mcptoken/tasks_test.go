@@ -560,6 +560,44 @@ func TestKeyedTaskRuns(t *testing.T) {
 		}
 	})
 
+	t.Run("a non-Transactional task whose lease lapsed unread is not run again", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		must(t, err)
+		mem := replay.NewMemoryStore(0)
+		dying := &cutOff{MemoryStore: mem}
+		a, err := NewTasks(TasksConfig{Keys: keys, Store: dying, Hold: 300 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+		must(t, err)
+		b, err := NewTasks(TasksConfig{Keys: keys, Store: mem, Hold: 300 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+		must(t, err)
+		var runs atomic.Int32
+		started := make(chan struct{})
+		tool := TaskTool{Name: "mail", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return ok, nil
+		}}
+		_, err = a.Create(context.Background(), tool, keyedCall("alice", "k4"))
+		must(t, err)
+		<-started
+		dying.cut.Store(true)
+		// No tasks/get: the retries alone meet the lease, then its lapse.
+		var st TaskState
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if st, err = b.Create(context.Background(), tool, keyedCall("alice", "k4")); err != nil || st.Status != taskWorking || time.Now().After(deadline) {
+				break
+			}
+		}
+		must(t, err)
+		if st.Status != taskFailed || st.effect != effectUnknown || runs.Load() != 1 {
+			t.Fatalf("the retry after the lapse: %+v after %d runs; want the failure, not a run", st, runs.Load())
+		}
+		if _, err := b.Create(context.Background(), tool, &TaskCall{Caller: "alice", Arguments: json.RawMessage(`{"n":2}`), key: "k4", args: [32]byte{2}}); !errors.Is(err, ErrKeyReused) {
+			t.Fatalf("the key with other arguments: %v", err)
+		}
+	})
 	t.Run("a non-Transactional task whose instance stopped runs again only after AllowRerun", func(t *testing.T) {
 		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 		must(t, err)
