@@ -135,14 +135,14 @@ type TaskTool struct {
 	// failed.
 	Run func(ctx context.Context, call *TaskCall) (json.RawMessage, error)
 	// Transactional runs Run in a transaction of the Store, which must be
-	// a replay.WorkAcquirer (pgstore, sqlitestore): the task's entry is
-	// taken in it, and the tool's writes (through pgstore.TxFrom or
-	// sqlitestore.TxFrom on Run's context) commit with its outcome, or, on
+	// a replay.WorkAcquirer (pgstore): the task's entry is taken in it,
+	// and the tool's writes (through pgstore.TxFrom on Run's context) commit with its outcome, or, on
 	// an error or panic of Run, a cancel or the TTL's end, are rolled back
 	// and the task recorded failed (or cancelled). [TaskCall.Input] fails
 	// in it: no transaction stays open while a client answers. tasks/cancel
-	// stops it only on the instance that runs it. On sqlitestore the task
-	// holds the store's one writer until it ends: keep such tools short.
+	// stops it only on the instance that runs it. A store whose Work holds
+	// its only writer (sqlitestore, a [replay.OneWriter]) is refused: one
+	// such task would stall every other task, creation and poll.
 	// A keyed task (a call with an idempotency key) that failed with its
 	// writes rolled back, or whose instance stopped mid-transaction, is
 	// run again by the next call under the key, up to 8 runs in all.
@@ -255,13 +255,15 @@ func newTaskIDs(keys *ctoken.Keyring, ttl time.Duration, now func() time.Time) (
 // Add registers tool as task-augmented; a second tool of the same name
 // replaces the first. It fails for a tool without a name or Run, and with
 // an error matching ctoken.ErrConfig for a Transactional tool on a Store
-// that is not a replay.WorkAcquirer.
+// that is not a replay.WorkAcquirer, or whose Work holds its only writer.
 func (t *Tasks) Add(tool TaskTool) error {
 	if tool.Name == "" || tool.Run == nil {
 		return fmt.Errorf("%w: a TaskTool needs a Name and a Run", errTaskConfig)
 	}
-	if _, ok := t.store.(replay.WorkAcquirer); tool.Transactional && !ok {
-		return fmt.Errorf("%w: TaskTool %q is Transactional but TasksConfig.Store is not a replay.Transactor that takes leases in its transaction (replay.WorkAcquirer: pgstore, sqlitestore)", ctoken.ErrConfig, tool.Name)
+	if tool.Transactional {
+		if _, err := t.workStore(tool.Name); err != nil {
+			return err
+		}
 	}
 	t.mu.Lock()
 	t.tools[tool.Name] = tool

@@ -436,6 +436,27 @@ func TestTaskTransactionalRefusedWithoutWorkStore(t *testing.T) {
 	}
 }
 
+// oneWriter is a txStore whose Work holds the only writer, as
+// sqlitestore's does.
+type oneWriter struct{ *txStore }
+
+func (oneWriter) WorkHoldsWriter() bool { return true }
+
+func TestTaskTransactionalRefusedOnOneWriter(t *testing.T) {
+	ts := newCoreTasks(t, oneWriter{newTxStore()})
+	tool := TaskTool{Name: "tx", Transactional: true, Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+		t.Error("the tool ran")
+		return json.RawMessage(`{}`), nil
+	}}
+	if err := ts.Add(tool); !errors.Is(err, ctoken.ErrConfig) || !strings.Contains(err.Error(), "only writer") {
+		t.Fatalf("Add = %v; want ctoken.ErrConfig naming the writer", err)
+	}
+	if _, err := ts.Create(context.Background(), tool, &TaskCall{Caller: "alice"}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("Create = %v; want ctoken.ErrConfig", err)
+	}
+	must(t, ts.Add(TaskTool{Name: "plain", Run: tool.Run})) // only Transactional is refused
+}
+
 // cutOff is a MemoryStore an instance stops reaching once cut, as when the
 // instance stopped: its lease is neither renewed nor confirmed.
 type cutOff struct {

@@ -15,15 +15,28 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
+// workStore returns the Store as the replay.WorkAcquirer a Transactional
+// task of tool runs in, or an error matching ctoken.ErrConfig.
+func (t *Tasks) workStore(tool string) (replay.WorkAcquirer, error) {
+	acq, ok := t.store.(replay.WorkAcquirer)
+	if !ok {
+		return nil, fmt.Errorf("%w: TaskTool %q is Transactional but TasksConfig.Store is not a replay.Transactor that takes leases in its transaction (replay.WorkAcquirer: pgstore)", ctoken.ErrConfig, tool)
+	}
+	if w, ok := t.store.(replay.OneWriter); ok && w.WorkHoldsWriter() {
+		return nil, fmt.Errorf("%w: TaskTool %q is Transactional, but a transaction of TasksConfig.Store (sqlitestore) holds the database's only writer for the task's whole run, which would stall every other task, creation and poll: use pgstore for Transactional tasks, or let the tool commit its writes in a short transaction of its own", ctoken.ErrConfig, tool)
+	}
+	return acq, nil
+}
+
 // acquireWork takes a Transactional task's entry in a transaction of the
 // store, held until the task's TTL ends: the task is created when the
 // transaction commits with its outcome, and an instance that dies leaves
 // the entry free, which tasks/get records failed. It returns a Work only
 // for an acquired entry.
 func (t *Tasks) acquireWork(ctx context.Context, ref taskRef) (replay.Record, replay.Work, error) {
-	acq, ok := t.store.(replay.WorkAcquirer)
-	if !ok {
-		return replay.Record{}, nil, fmt.Errorf("%w: a Transactional TaskTool needs a Store that is a replay.WorkAcquirer", ctoken.ErrConfig)
+	acq, err := t.workStore(ref.Tool)
+	if err != nil {
+		return replay.Record{}, nil, err
 	}
 	rec, work, err := acq.AcquireWork(ctx, ref.entry(), t.ttl, ref.fp())
 	if work != nil && (err != nil || rec.State != replay.LeaseAcquired) {

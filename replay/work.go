@@ -97,3 +97,13 @@ type WorkAcquirer interface {
 	// An error means no transaction is open and nothing was taken.
 	AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (Record, Work, error)
 }
+
+// OneWriter is an optional interface of a [Transactor] whose Work holds
+// the database's only writer from its start to its end (sqlitestore):
+// every other write of the store, on every instance, waits for it. A
+// feature whose work may run long (an MCP task's) refuses such a store
+// rather than stall every other caller.
+type OneWriter interface {
+	// WorkHoldsWriter reports whether a Work holds the only writer.
+	WorkHoldsWriter() bool
+}

@@ -223,6 +223,10 @@ func (w *work) sawPragma(query string) {
 	}
 }
 
+// WorkHoldsWriter reports true: a Work holds SQLite's only writer until
+// it ends ([replay.OneWriter]).
+func (s *Store) WorkHoldsWriter() bool { return true }
+
 // BeginWork opens the transaction for token's lease on id
 // ([replay.Transactor]); the Work holds the store's writer until it ends,
 // so keep handlers short. On an error the lease is as it was.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/exchange/exchangetest"
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
@@ -74,12 +77,22 @@ func TestContracts(t *testing.T) {
 				t.Parallel()
 				mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
 			})
-			t.Run("mcp tasks work", func(t *testing.T) {
+			t.Run("mcp tasks work refused", func(t *testing.T) {
+				// A Work holds SQLite's only writer for a task's whole
+				// run: Transactional tasks are refused, not stalled.
 				t.Parallel()
-				mcptokentest.RunTasksWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
-					s, db := workStore(t, d, sqlitestore.Options{})
-					return s, sqliteEffects{db}
-				})
+				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				run := func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }
+				if err := ts.Add(mcptoken.TaskTool{Name: "tx", Run: run, Transactional: true}); !errors.Is(err, ctoken.ErrConfig) {
+					t.Fatalf("Add of a Transactional task tool = %v; want ctoken.ErrConfig", err)
+				}
 			})
 			t.Run("exchange", func(t *testing.T) {
 				t.Parallel()
