@@ -291,6 +291,26 @@ func TestTaskPollInterval(t *testing.T) {
 	}
 }
 
+func TestTaskPollBacksOff(t *testing.T) {
+	// A server that asks for 10 s between polls: AwaitTask's first five
+	// waits (10, 20, 40, 80, 160 ms) still come well before one interval.
+	var at []time.Time
+	rpc := func(context.Context, string, map[string]any) (json.RawMessage, error) {
+		at = append(at, time.Now())
+		if len(at) == 6 {
+			return json.RawMessage(completed), nil
+		}
+		return json.RawMessage(`{"status":"working","pollIntervalMs":10000}`), nil
+	}
+	start := time.Now()
+	if _, err := AwaitTask(context.Background(), "t", rpc, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= 10*time.Second {
+		t.Fatalf("6 polls took %v: the waits did not start at 10 ms", d)
+	}
+}
+
 func TestTaskIDOf(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"resultType":"task","taskId":"abc","status":"working"}`: "abc",

@@ -463,17 +463,6 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		if err != nil {
 			return TaskState{}, err
 		}
-		if rec.State == replay.LeaseAcquired && work == nil {
-			fresh, err := t.begin(ctx, ref, rec.Token)
-			if err != nil {
-				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
-				return TaskState{}, err
-			}
-			if !fresh {
-				run-- // the same run, now recorded failed: read it again
-				continue
-			}
-		}
 		if rec.State == replay.LeaseAcquired {
 			break
 		}
@@ -493,13 +482,30 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 	var r *runner
 	var rctx context.Context
 	if err == nil {
+		// Registered before anything is recorded: a Shutdown meanwhile
+		// refuses the task before its run began.
 		r, rctx, err = t.register(ctx, ref, work != nil)
 	}
-	if err != nil {
+	fresh := true
+	if err == nil && work == nil {
+		if fresh, err = t.begin(ctx, ref, rec.Token); err == nil && fresh {
+			// The lease must still be held once the run began: a creation
+			// that outlived it leaves the task to whoever took it over.
+			held = time.Now()
+			err = t.renew.RenewLease(ctx, ref.entry(), rec.Token, t.hold)
+		}
+	}
+	if err != nil || !fresh {
+		if r != nil {
+			t.unregister(r)
+		}
 		if work != nil {
 			_ = work.Rollback(context.WithoutCancel(ctx))
-		} else {
+		} else if fresh {
 			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
+		}
+		if err == nil { // recorded failed by begin: read it as a retry would
+			return t.Create(ctx, tool, call)
 		}
 		return TaskState{}, err
 	}
@@ -555,31 +561,29 @@ func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec repla
 // token durable before its ID is returned: a mark that its run began,
 // recorded (and so synced: a store may keep a lease unsynced, as
 // sqlitestore does) in an entry of its own. A keyed task's run found free
-// with its mark present began before, and its instance stopped with the
-// lease lapsing before any read recorded it: begin records it failed,
-// effect unknown, and reports false, so that the retry reads that instead
-// of running the task again.
+// with its mark already recorded began before, and its instance stopped
+// with the lease lapsing before any read recorded it: begin records it
+// failed, effect unknown, and reports false, so that the retry reads that
+// instead of running the task again.
 func (t *Tasks) begin(ctx context.Context, ref taskRef, token string) (fresh bool, err error) {
-	if len(ref.Args) != 0 {
-		b, ok, err := t.peek(ctx, ref, ref.beganMark())
-		if err != nil {
-			return false, err
-		}
-		if ok {
-			fp := ref.fp()
-			if len(b) != len(fp) || subtle.ConstantTimeCompare(b[:len(fp)-8], fp[:len(fp)-8]) != 1 {
-				return false, ErrKeyReused
-			}
-			ref.Created = int64(binary.BigEndian.Uint64(b[len(b)-8:]))
-			t.fail(slog.LevelWarn, "a keyed task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
-			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgStoppedUnknown}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
-			if err := t.finish(ref, token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
-				return false, err
-			}
-			return false, nil
-		}
+	prior, err := t.putOnce(ctx, ref, ref.beganMark(), ref.fp())
+	if err != nil || prior == nil {
+		return err == nil, err
 	}
-	return true, t.put(ctx, ref, ref.beganMark(), ref.fp())
+	fp := ref.fp()
+	if len(ref.Args) == 0 || len(prior) != len(fp) {
+		return false, fmt.Errorf("mcptoken: a task's began mark %w", errRecordForged)
+	}
+	if subtle.ConstantTimeCompare(prior[:len(fp)-8], fp[:len(fp)-8]) != 1 {
+		return false, ErrKeyReused
+	}
+	ref.Created = int64(binary.BigEndian.Uint64(prior[len(prior)-8:]))
+	t.fail(slog.LevelWarn, "a keyed task's instance stopped before its end; the task is recorded failed", ref.Tool, nil)
+	o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgStoppedUnknown}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
+	if err := t.finish(ref, token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
+		return false, err
+	}
+	return false, nil
 }
 
 // openOutcome opens a task entry's sealed outcome.
@@ -714,9 +718,8 @@ func (t *Tasks) run(ctx context.Context, r *runner, held time.Time, tool TaskToo
 // tool completed), cancelled after a cancel, failed (and logged) otherwise.
 func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error, cause error) outcome {
 	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
-	var obj map[string]json.RawMessage
-	if err == nil && json.Unmarshal(res, &obj) == nil && obj != nil {
-		return o
+	if _, jerr := jsonObject(res); err == nil && jerr == nil {
+		return o // a JSON object, each key once (completeResult reads it so)
 	}
 	if errors.Is(cause, errTaskCancelled) {
 		return outcome{Status: taskCancelled, Updated: o.Updated}
@@ -728,7 +731,7 @@ func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error, cause err
 	case errors.Is(cause, context.DeadlineExceeded):
 		msg = "the task's TTL ended before it finished"
 	case err == nil:
-		err = errors.New("mcptoken: the result is not a JSON object")
+		err = errors.New("mcptoken: the result is not a JSON object naming each key once")
 	}
 	t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
 	return outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msg}, Updated: o.Updated}

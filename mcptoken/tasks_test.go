@@ -90,7 +90,7 @@ func TestTaskRun(t *testing.T) {
 			t.Fatalf("task %+v, confirmations left to fail %d", got, store.n.Load())
 		}
 	})
-	for name, res := range map[string]string{"an array": `[1]`, "null": `null`, "nothing": ``, "not JSON": `{`} {
+	for name, res := range map[string]string{"an array": `[1]`, "null": `null`, "nothing": ``, "not JSON": `{`, "a key twice": `{"content":[],"content":[]}`} {
 		t.Run("fails a task whose tool returned "+name, func(t *testing.T) {
 			got := runToEnd(t, newCoreTasks(t, replay.NewMemoryStore(0)), func(context.Context, *TaskCall) (json.RawMessage, error) {
 				return json.RawMessage(res), nil

@@ -53,17 +53,29 @@ func (t *Tasks) input(ctx context.Context, ref taskRef, k int, req map[string]js
 
 // put records value, sealed, under id, unless id is already recorded.
 func (t *Tasks) put(ctx context.Context, ref taskRef, id string, value []byte) error {
+	_, err := t.putOnce(ctx, ref, id, value)
+	return err
+}
+
+// putOnce records value, sealed, under id and returns nil; or, when id is
+// already recorded, the value recorded there. A record being written
+// meanwhile (a live lease on id) is waited for.
+func (t *Tasks) putOnce(ctx context.Context, ref taskRef, id string, value []byte) (json.RawMessage, error) {
 	for {
 		rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch rec.State {
 		case replay.LeaseDone:
-			return nil
+			prior, err := t.seal.open(id, nil, rec.Result)
+			if err != nil {
+				return nil, fmt.Errorf("mcptoken: task record %w", err)
+			}
+			return prior, nil
 		case replay.LeaseBusy:
 			if err := sleepCtx(ctx, min(max(rec.Wait, time.Millisecond), t.poll)); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -74,7 +86,7 @@ func (t *Tasks) put(ctx context.Context, ref taskRef, id string, value []byte) e
 		if err != nil {
 			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
 		}
-		return err
+		return nil, err
 	}
 }
 

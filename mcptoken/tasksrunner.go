@@ -87,7 +87,8 @@ func (t *Tasks) local(ref taskRef) *runner {
 // ended or ctx ends, then cancels the tools of the rest and records those
 // tasks failed at once ("the server shut down before the task finished"),
 // so that no client waits a Hold to learn it; a Transactional task is
-// rolled back and recorded failed when its tool returns. It returns nil
+// rolled back and recorded failed when its tool returns, whatever it
+// returns. It returns nil
 // when every task ended in time, and ctx's error when it handed tasks
 // over. Call it once the HTTP server has stopped taking requests; tasks/get
 // goes on answering from the store on every other instance.
@@ -101,6 +102,11 @@ func (t *Tasks) Shutdown(ctx context.Context) error {
 	t.mu.Unlock()
 	var left []*runner
 	for _, r := range runners {
+		select {
+		case <-r.done:
+			continue
+		default:
+		}
 		select {
 		case <-r.done:
 		case <-ctx.Done():

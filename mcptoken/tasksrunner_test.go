@@ -15,14 +15,14 @@ import (
 )
 
 // fleet is two instances of one Tasks configuration on one store, whose
-// leases outlast any test: a cancel never reaches a tool through a
-// renewal.
+// leases outlast any test (renewed every 200 s, longer than a wait of the
+// tests): a cancel never reaches a tool through a renewal.
 func fleet(t *testing.T) (a, b *Tasks) {
 	t.Helper()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	must(t, err)
 	store := replay.NewMemoryStore(0)
-	cfg := TasksConfig{Keys: keys, Store: store, Hold: time.Minute, PollInterval: 10 * time.Millisecond}
+	cfg := TasksConfig{Keys: keys, Store: store, Hold: 10 * time.Minute, PollInterval: 10 * time.Millisecond}
 	a, err = NewTasks(cfg)
 	must(t, err)
 	b, err = NewTasks(cfg)

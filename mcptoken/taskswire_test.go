@@ -739,18 +739,19 @@ func TestCompleteResult(t *testing.T) {
 }
 
 func TestTaskPollHint(t *testing.T) {
-	tasks := &Tasks{poll: 500 * time.Millisecond}
+	// PollInterval an hour, so that no stall of the test's own reaches it.
+	tasks := &Tasks{poll: time.Hour}
 	now := time.Now()
 	for _, c := range []struct {
 		name     string
 		st       TaskState
 		min, max time.Duration
 	}{
-		{"a new task: 10 ms", TaskState{Status: taskWorking, Created: now}, minPollHint, 500 * time.Millisecond},
-		{"a running task: its age", TaskState{Status: taskWorking, Created: now.Add(-200 * time.Millisecond)}, 200 * time.Millisecond, 500 * time.Millisecond},
-		{"a task waiting for input: its age", TaskState{Status: taskInputRequired, Created: now.Add(-300 * time.Millisecond)}, 300 * time.Millisecond, 500 * time.Millisecond},
-		{"an old task: PollInterval", TaskState{Status: taskWorking, Created: now.Add(-time.Hour)}, 500 * time.Millisecond, 500 * time.Millisecond},
-		{"a finished task: PollInterval", TaskState{Status: taskCompleted, Created: now}, 500 * time.Millisecond, 500 * time.Millisecond},
+		{"a new task: 10 ms", TaskState{Status: taskWorking, Created: now.Add(time.Second)}, minPollHint, minPollHint},
+		{"a running task: its age", TaskState{Status: taskWorking, Created: now.Add(-200 * time.Millisecond)}, 200 * time.Millisecond, time.Hour - 1},
+		{"a task waiting for input: its age", TaskState{Status: taskInputRequired, Created: now.Add(-300 * time.Millisecond)}, 300 * time.Millisecond, time.Hour - 1},
+		{"an old task: PollInterval", TaskState{Status: taskWorking, Created: now.Add(-2 * time.Hour)}, time.Hour, time.Hour},
+		{"a finished task: PollInterval", TaskState{Status: taskCompleted, Created: now}, time.Hour, time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := tasks.pollFor(c.st); got < c.min || got > c.max {

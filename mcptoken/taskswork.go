@@ -67,9 +67,13 @@ func (t *Tasks) runWork(parent context.Context, r *runner, tool TaskTool, call *
 	res, err := runTool(work.Context(ctx), tool, call)
 	bg := context.WithoutCancel(parent)
 	o := t.outcomeOf(ref, res, err, context.Cause(ctx))
-	if errors.Is(context.Cause(ctx), errTaskCancelled) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errTaskCancelled):
 		// Cancelled before its commit: rolled back, whatever Run returned.
 		o = outcome{Status: taskCancelled, Updated: o.Updated}
+	case errors.Is(cause, errTaskDrained):
+		// Handed over by Shutdown: rolled back, whatever Run returned.
+		o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgTaskDrained}, Updated: o.Updated}
 	}
 	if o.Status == taskCompleted {
 		sealed, err := t.sealOutcome(ref, o)
