@@ -76,6 +76,7 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
     AND EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
+	s.prepareRead()
 	s.prepareSweep()
 	s.prepareWork()
 	s.prepareLockedWork()

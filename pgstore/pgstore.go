@@ -292,7 +292,7 @@ type Store struct {
 
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
-	renewSQL                                       string
+	renewSQL, readSQL                              string
 	claimTxSQL, takeoverTxSQL                      string   // work.go
 	lockedReadSQL                                  string   // lockedwork.go
 	fenceCall, lockedFenceCall, resetCall          string   // functions.go
@@ -322,6 +322,7 @@ var (
 	_ replay.Leaser   = (*Store)(nil)
 	_ replay.Recorder = (*Store)(nil)
 	_ replay.Renewer  = (*Store)(nil)
+	_ replay.Reader   = (*Store)(nil)
 )
 
 // New returns a Store on pool's database. It resolves the table's schema

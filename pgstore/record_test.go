@@ -45,6 +45,127 @@ func TestRenewContract(t *testing.T) {
 	replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return storeOn(t, pool) })
 }
 
+// TestReadContract: replaytest.RunReadContract (a read reports free, busy
+// or done as AcquireRecord finds the ID, the lapse by the database's
+// clock, and changes nothing) against real PostgreSQL.
+func TestReadContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunReadContract(t, func(t *testing.T) replaytest.ReadStore { return storeOn(t, pool) })
+}
+
+// TestReadRecord pins what the Reader contract leaves to pgstore: the
+// read writes nothing and locks no row, reads a Work's ID busy, and
+// refuses a table that forgot its claims.
+func TestReadRecord(t *testing.T) {
+	t.Run("writes nothing and locks no row", func(t *testing.T) {
+		p := needServer(t)
+		pool := p.pool(t)
+		s := storeOn(t, pool)
+		l, err := s.AcquireRecord(bg(), "leased", time.Minute, []byte("fp"))
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		d, err := s.AcquireRecord(bg(), "done", time.Minute, []byte("fp"))
+		if err != nil || d.State != replay.LeaseAcquired {
+			t.Fatal(d, err)
+		}
+		if err := s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"free", "leased", "done"} {
+			// The read's statement in a read-only transaction, which
+			// refuses any write and any row lock; a transaction that
+			// wrote or locked a row would have a transaction ID.
+			tx, err := pool.Begin(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(bg(), `SET TRANSACTION READ ONLY`); err != nil {
+				t.Fatal(err)
+			}
+			key, legacy := s.keys(id)
+			lock := uint64(s.idLock(key))
+			var marker, held bool
+			var state string
+			var wait int64
+			var fp, result []byte
+			if err := tx.QueryRow(bg(), s.readSQL, key, legacy, int64(lock>>32), int64(lock&0xffffffff)).Scan(&marker, &state, &wait, &fp, &result, &held); err != nil {
+				t.Fatalf("the read statement of %q in a read-only transaction: %v", id, err)
+			}
+			var xid *int64
+			if err := tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid); err != nil {
+				t.Fatal(err)
+			}
+			if xid != nil {
+				t.Fatalf("the read statement of %q assigned a transaction ID (%d): it wrote or locked a row", id, *xid)
+			}
+			tx.Rollback(bg())
+			before, _ := rowOf(t, s, id)
+			if _, err := s.ReadRecord(bg(), id); err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := rowOf(t, s, id); after.xmin != before.xmin {
+				t.Fatalf("ReadRecord(%q) wrote the row", id)
+			}
+		}
+		if err := s.RenewLease(bg(), "leased", l.Token, time.Minute); err != nil {
+			t.Fatalf("RenewLease after the reads: %v", err)
+		}
+	})
+
+	t.Run("a Work's ID reads busy, and done once it commits", func(t *testing.T) {
+		s := newTestStore(t)
+		w := acquireWork(t, s, "w", []byte("fp"))
+		if r, err := s.ReadRecord(bg(), "w"); err != nil || r.State != replay.LeaseBusy || r.Fingerprint != nil {
+			t.Fatalf("ReadRecord of a Work's ID = %+v, %v; want busy without a fingerprint", r, err)
+		}
+		// The read took nothing: the Work's request, sent again, finds it
+		// in flight (the same request), not another.
+		if r, err := s.AcquireRecord(bg(), "w", time.Minute, []byte("fp")); err != nil || busyAnswer(t, r, []byte("fp")) != "same" {
+			t.Fatalf("AcquireRecord of a Work's ID after a read = %+v, %v; want busy, the same request", r, err)
+		}
+		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.ReadRecord(bg(), "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
+			t.Fatalf("ReadRecord after the Work's commit = %+v, %v; want done with its result", r, err)
+		}
+	})
+
+	t.Run("refuses a table that forgot its claims or is fenced", func(t *testing.T) {
+		p := needServer(t)
+		pool := p.pool(t)
+		name := migratedTable(t, pool)
+		s := storeOn(t, pool, func(o *Options) { o.Table = name })
+		if first, err := s.Claim(bg(), "a", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		refuses := func(why string) {
+			t.Helper()
+			for _, id := range []string{"a", "never-claimed"} {
+				if r, err := s.ReadRecord(bg(), id); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
+					t.Fatalf("ReadRecord(%q) %s = %+v, %v; want ErrForgotten", id, why, r, err)
+				}
+			}
+		}
+		if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
+			t.Fatal(err)
+		}
+		refuses("without the marker row")
+		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		refuses("before the fence")
+		if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.ReadRecord(bg(), "a"); err != nil || r.State != replay.LeaseDone {
+			t.Fatalf("ReadRecord after the fence = %+v, %v; want done", r, err)
+		}
+	})
+}
+
 // recordRow is id's row as the table holds it: its state, fingerprint and
 // result (nil when NULL), and xmin (the transaction that wrote it last).
 type recordRow struct {

@@ -169,24 +169,7 @@ func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duratio
 	case 1:
 		return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: token}}, nil
 	case 2, 3:
-		state, fp, result, ok := parseEntry(entry)
-		if code == 3 && !ok {
-			var tok string
-			if tok, fp, ok = parseSide(entry); ok {
-				state = replay.LeaseDone
-				if result, ok = sideResult(side, tok); !ok {
-					return replay.Record{}, fmt.Errorf("%w: a recorded entry without its side key", ErrUnavailable)
-				}
-			}
-		}
-		if !ok || (state == replay.LeaseBusy) != (code == 2) {
-			return replay.Record{}, fmt.Errorf("%w: an entry that does not decode", ErrUnavailable)
-		}
-		r := replay.Record{Lease: replay.Lease{State: state}, Fingerprint: fp, Result: result}
-		if state == replay.LeaseBusy {
-			r.Wait = time.Duration(max(pttl, 0)) * time.Millisecond
-		}
-		return r, nil
+		return found(code, pttl, entry, side)
 	}
 	return replay.Record{}, fmt.Errorf("%w: unexpected reply to the acquire script", ErrUnavailable)
 }

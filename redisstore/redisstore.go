@@ -388,8 +388,8 @@ type Options struct {
 // Store is a [replay.Store] backed by Redis. It also implements the
 // optional [replay.Releaser] (Release), [replay.Leaser] (AcquireLease,
 // ConfirmLease, ReleaseLease), [replay.Renewer] (RenewLease),
-// [replay.Recorder] (AcquireRecord, ConfirmRecord) and [replay.Bounded]
-// (Horizon). It is safe for concurrent use; its settings are fixed at
+// [replay.Recorder] (AcquireRecord, ConfirmRecord), [replay.Reader]
+// (ReadRecord) and [replay.Bounded] (Horizon). It is safe for concurrent use; its settings are fixed at
 // construction.
 type Store struct {
 	client  Client

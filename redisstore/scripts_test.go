@@ -19,7 +19,7 @@ import (
 // scripts. Under GODEBUG=fips140=only crypto/sha1 refuses to run (the reason
 // the digests are constants), so there the test asserts that refusal instead.
 func TestScriptDigestsAreSHA1(t *testing.T) {
-	for _, s := range []script{claimLua, acquireLua, confirmLua, renewLua, releaseLua, cancelLua, acquireRecordLua, confirmRecordLua} {
+	for _, s := range []script{claimLua, acquireLua, confirmLua, renewLua, releaseLua, cancelLua, acquireRecordLua, confirmRecordLua, readRecordLua} {
 		got, refused := sha1Hex(s.src)
 		if refused {
 			if !fips140.Enabled() {

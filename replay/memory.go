@@ -12,14 +12,16 @@ import (
 )
 
 // MemoryStore is a bounded, in-process [Store]. It holds at most Max live
-// entries; entries whose expiry has passed are evicted before every call.
+// entries; entries whose expiry has passed are evicted before every call
+// but [MemoryStore.ReadRecord], which changes nothing.
 // When it is full of live entries, a new claim or lease is refused with
 // [ErrFull]: it fails closed and never forgets a live entry to make room,
 // because a forgotten entry is an accepted replay.
 //
-// It also implements [Releaser], [Leaser] and [Recorder]. Each claimed or
-// confirmed entry, whatever the length of its ID, is kept as a 128-bit
-// SHA-256 prefix of the ID and an expiry, without a pointer, so memory is
+// It also implements [Releaser], [Leaser], [Recorder], [Renewer] and
+// [Reader]. Each claimed or confirmed entry, whatever the length of its
+// ID, is kept as a 128-bit SHA-256 prefix of the ID and an expiry,
+// without a pointer, so memory is
 // independent of ID length and the garbage collector never scans the
 // entries (a live lease takes a small allocation of its own until it is
 // confirmed, released or ends): a full store of 2^20 entries without
@@ -483,4 +485,6 @@ var (
 	_ Releaser = (*MemoryStore)(nil)
 	_ Leaser   = (*MemoryStore)(nil)
 	_ Recorder = (*MemoryStore)(nil)
+	_ Renewer  = (*MemoryStore)(nil)
+	_ Reader   = (*MemoryStore)(nil)
 )

@@ -125,6 +125,36 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 	return nil
 }
 
+// ReadRecord implements [Reader]: it returns what AcquireRecord of id would
+// find by the store's clock, without evicting, taking or changing anything,
+// so a store full of entries or of record bytes answers it too. The
+// Fingerprint and Result it returns are copies, nil when empty. It returns
+// ctx's error if ctx is done and [ErrConfig] for an invalid configuration.
+func (s *MemoryStore) ReadRecord(ctx context.Context, id string) (Record, error) {
+	if err := s.check(ctx); err != nil {
+		return Record{}, err
+	}
+	k := keyOf(id)
+	s.lockState()
+	defer s.mu.Unlock()
+	// Live is what evictLocked keeps: an end after now.
+	now := unixNano(s.now())
+	if l, leased := s.st.leases[k]; leased && l.end > now {
+		return Record{
+			Lease:       Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)},
+			Fingerprint: clone(l.fingerprint),
+		}, nil
+	}
+	if until, ok := s.st.entries[k]; ok && until > now {
+		r := Record{Lease: Lease{State: LeaseDone}}
+		if rec, ok := s.st.records[k]; ok {
+			r.Fingerprint, r.Result = rec.copies()
+		}
+		return r, nil
+	}
+	return Record{Lease: Lease{State: LeaseFree}}, nil
+}
+
 func (s *MemoryStore) maxRecordBytes() int {
 	if s.MaxRecordBytes == 0 {
 		return DefaultMaxRecordBytes

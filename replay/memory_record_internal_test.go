@@ -80,3 +80,30 @@ func TestMemoryStoreRecordBytesReturnToZero(t *testing.T) {
 		t.Fatalf("%d records left, want none", len(s.st.records))
 	}
 }
+
+// TestMemoryStoreReadRecordEvictsNothing pins that ReadRecord changes
+// nothing, not even the eviction every other call runs first: an expired
+// entry reads free and is still held until the next write.
+func TestMemoryStoreReadRecordEvictsNothing(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New()
+	s := &MemoryStore{Now: clk.Now}
+	if first, err := s.Claim(ctx, "claimed", clk.Now().Add(time.Second)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	if l, err := s.AcquireRecord(ctx, "leased", time.Second, []byte("fp")); err != nil || l.State != LeaseAcquired {
+		t.Fatal(l.Lease, err)
+	}
+	clk.Advance(time.Second)
+	for _, id := range []string{"claimed", "leased"} {
+		if r, err := s.ReadRecord(ctx, id); err != nil || r.State != LeaseFree {
+			t.Fatalf("ReadRecord(%q) once it ended = %v, %v; want free", id, r.State, err)
+		}
+	}
+	if len(s.st.entries) != 1 || len(s.st.leases) != 1 || s.st.held != 2 {
+		t.Fatalf("after the reads: %d entries, %d leases, %d bytes held; want 1, 1, 2: a read evicted", len(s.st.entries), len(s.st.leases), s.st.held)
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len after the next call = %d, want 0", n)
+	}
+}

@@ -289,3 +289,88 @@ func TestMemoryStoreRecordRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestMemoryStoreReadRecord pins what the Reader contract leaves to the
+// MemoryStore: a full store answers reads, the lapse of a lease is decided
+// at the same instant for ReadRecord as for AcquireRecord, and a read
+// refuses what every call refuses.
+func TestMemoryStoreReadRecord(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("answers when full of entries", func(t *testing.T) {
+		s := &replay.MemoryStore{Max: 2}
+		l, err := s.AcquireRecord(ctx, "leased", time.Minute, []byte("fp"))
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l.Lease, err)
+		}
+		if first, err := s.Claim(ctx, "claimed", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		if _, err := s.AcquireRecord(ctx, "more", time.Minute, nil); !errors.Is(err, replay.ErrFull) {
+			t.Fatalf("AcquireRecord on a full store: %v, want ErrFull", err)
+		}
+		for id, want := range map[string]replay.LeaseState{"leased": replay.LeaseBusy, "claimed": replay.LeaseDone, "more": replay.LeaseFree} {
+			if r, err := s.ReadRecord(ctx, id); err != nil || r.State != want {
+				t.Fatalf("ReadRecord(%q) on a full store = %v, %v; want %v", id, r.State, err, want)
+			}
+		}
+	})
+
+	t.Run("answers when full of record bytes", func(t *testing.T) {
+		s, _ := fillBudget(t)
+		fp, result := largest()
+		r, err := s.ReadRecord(ctx, "full")
+		if err != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, fp) || !bytes.Equal(r.Result, result) {
+			t.Fatalf("ReadRecord of the record that fills the budget = %v, %v; want done with its record", r.State, err)
+		}
+	})
+
+	t.Run("lapse at the same instant as AcquireRecord", func(t *testing.T) {
+		clk := clocktest.New()
+		s := &replay.MemoryStore{Now: clk.Now}
+		if l, err := s.AcquireRecord(ctx, "a", time.Second, []byte("fp")); err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l.Lease, err)
+		}
+		clk.Advance(time.Second - time.Nanosecond)
+		if r, err := s.ReadRecord(ctx, "a"); err != nil || r.State != replay.LeaseBusy || r.Wait != time.Nanosecond {
+			t.Fatalf("ReadRecord 1ns before the lease ends = %v (Wait %v), %v; want busy, 1ns", r.State, r.Wait, err)
+		}
+		if r, err := s.AcquireRecord(ctx, "a", time.Minute, nil); err != nil || r.State != replay.LeaseBusy {
+			t.Fatalf("AcquireRecord 1ns before the lease ends = %v, %v; want busy", r.State, err)
+		}
+		clk.Advance(time.Nanosecond)
+		if r, err := s.ReadRecord(ctx, "a"); err != nil || r.State != replay.LeaseFree || r.Fingerprint != nil {
+			t.Fatalf("ReadRecord when the lease ends = %v %x, %v; want free, no fingerprint", r.State, r.Fingerprint, err)
+		}
+		if r, err := s.AcquireRecord(ctx, "a", time.Minute, nil); err != nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireRecord when the lease ends = %v, %v; want acquired", r.State, err)
+		}
+	})
+
+	t.Run("expiry at the same instant as AcquireRecord", func(t *testing.T) {
+		clk := clocktest.New()
+		s := &replay.MemoryStore{Now: clk.Now}
+		if first, err := s.Claim(ctx, "a", clk.Now().Add(time.Second)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		clk.Advance(time.Second - time.Nanosecond)
+		if r, err := s.ReadRecord(ctx, "a"); err != nil || r.State != replay.LeaseDone {
+			t.Fatalf("ReadRecord 1ns before the claim expires = %v, %v; want done", r.State, err)
+		}
+		clk.Advance(time.Nanosecond)
+		if r, err := s.ReadRecord(ctx, "a"); err != nil || r.State != replay.LeaseFree {
+			t.Fatalf("ReadRecord when the claim expires = %v, %v; want free", r.State, err)
+		}
+	})
+
+	t.Run("refuses a done context and an invalid configuration", func(t *testing.T) {
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if r, err := replay.NewMemoryStore(1).ReadRecord(done, "a"); !errors.Is(err, context.Canceled) || r.State != 0 {
+			t.Fatalf("ReadRecord with a done context = %v, %v; want context.Canceled", r.State, err)
+		}
+		if r, err := replay.NewMemoryStore(-1).ReadRecord(ctx, "a"); !errors.Is(err, replay.ErrConfig) || r.State != 0 {
+			t.Fatalf("ReadRecord with a negative Max = %v, %v; want ErrConfig", r.State, err)
+		}
+	})
+}

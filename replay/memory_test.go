@@ -210,3 +210,7 @@ func TestMemoryStoreRecordContract(t *testing.T) {
 func TestMemoryStoreRenewContract(t *testing.T) {
 	replaytest.RunRenewContract(t, func(*testing.T) replaytest.RenewStore { return replay.NewMemoryStore(1000) })
 }
+
+func TestMemoryStoreReadContract(t *testing.T) {
+	replaytest.RunReadContract(t, func(*testing.T) replaytest.ReadStore { return replay.NewMemoryStore(1000) })
+}

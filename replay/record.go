@@ -46,14 +46,36 @@ type Recorder interface {
 	ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error
 }
 
-// Record is the answer of [Recorder.AcquireRecord].
+// Reader is an optional interface of a [Recorder] whose entries can be read
+// without writing anything: a poll of work in progress (an MCP task's
+// status) reads the entry instead of acquiring and releasing it, so it
+// costs no write and is answered by a store too full to take a new entry.
+// Every store of this repository implements it.
+type Reader interface {
+	// ReadRecord returns what AcquireRecord of id would find, without
+	// taking, renewing or changing anything: [LeaseDone] with the
+	// Fingerprint and Result recorded by [Recorder.ConfirmRecord] (both
+	// empty for an entry confirmed with [Leaser.ConfirmLease] or claimed
+	// with [Store.Claim]); [LeaseBusy] with the live lease's Fingerprint
+	// and its Wait, by the store's clock; or [LeaseFree] for an ID that is
+	// absent, released, expired, or whose lease has lapsed. The store
+	// decides that a lease has lapsed by the clock AcquireRecord uses, so
+	// a lease AcquireRecord would find lapsed reads free, and a live one
+	// busy. Token is always empty, and the returned slices are the
+	// caller's to keep. A store refuses a read when it would refuse
+	// AcquireRecord because it cannot trust what it holds (a loss, a
+	// fence), never because it is full.
+	ReadRecord(ctx context.Context, id string) (Record, error)
+}
+
+// Record is the answer of [Recorder.AcquireRecord] and [Reader.ReadRecord].
 type Record struct {
 	// Lease is what the store found, as [Leaser.AcquireLease] reports it.
 	Lease
 	// Fingerprint is, for [LeaseBusy], the fingerprint given to the
 	// AcquireRecord that holds the lease, and for [LeaseDone] the one given
 	// to ConfirmRecord; empty for an entry taken without one, and for
-	// [LeaseAcquired].
+	// [LeaseAcquired] and [LeaseFree].
 	Fingerprint []byte
 	// Result is, for [LeaseDone], the result given to
 	// [Recorder.ConfirmRecord]; empty for an entry confirmed with

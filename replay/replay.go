@@ -41,7 +41,9 @@
 // keeps the fingerprint of the request that took it, and whose
 // confirmation writes the result with the done entry in the same atomic
 // step, so a retry finds either the lease (busy), or the fingerprint and
-// result (done), never a done entry without its result.
+// result (done), never a done entry without its result. A [Reader] (every
+// store here) answers what a retry would find without writing anything,
+// so a poll of an entry costs a read.
 //
 // # Events
 //
@@ -75,7 +77,8 @@ type Releaser interface {
 	Release(ctx context.Context, id string) error
 }
 
-// LeaseState is what [Leaser.AcquireLease] found for an ID.
+// LeaseState is what [Leaser.AcquireLease] found for an ID, or what
+// [Reader.ReadRecord] reads.
 type LeaseState uint8
 
 const (
@@ -89,9 +92,13 @@ const (
 	// LeaseDone means the ID was confirmed done (or claimed with
 	// [Store.Claim]) and is still remembered.
 	LeaseDone
+	// LeaseFree means nothing holds the ID: it is absent, released, or its
+	// entry expired or its lease lapsed. Only [Reader.ReadRecord] reports
+	// it; AcquireLease of a free ID takes it ([LeaseAcquired]).
+	LeaseFree
 )
 
-// String returns "acquired", "busy" or "done".
+// String returns "acquired", "busy", "done" or "free".
 func (s LeaseState) String() string {
 	switch s {
 	case LeaseAcquired:
@@ -100,6 +107,8 @@ func (s LeaseState) String() string {
 		return "busy"
 	case LeaseDone:
 		return "done"
+	case LeaseFree:
+		return "free"
 	}
 	return "invalid"
 }

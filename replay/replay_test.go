@@ -266,7 +266,7 @@ func TestMemoryStore(t *testing.T) {
 
 func TestLeaseStateString(t *testing.T) {
 	for s, want := range map[LeaseState]string{
-		LeaseAcquired: "acquired", LeaseBusy: "busy", LeaseDone: "done", 0: "invalid",
+		LeaseAcquired: "acquired", LeaseBusy: "busy", LeaseDone: "done", LeaseFree: "free", 0: "invalid",
 	} {
 		if s.String() != want {
 			t.Errorf("%d.String() = %q, want %q", s, s.String(), want)

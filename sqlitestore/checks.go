@@ -394,10 +394,16 @@ func (g *guard) missing() error {
 }
 
 func (g *guard) judge(seq, fence, now int64) error {
+	return g.judgeSince(seq, fence, now, g.seq.Load())
+}
+
+// judgeSince is judge against last, the highest sequence seen before the
+// snapshot that read seq was taken (a read outside the writer's lock).
+func (g *guard) judgeSince(seq, fence, now, last int64) error {
 	if fence > now {
 		return fenced{time.Unix(0, fence), seq}
 	}
-	if last := g.seq.Load(); seq < last {
+	if seq < last {
 		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 		g.refuse(err)
 		return err

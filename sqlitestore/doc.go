@@ -3,7 +3,8 @@
 // token, request state, webhook delivery, idempotency key) exactly once
 // across restarts of the process and of the machine, with no server to run.
 // It implements [replay.Releaser], [replay.Leaser], [replay.Recorder],
-// [replay.Bounded], [replay.Transactor] and [replay.WorkAcquirer].
+// [replay.Reader], [replay.Bounded], [replay.Transactor] and
+// [replay.WorkAcquirer].
 //
 // An API whose idempotency keys survive its restarts (ExampleNew):
 //

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -73,20 +74,7 @@ func (s *Store) acquireStep(q querier, now int64, id, token string, lease time.D
 		return replay.Record{}, errEscaped
 	}
 	if e.live {
-		var r replay.Record
-		switch e.state {
-		case "l", "w":
-			r.State, r.Wait = replay.LeaseBusy, time.Duration(e.until-now)
-			if record {
-				r.Fingerprint = e.fingerprint
-			}
-		default:
-			r.State = replay.LeaseDone
-			if record && e.state == "d" {
-				r.Fingerprint, r.Result = e.fingerprint, e.result
-			}
-		}
-		return r, nil
+		return e.answer(now, record), nil
 	}
 	var fpArg any // NULL for AcquireLease
 	if record {
@@ -97,6 +85,107 @@ func (s *Store) acquireStep(q querier, now int64, id, token string, lease time.D
 		return replay.Record{}, err
 	}
 	return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: token}}, nil
+}
+
+// answer is what an acquisition reports of the live entry e: busy, or done
+// (a claim's row without a record); with record unset, no record at all.
+func (e entry) answer(now int64, record bool) replay.Record {
+	var r replay.Record
+	switch e.state {
+	case "l", "w":
+		r.State, r.Wait = replay.LeaseBusy, time.Duration(e.until-now)
+		if record {
+			r.Fingerprint = e.fingerprint
+		}
+	default:
+		r.State = replay.LeaseDone
+		if record && e.state == "d" {
+			r.Fingerprint, r.Result = e.fingerprint, e.result
+		}
+	}
+	return r
+}
+
+// ReadRecord returns what AcquireRecord of id would find
+// ([replay.Reader]), by the store's clock, without the writer: one SELECT
+// on a connection of the pool reads the row and, in the same snapshot,
+// the table's marker, so nothing is written to the database or its WAL,
+// and a store whose disk is full answers it. It reads what is committed,
+// whatever transaction ctx carries; an ID a Work of this Store holds is
+// busy, as for AcquireRecord.
+//
+// A read answers only from contents the store vouches for: it refuses
+// whenever the store refuses claims (a loss, a fence, a repair after an
+// I/O error, a lowered setting), and its marker check refuses a database
+// that forgot acknowledged claims as a write's would, since a free read
+// from such a database would be a claim forgotten.
+func (s *Store) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	if err := s.readyFor(id); err != nil {
+		return replay.Record{}, err
+	}
+	key := s.key(id)
+	if r, ok := s.heldRecord(key, true); ok {
+		return r, nil
+	}
+	ctx, cancel := s.bound(orBackground(ctx))
+	defer cancel()
+	// Loaded before the snapshot, which holds every commit seen by then.
+	last := s.guard.seq.Load()
+	now := s.now().UnixNano()
+	var seq, fence int64
+	var state, token sql.NullString
+	var until sql.NullInt64
+	var e entry
+	st, err := s.readStatement(ctx)
+	if err == nil {
+		err = st.QueryRowContext(ctx, key, s.guard.incarnation).Scan(&seq, &fence, &state, &token, &until, &e.fingerprint, &e.result)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return replay.Record{}, s.guard.missing()
+	case err != nil:
+		return replay.Record{}, unavailable(ctx, err)
+	}
+	if err := s.guard.judgeSince(seq, fence, now, last); err != nil {
+		return replay.Record{}, err
+	}
+	if !state.Valid {
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseFree}}, nil
+	}
+	e.found, e.state, e.token, e.until = true, state.String, token.String, until.Int64
+	switch e.live = e.until > now; {
+	case e.live:
+		return e.answer(now, true), nil
+	case e.state == "w":
+		return replay.Record{}, errEscaped
+	}
+	return replay.Record{Lease: replay.Lease{State: replay.LeaseFree}}, nil
+}
+
+// readStatement is ReadRecord's statement, prepared on the pool at the
+// first read (database/sql prepares it again on each connection that runs
+// it, and Close closes it): the row and the marker in one snapshot.
+func (s *Store) readStatement(ctx context.Context) (*sql.Stmt, error) {
+	if st := s.read.Load(); st != nil {
+		return st, nil
+	}
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if st := s.read.Load(); st != nil {
+		return st, nil
+	}
+	select {
+	case <-s.done: // Close has closed any statement: none is made after it
+		return nil, fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+	}
+	st, err := s.db.PrepareContext(ctx, `SELECT m.seq, m.until, r.state, r.token, r.until, r.fingerprint, r.result FROM `+s.table+` AS m`+
+		` LEFT JOIN `+s.table+` AS r ON r.key = ? WHERE m.key = `+markerKey+` AND m.state = 'm' AND m.token = ?`)
+	if err != nil {
+		return nil, err
+	}
+	s.read.Store(st)
+	return st, nil
 }
 
 // ConfirmLease records id as done until the given time, ending the

@@ -129,10 +129,12 @@ type Store struct {
 	failuresSeen int64       // the failed write-backs the checker acted on
 	repairing    atomic.Bool // a repair is due or runs (repair.go)
 	bg           context.Context
-	closedConn   *sql.Conn // closed: a Tx's statement after its Work fails on it
-	savepoint    string    // random per store, so no handler names it
-	guard        guard     // marker, file identity, refusal (checks.go)
-	holds        holds     // IDs held by Works of AcquireWork
+	closedConn   *sql.Conn                // closed: a Tx's statement after its Work fails on it
+	savepoint    string                   // random per store, so no handler names it
+	guard        guard                    // marker, file identity, refusal (checks.go)
+	holds        holds                    // IDs held by Works of AcquireWork
+	read         atomic.Pointer[sql.Stmt] // ReadRecord's, once prepared
+	readMu       sync.Mutex               // preparing read
 	stop         context.CancelFunc
 	wg           sync.WaitGroup
 	closed       sync.Once
@@ -144,6 +146,7 @@ var (
 	_ replay.Releaser     = (*Store)(nil)
 	_ replay.Leaser       = (*Store)(nil)
 	_ replay.Recorder     = (*Store)(nil)
+	_ replay.Reader       = (*Store)(nil)
 	_ replay.Bounded      = (*Store)(nil)
 	_ replay.Transactor   = (*Store)(nil)
 	_ replay.WorkAcquirer = (*Store)(nil)
@@ -273,6 +276,11 @@ func (s *Store) Close() error {
 		s.stop()
 		s.wg.Wait()
 		close(s.done)
+		s.readMu.Lock()
+		if st := s.read.Load(); st != nil {
+			st.Close()
+		}
+		s.readMu.Unlock()
 		s.guard.persist(s)
 		// Now, or when an open Work ends.
 		settle := func() {

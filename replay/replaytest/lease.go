@@ -7,7 +7,8 @@
 // short leases, so each takes about a second. [RunRecordContract] does the
 // same for a [replay.Recorder], whose leases carry a fingerprint and whose
 // confirmations write a result (the memory store, redisstore and pgstore
-// run it).
+// run it). [RunReadContract] checks a [replay.Reader]: a read reports what
+// an acquisition would find, and changes nothing.
 // A store author starts with [RunRecordContract]; ExampleRunLeaseContract
 // shows the call from a test. A store whose leases guard work in its own
 // database ([replay.Transactor]) runs [RunWorkContract] too, with

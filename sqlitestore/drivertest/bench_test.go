@@ -31,6 +31,7 @@ import (
 //	BenchmarkTransactionalFloor    the handler's own transaction: BEGIN IMMEDIATE; the same INSERT; COMMIT
 //	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
+//	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
 //
 // A disk's fsync latency drifts (on a shared virtual disk, by 2x within
 // seconds), so a store and its floor timed seconds apart compare badly:
@@ -530,5 +531,44 @@ func BenchmarkSweep(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// benchReadFloor is the floor of a read: the row's columns by its key, on
+// the same file and pool.
+const benchReadFloor = `SELECT state, token, until, fingerprint, result FROM ctoken_replay WHERE key = ?`
+
+// BenchmarkReadRecord: ReadRecord of one ID, a live lease (state=busy) or
+// a done entry with a small record (state=done), then the floor's
+// one-row SELECT of the same row on the same pool, in turn.
+func BenchmarkReadRecord(b *testing.B) {
+	for _, d := range Drivers() {
+		for _, state := range []replay.LeaseState{replay.LeaseBusy, replay.LeaseDone} {
+			b.Run(fmt.Sprintf("%s/state=%v", d.Name, state), func(b *testing.B) {
+				ctx := context.Background()
+				db := benchDB(b, d)
+				s := benchStore(b, db)
+				ids := benchIDs(1)
+				key := benchKeys(ids)[0]
+				l, err := s.AcquireRecord(ctx, ids[0], time.Hour, benchFingerprint)
+				benchMust(b, err)
+				if state == replay.LeaseDone {
+					benchMust(b, s.ConfirmRecord(ctx, ids[0], l.Token, time.Now().Add(time.Hour), benchFingerprint, benchResult))
+				}
+				benchPaired(b,
+					func(int) {
+						r, err := s.ReadRecord(ctx, ids[0])
+						if err != nil || r.State != state {
+							b.Fatalf("ReadRecord = %v, %v; want %v", r.State, err, state)
+						}
+					},
+					func(int) {
+						var st, tok string
+						var until int64
+						var fp, res []byte
+						benchMust(b, db.QueryRowContext(ctx, benchReadFloor, key).Scan(&st, &tok, &until, &fp, &res))
+					})
+			})
+		}
 	}
 }

@@ -48,7 +48,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 }
 
 // TestContracts runs idempotencytest's, mcptokentest's, exchangetest's,
-// webhooktest's and replaytest's claim, work, lease, record, renew and request-state
+// webhooktest's and replaytest's claim, work, lease, record, renew, read and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -117,6 +117,10 @@ func TestContracts(t *testing.T) {
 			t.Run("renew", func(t *testing.T) {
 				t.Parallel()
 				replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return store(t) })
+			})
+			t.Run("read", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunReadContract(t, func(t *testing.T) replaytest.ReadStore { return store(t) })
 			})
 			t.Run("request state", func(t *testing.T) {
 				t.Parallel()

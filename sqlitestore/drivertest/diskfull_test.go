@@ -93,7 +93,8 @@ func wantUnavailable(err error) error {
 // fails with ErrUnavailable (not ErrForgotten), never first or
 // acquired. Once the disk is full to the last byte every write fails
 // with ErrUnavailable — a claim of a fresh ID, an acquisition, New on a
-// second pool — while every ID acknowledged before is still refused.
+// second pool — while every ID acknowledged before is still refused, and
+// ReadRecord, which writes nothing, still reads each record.
 // After the other file is deleted the same store serves again, without a
 // new New, and every ID acknowledged before the disk filled is still
 // refused, its record intact.
@@ -220,6 +221,26 @@ func fullDisk(t *testing.T, d Driver) {
 		}
 	}
 	refusesAcknowledged("the disk full", true)
+	// A read writes nothing: it answers on the full disk, unless a driver
+	// that reports the full disk as an I/O error (ncruces) has the store
+	// repairing, when every call refuses.
+	reads := 0
+	for id := range records {
+		r, err := s.ReadRecord(ctx, id)
+		switch {
+		case err != nil && rep.count() > 0 && wantUnavailable(err) == nil:
+		case err != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, fp) || !bytes.Equal(r.Result, result):
+			t.Errorf("the disk full: ReadRecord(%s) of a confirmed record = %v with %d result bytes, %v; want done with its record", id, r.State, len(r.Result), err)
+		default:
+			reads++
+		}
+	}
+	if r, err := s.ReadRecord(ctx, "x0"); err == nil && r.State != replay.LeaseFree {
+		t.Errorf("the disk full: ReadRecord of an ID never acquired = %v; want free", r.State)
+	}
+	if reads == 0 && rep.count() == 0 {
+		t.Errorf("the disk full: no ReadRecord answered, and the store is not repairing")
+	}
 	// A New on a second pool writes once: refused, or (its small commit
 	// fits in WAL space the file system gave a refused commit before,
 	// overwritten now that the store keeps its writer after the error)

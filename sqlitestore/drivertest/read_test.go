@@ -1,0 +1,207 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// readStore is a store on a fresh file whose checker and sweeper stay
+// still, so that nothing but the test's calls writes to the file.
+func readStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB, string) {
+	t.Helper()
+	db, path := openMigrated(t, d)
+	return mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1}), db, path
+}
+
+// files returns the bytes of the database file and of its WAL.
+func files(t *testing.T, path string) (db, wal []byte) {
+	t.Helper()
+	db, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal, err = os.ReadFile(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, wal
+}
+
+// TestReadRecordWritesNothing: ReadRecord of a free ID, of a live lease
+// and of a done entry with its record leaves the database file and its
+// WAL byte for byte as they were (no frame appended, none rewritten),
+// and reads what AcquireRecord then finds.
+func TestReadRecordWritesNothing(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _, path := readStore(t, d)
+			fp, result := []byte("fingerprint"), bytes.Repeat([]byte("r"), 10_000)
+			l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
+			if err != nil || l.State != replay.LeaseAcquired {
+				t.Fatal(l.Lease, err)
+			}
+			dn, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
+			if err != nil || dn.State != replay.LeaseAcquired {
+				t.Fatal(dn.Lease, err)
+			}
+			if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				id     string
+				want   replay.LeaseState
+				result []byte
+			}{
+				{"free", replay.LeaseFree, nil},
+				{"leased", replay.LeaseBusy, nil},
+				{"done", replay.LeaseDone, result},
+			} {
+				t.Run(tc.id, func(t *testing.T) {
+					dbBefore, walBefore := files(t, path)
+					for range 100 {
+						r, err := s.ReadRecord(ctx, tc.id)
+						if err != nil || r.State != tc.want || !bytes.Equal(r.Result, tc.result) {
+							t.Fatalf("ReadRecord(%q) = %v with %d result bytes, %v; want %v with %d", tc.id, r.State, len(r.Result), err, tc.want, len(tc.result))
+						}
+					}
+					dbAfter, walAfter := files(t, path)
+					if !bytes.Equal(walBefore, walAfter) {
+						t.Errorf("the WAL changed over 100 reads of %s: %d bytes before, %d after", tc.id, len(walBefore), len(walAfter))
+					}
+					if !bytes.Equal(dbBefore, dbAfter) {
+						t.Errorf("the database file changed over 100 reads of %s", tc.id)
+					}
+				})
+			}
+			// The lease is still its holder's.
+			if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
+				t.Fatalf("RenewLease after the reads: %v", err)
+			}
+		})
+	}
+}
+
+// TestReadRecordChecksTheMarker: a read checks the table's marker in its
+// own snapshot, as a write checks it in its transaction, so a database
+// that forgot acknowledged claims (the marker deleted, another
+// incarnation, the sequence gone back) or is fenced is refused with
+// ErrUnavailable, never read as free, before the store's next check.
+func TestReadRecordChecksTheMarker(t *testing.T) {
+	tests := []struct {
+		name, tamper string
+		forgotten    bool
+	}{
+		{"marker deleted", `DELETE FROM ctoken_replay WHERE key = x'0000'`, true},
+		{"another incarnation", `UPDATE ctoken_replay SET token = 'another' WHERE key = x'0000'`, true},
+		{"fenced", `UPDATE ctoken_replay SET until = 9223372036854775807 WHERE key = x'0000'`, false},
+		{"sequence gone back", `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`, true},
+		{"rows gone with the marker", `DELETE FROM ctoken_replay`, true},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx := context.Background()
+					s, db, _ := readStore(t, d)
+					if first, err := s.Claim(ctx, "a", time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatalf("Claim = %v, %v; want first", first, err)
+					}
+					if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
+						t.Fatalf("%s: %v", tc.tamper, err)
+					}
+					for _, id := range []string{"a", "never-claimed"} {
+						r, err := s.ReadRecord(ctx, id)
+						if !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) != tc.forgotten || r.State != 0 {
+							t.Fatalf("ReadRecord(%q) after %q = %v, %v; want ErrUnavailable (ErrForgotten: %v)", id, tc.tamper, r.State, err, tc.forgotten)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestReadRecordBesideCommits: reads on the pool while the writer
+// commits (claims advance the marker's sequence) never take a snapshot
+// older than a sequence the store saw for a loss: no read fails, and
+// the store serves on.
+func TestReadRecordBesideCommits(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _, _ := readStore(t, d)
+			until := time.Now().Add(time.Hour)
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			stop := make(chan struct{})
+			for range 4 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := s.ReadRecord(ctx, "c0"); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			for i := range 200 {
+				if first, err := s.Claim(ctx, fmt.Sprint("c", i), until); !first || err != nil {
+					close(stop)
+					wg.Wait()
+					t.Fatalf("Claim %d = %v, %v", i, first, err)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("ReadRecord beside the commits: %v", err)
+			}
+			if r, err := s.ReadRecord(ctx, "c0"); err != nil || r.State != replay.LeaseDone {
+				t.Fatalf("ReadRecord after the commits = %v, %v; want done", r.State, err)
+			}
+		})
+	}
+}
+
+// TestReadRecordOfAWorksID: an ID a Work of AcquireWork holds, whose row
+// is not committed, reads busy, as AcquireRecord finds it; once the Work
+// commits, it reads done with the Work's record.
+func TestReadRecordOfAWorksID(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _, _ := readStore(t, d)
+			fp := []byte("fingerprint")
+			_, w, err := s.AcquireWork(ctx, "w", time.Minute, fp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, fp) {
+				t.Fatalf("ReadRecord of a Work's ID = %v %q, %v; want busy with its fingerprint", r.State, r.Fingerprint, err)
+			}
+			if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
+				t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
+			}
+		})
+	}
+}
