@@ -621,6 +621,13 @@ func (c *cutOff) ConfirmRecord(ctx context.Context, id, token string, until time
 	return c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
 }
 
+func (c *cutOff) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	if c.cut.Load() {
+		return replay.Record{}, errCut
+	}
+	return c.MemoryStore.ReadRecord(ctx, id)
+}
+
 func (c *cutOff) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
 	if c.cut.Load() {
 		return errCut

@@ -53,8 +53,9 @@ type TasksConfig struct {
 	// instance of a fleet uses the same keys.
 	Keys *ctoken.Keyring
 	// Store keeps every task; it must be a replay.Recorder that is also a
-	// replay.Renewer (replay.MemoryStore, redisstore, pgstore,
-	// sqlitestore). A fleet shares one store, so any instance answers for
+	// replay.Renewer and a replay.Reader (replay.MemoryStore, redisstore,
+	// pgstore, sqlitestore): a poll reads, writing nothing but the failure
+	// of a task whose instance stopped. A fleet shares one store, so any instance answers for
 	// any task.
 	Store replay.Recorder
 	// TTL is how long a task and its outcome stay readable from its
@@ -96,6 +97,7 @@ type Tasks struct {
 	seal    *recordSealer
 	store   replay.Recorder
 	renew   replay.Renewer
+	read    replay.Reader
 	ttl     time.Duration
 	hold    time.Duration
 	poll    time.Duration
@@ -214,10 +216,11 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 		return nil, fmt.Errorf("%w: TasksConfig.Keys is nil", ctoken.ErrNoKey)
 	}
 	renew, ok := cfg.Store.(replay.Renewer)
-	if cfg.Store == nil || !ok {
-		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder and a replay.Renewer", ctoken.ErrConfig)
+	read, ok2 := cfg.Store.(replay.Reader)
+	if cfg.Store == nil || !ok || !ok2 {
+		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder, a replay.Renewer and a replay.Reader", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, running: map[string]*runner{}}
+	t := &Tasks{store: cfg.Store, renew: renew, read: read, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, running: map[string]*runner{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -873,7 +876,12 @@ func (t *Tasks) Get(ctx context.Context, caller, id string) (TaskState, error) {
 func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) {
 	st := TaskState{Status: taskWorking, Created: ref.created(), Updated: ref.created()}
 	for {
-		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
+		rec, err := t.read.ReadRecord(ctx, ref.entry())
+		if err == nil && rec.State == replay.LeaseFree {
+			// No live lease and no outcome: its instance stopped. Take
+			// the entry to record that (another reader may be first).
+			rec, err = t.store.AcquireRecord(ctx, ref.entry(), t.hold, ref.fp())
+		}
 		if err != nil {
 			return TaskState{}, -1, err
 		}

@@ -151,6 +151,13 @@ func (d *down) AcquireRecord(ctx context.Context, id string, lease time.Duration
 	return d.MemoryStore.AcquireRecord(ctx, id, lease, fp)
 }
 
+func (d *down) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	if d.down.Load() {
+		return replay.Record{}, replay.ErrUnavailable
+	}
+	return d.MemoryStore.ReadRecord(ctx, id)
+}
+
 func TestTaskStoreFaults(t *testing.T) {
 	t.Run("never answers from a record that does not open", func(t *testing.T) {
 		ts := newCoreTasks(t, mangler{replay.NewMemoryStore(0)})
@@ -297,43 +304,90 @@ func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
 
 // cancelAfterPeek is a MemoryStore that cancels the caller's context once
 // it granted a lease on a task's round entry, as a client that hangs up.
-type cancelAfterPeek struct {
+// writes is a MemoryStore that counts the calls that write.
+type writes struct {
 	*replay.MemoryStore
-	cancel context.CancelFunc
+	n atomic.Int64
 }
 
-func (c *cancelAfterPeek) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
-	rec, err := c.MemoryStore.AcquireRecord(ctx, id, lease, fp)
-	if err == nil && rec.State == replay.LeaseAcquired && strings.HasSuffix(id, ":q0") && c.cancel != nil {
-		c.cancel()
-	}
-	return rec, err
+func (w *writes) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	w.n.Add(1)
+	return w.MemoryStore.AcquireRecord(ctx, id, lease, fp)
 }
 
-// TestTaskReadLeavesNoLease: tasks/get looks for a task's input requests
-// by taking and releasing a lease on each entry; a client that hangs up
-// between the two must not leave the lease held, which would stall the
-// task's own write of its requests for a whole Hold.
-func TestTaskReadLeavesNoLease(t *testing.T) {
-	store := &cancelAfterPeek{MemoryStore: replay.NewMemoryStore(0)}
-	ts := newCoreTasks(t, store)
-	release := make(chan struct{})
-	defer close(release)
-	st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
-		<-release
-		return nil, nil
-	}}, &TaskCall{Caller: "alice"})
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	store.cancel = cancel
-	_, _ = ts.Get(ctx, "alice", st.ID)
-	store.cancel = nil
-	ref, err := ts.open("alice", st.ID)
-	must(t, err)
-	rec, err := store.MemoryStore.AcquireRecord(context.Background(), ref.round(0), time.Second, nil)
-	must(t, err)
-	if rec.State != replay.LeaseAcquired {
-		t.Fatalf("the round entry is %v after a read whose client hung up", rec.State)
+func (w *writes) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	w.n.Add(1)
+	return w.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (w *writes) ReleaseLease(ctx context.Context, id, token string) error {
+	w.n.Add(1)
+	return w.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+func (w *writes) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	w.n.Add(1)
+	return w.MemoryStore.RenewLease(ctx, id, token, lease)
+}
+
+// TestTaskPollIsARead: tasks/get of a working, input_required, completed,
+// failed or cancelled task writes nothing to the store, and answers from a
+// store too full to take a write.
+func TestTaskPollIsARead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(t *testing.T, ts *Tasks, id string, g *gate)
+		want string
+	}{
+		{"working", func(*testing.T, *Tasks, string, *gate) {}, taskWorking},
+		{"input_required", nil, taskInputRequired},
+		{"completed", func(t *testing.T, _ *Tasks, _ string, g *gate) { close(g.release) }, taskCompleted},
+		{"cancelled", func(t *testing.T, ts *Tasks, id string, _ *gate) { must(t, ts.Cancel(context.Background(), "alice", id)) }, taskCancelled},
+		{"failed", func(t *testing.T, ts *Tasks, id string, g *gate) { g.fail.Store(true); close(g.release) }, taskFailed},
+	} {
+		t.Run("of a "+c.name+" task", func(t *testing.T) {
+			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+			must(t, err)
+			store := &writes{MemoryStore: replay.NewMemoryStore(0)}
+			ts, err := NewTasks(TasksConfig{Keys: keys, Store: store, Hold: 10 * time.Minute, PollInterval: time.Hour})
+			must(t, err)
+			g := newGate(true)
+			run := g.run
+			if c.end == nil { // asks, and waits for an answer it never gets
+				run = func(ctx context.Context, call *TaskCall) (json.RawMessage, error) {
+					_, err := call.Input(ctx, map[string]json.RawMessage{"q": json.RawMessage(`{"method":"roots/list"}`)})
+					return nil, err
+				}
+			}
+			st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: run}, &TaskCall{Caller: "alice"})
+			must(t, err)
+			if c.end != nil {
+				wait(t, g.started, "the tool's start")
+				c.end(t, ts, st.ID, g)
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+				got, err := ts.Get(context.Background(), "alice", st.ID)
+				must(t, err)
+				if got.Status == c.want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("status %s, want %s", got.Status, c.want)
+				}
+			}
+			store.MemoryStore.Max = store.MemoryStore.Len() // full: a write is refused
+			before := store.n.Load()
+			for range 20 {
+				got, err := ts.Get(context.Background(), "alice", st.ID)
+				must(t, err)
+				if got.Status != c.want {
+					t.Fatalf("status %s, want %s", got.Status, c.want)
+				}
+			}
+			if n := store.n.Load() - before; n != 0 {
+				t.Fatalf("20 polls made %d writes", n)
+			}
+		})
 	}
 }
 
@@ -478,6 +532,13 @@ func (c *cutOff) ConfirmRecord(ctx context.Context, id, token string, until time
 		return errCut
 	}
 	return c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (c *cutOff) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	if c.cut.Load() {
+		return replay.Record{}, errCut
+	}
+	return c.MemoryStore.ReadRecord(ctx, id)
 }
 
 func (c *cutOff) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {

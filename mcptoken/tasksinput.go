@@ -90,18 +90,12 @@ func (t *Tasks) putOnce(ctx context.Context, ref taskRef, id string, value []byt
 	}
 }
 
-// peek reads the sealed value recorded under id without taking it: ok is
+// peek reads the sealed value recorded under id, writing nothing: ok is
 // false when nothing is recorded there (yet).
 func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessage, bool, error) {
-	rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
-	if err != nil {
+	rec, err := t.read.ReadRecord(ctx, id)
+	if err != nil || rec.State != replay.LeaseDone {
 		return nil, false, err
-	}
-	switch rec.State {
-	case replay.LeaseAcquired:
-		return nil, false, t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
-	case replay.LeaseBusy:
-		return nil, false, nil
 	}
 	v, err := t.seal.open(id, nil, rec.Result)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func fleet(t *testing.T) (a, b *Tasks) {
 type gate struct {
 	started, stopped, release chan struct{}
 	honour                    bool
+	fail                      atomic.Bool // once released, fail instead
 }
 
 func newGate(honour bool) *gate {
@@ -52,6 +54,9 @@ func (g *gate) run(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
 		}
 		<-g.release
 	case <-g.release:
+	}
+	if g.fail.Load() {
+		return nil, errors.New("the tool failed")
 	}
 	return json.RawMessage(`{"content":[]}`), nil
 }

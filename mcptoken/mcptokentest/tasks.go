@@ -314,6 +314,17 @@ func (k *killable) ConfirmRecord(ctx context.Context, id, token string, until ti
 	return k.Recorder.ConfirmRecord(ctx, id, token, until, fp, result)
 }
 
+func (k *killable) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	if err := k.check(); err != nil {
+		return replay.Record{}, err
+	}
+	r, ok := k.Recorder.(replay.Reader)
+	if !ok {
+		return replay.Record{}, errors.New("store is not a replay.Reader")
+	}
+	return r.ReadRecord(ctx, id)
+}
+
 func (k *killable) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
 	if err := k.check(); err != nil {
 		return err
