@@ -342,7 +342,9 @@ func TestTaskPollIsARead(t *testing.T) {
 		{"working", func(*testing.T, *Tasks, string, *gate) {}, taskWorking},
 		{"input_required", nil, taskInputRequired},
 		{"completed", func(t *testing.T, _ *Tasks, _ string, g *gate) { close(g.release) }, taskCompleted},
-		{"cancelled", func(t *testing.T, ts *Tasks, id string, _ *gate) { must(t, ts.Cancel(context.Background(), "alice", id)) }, taskCancelled},
+		{"cancelled", func(t *testing.T, ts *Tasks, id string, _ *gate) {
+			must(t, ts.Cancel(context.Background(), "alice", id))
+		}, taskCancelled},
 		{"failed", func(t *testing.T, ts *Tasks, id string, g *gate) { g.fail.Store(true); close(g.release) }, taskFailed},
 	} {
 		t.Run("of a "+c.name+" task", func(t *testing.T) {
