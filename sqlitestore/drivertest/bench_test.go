@@ -32,6 +32,7 @@ import (
 //	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
 //	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
+//	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working or a completed task, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
 //
 // A disk's fsync latency drifts (on a shared virtual disk, by 2x within
 // seconds), so a store and its floor timed seconds apart compare badly:
@@ -571,4 +572,59 @@ func BenchmarkReadRecord(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkTaskPoll: mcptoken's Tasks.Get (a tasks/get poll) of a working
+// task (state=working: ReadRecord of the task's entry, busy, and of its
+// first input round's, free) or of a completed one (state=completed: the
+// task's entry, done, its outcome opened), then the floor's one-row
+// SELECT of the task's row on the same pool, in turn.
+func BenchmarkTaskPoll(b *testing.B) {
+	for _, d := range Drivers() {
+		for _, status := range []string{"working", "completed"} {
+			b.Run(d.Name+"/state="+status, func(b *testing.B) {
+				ctx := context.Background()
+				db := benchDB(b, d)
+				ts, ids := pollTasks(b, benchStore(b, db))
+				key := benchTaskRow(b, db, status)
+				benchPaired(b,
+					func(int) {
+						st, err := ts.Get(ctx, pollCaller, ids[status])
+						if err != nil || st.Status != status {
+							b.Fatalf("Get = %q, %v; want %s", st.Status, err, status)
+						}
+					},
+					func(int) {
+						var st, tok string
+						var until int64
+						var fp, res []byte
+						benchMust(b, db.QueryRowContext(ctx, benchReadFloor, key).Scan(&st, &tok, &until, &fp, &res))
+					})
+			})
+		}
+	}
+}
+
+// benchTaskRow returns the key of the row of pollTasks's task of the given
+// status: the one row whose ID is a task entry's ("mcpt:" and a 16-byte
+// nonce in 22 base64 characters; its marks and rounds are longer) in that
+// state (a lease while working, done once completed).
+func benchTaskRow(b *testing.B, db *sql.DB, status string) []byte {
+	b.Helper()
+	state := map[string]string{"working": "l", "completed": "d"}[status]
+	n := 2 + len(sqlitestore.DefaultPrefix) + len("mcpt:") + 22
+	rows, err := db.QueryContext(context.Background(), `SELECT key FROM ctoken_replay WHERE length(key) = ? AND state = ?`, n, state)
+	benchMust(b, err)
+	defer rows.Close()
+	var keys [][]byte
+	for rows.Next() {
+		var k []byte
+		benchMust(b, rows.Scan(&k))
+		keys = append(keys, k)
+	}
+	benchMust(b, rows.Err())
+	if len(keys) != 1 {
+		b.Fatalf("%d rows of a %s task's entry; want 1", len(keys), status)
+	}
+	return keys[0]
 }

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
@@ -87,6 +91,104 @@ func TestReadRecordWritesNothing(t *testing.T) {
 			// The lease is still its holder's.
 			if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
 				t.Fatalf("RenewLease after the reads: %v", err)
+			}
+		})
+	}
+}
+
+// pollCaller is the caller pollTasks's tasks are bound to.
+const pollCaller = "alice"
+
+// pollTasks returns a Tasks on s that touches the store only when called
+// (PollInterval an hour: no look for a cancel; Hold 10 minutes: no
+// renewal within a test or a benchmark), and the IDs of two of
+// pollCaller's tasks, by the status tasks/get reports: "working", whose
+// tool waits for its context, and "completed". When tb ends, before s
+// closes, the working task is cancelled and the Tasks shut down.
+func pollTasks(tb testing.TB, s *sqlitestore.Store) (*mcptoken.Tasks, map[string]string) {
+	tb.Helper()
+	ctx := context.Background()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wait := mcptoken.TaskTool{Name: "wait", Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}}
+	answer := mcptoken.TaskTool{Name: "answer", Run: func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`), nil
+	}}
+	instance := func() *mcptoken.Tasks {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, PollInterval: time.Hour, Hold: 10 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, tool := range []mcptoken.TaskTool{wait, answer} {
+			if err := ts.Add(tool); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		return ts
+	}
+	// The completed task runs on an instance of its own, whose Shutdown
+	// returns once its outcome is recorded; ts answers for it as any
+	// instance of a fleet (the same keys and store) does.
+	fin := instance()
+	done, err := fin.Create(ctx, answer, &mcptoken.TaskCall{Caller: pollCaller})
+	if err != nil {
+		tb.Fatalf("Create of the completed task: %v", err)
+	}
+	if err := fin.Shutdown(ctx); err != nil {
+		tb.Fatalf("Shutdown after the completed task: %v", err)
+	}
+	ts := instance()
+	working, err := ts.Create(ctx, wait, &mcptoken.TaskCall{Caller: pollCaller})
+	if err != nil {
+		tb.Fatalf("Create of the working task: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := ts.Cancel(ctx, pollCaller, working.ID); err != nil {
+			tb.Errorf("Cancel: %v", err)
+		}
+		if err := ts.Shutdown(ctx); err != nil {
+			tb.Errorf("Shutdown: %v", err)
+		}
+	})
+	ids := map[string]string{"working": working.ID, "completed": done.ID}
+	for want, id := range ids {
+		if st, err := ts.Get(ctx, pollCaller, id); err != nil || st.Status != want {
+			tb.Fatalf("Get = %q, %v; want %s", st.Status, err, want)
+		}
+	}
+	return ts, ids
+}
+
+// TestTaskPollWritesNothing: 100 polls (Tasks.Get) of a working task
+// (its entry and its first input round's, read) and of a completed one
+// leave the database file and its WAL byte for byte as they were.
+func TestTaskPollWritesNothing(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _, path := readStore(t, d)
+			ts, ids := pollTasks(t, s)
+			for _, status := range []string{"working", "completed"} {
+				t.Run(status, func(t *testing.T) {
+					dbBefore, walBefore := files(t, path)
+					for range 100 {
+						if st, err := ts.Get(ctx, pollCaller, ids[status]); err != nil || st.Status != status {
+							t.Fatalf("Get = %q, %v; want %s", st.Status, err, status)
+						}
+					}
+					dbAfter, walAfter := files(t, path)
+					if !bytes.Equal(walBefore, walAfter) {
+						t.Errorf("the WAL changed over 100 polls of a %s task: %d bytes before, %d after", status, len(walBefore), len(walAfter))
+					}
+					if !bytes.Equal(dbBefore, dbAfter) {
+						t.Errorf("the database file changed over 100 polls of a %s task", status)
+					}
+				})
 			}
 		})
 	}
