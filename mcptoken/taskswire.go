@@ -443,8 +443,12 @@ func listensToTasks(params json.RawMessage) bool {
 	if json.Unmarshal(params, &p) != nil {
 		return false // the SDK's to refuse
 	}
-	_, ok := p.Notifications["taskIds"]
-	return ok
+	for key := range p.Notifications {
+		if strings.EqualFold(key, "taskIds") { // as encoding/json, and so mcp-go, may read it
+			return true
+		}
+	}
+	return false
 }
 
 // call answers the tools/call of a task tool: input_required while its Ask

@@ -358,11 +358,13 @@ func TestTasksHandlerRefuses(t *testing.T) {
 	t.Run("rejects a task subscription from a client without the extension", func(t *testing.T) {
 		s := newTaskServer(t)
 		id := s.create("slow")
-		listen := map[string]any{"notifications": map[string]any{"taskIds": []string{id}}}
-		_, out := s.rpc("subscriptions/listen", listen, nil)
-		e, _ := out["error"].(map[string]any)
-		if errCode(out) != CodeMissingCapability || !strings.Contains(mustJSON(t, e["data"]), TasksExtension) || s.sdk != 0 {
-			t.Fatalf("answer %v", out)
+		for _, key := range []string{"taskIds", "TaskIDs"} {
+			listen := map[string]any{"notifications": map[string]any{key: []string{id}}}
+			_, out := s.rpc("subscriptions/listen", listen, nil)
+			e, _ := out["error"].(map[string]any)
+			if errCode(out) != CodeMissingCapability || !strings.Contains(mustJSON(t, e["data"]), TasksExtension) || s.sdk != 0 {
+				t.Fatalf("%s: answer %v", key, out)
+			}
 		}
 		// Declared, or asking for no task notifications: the SDK's.
 		s.rpc("subscriptions/listen", with(map[string]any{"notifications": map[string]any{"taskIds": []string{id}}}, declared), nil)
