@@ -504,7 +504,7 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		}
 		if work != nil {
 			_ = work.Rollback(context.WithoutCancel(ctx))
-		} else if fresh {
+		} else if err != nil {
 			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)
 		}
 		if err == nil { // recorded failed by begin: read it as a retry would
