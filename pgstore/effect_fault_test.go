@@ -570,15 +570,15 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}
 			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second)
 			effectsOncePerKey(t, admin, app.table, keys, seen)
-			// The faulted run, then one more unless it committed.
-			want := int32(2)
-			if tc.kept {
-				want = 1
-			}
+			// The faulted run, then one more unless it committed. A run
+			// that kept nothing may repeat on a loaded machine (a retry
+			// whose own commit timed out, rolled back): the effects are
+			// counted once above, so only a committed key's count is exact.
 			for _, key := range keys {
 				n, _ := app.runs.Load(key)
-				if runs := n.(*atomic.Int32).Load(); runs != want {
-					t.Errorf("%s: the handler ran %d times, want %d", key, runs, want)
+				runs := n.(*atomic.Int32).Load()
+				if tc.kept && runs != 1 || !tc.kept && runs < 2 {
+					t.Errorf("%s: the handler ran %d times, want %s", key, runs, map[bool]string{true: "1", false: "at least 2"}[tc.kept])
 				}
 			}
 		})

@@ -1093,7 +1093,10 @@ func recordEditedInRedisIsRefused(t *testing.T) {
 // fingerprint + result, all in the entry) still replays byte for byte, for
 // AcquireRecord, and is done for the plain steps.
 func recordOfTheEarlierLayoutStillReplays(t *testing.T) {
-	s, c := newTestStore(t)
+	// Up to 10 s a call: a 1 MiB record through a Lua script, under -race
+	// on a loaded machine, has taken longer than the default second.
+	c := newTestClient(t)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 10 * time.Second})
 	ctx := context.Background()
 	tok := "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
