@@ -74,9 +74,8 @@ func renewedLeaseOutlivesItsFirstEnd(t *testing.T, s RenewStore) {
 
 func renewedLeaseEndsAtItsNewEnd(t *testing.T, s RenewStore) {
 	l := acquireRecord(t, s, "a", time.Minute, []byte("fp"), replay.LeaseAcquired, nil, nil)
-	start := time.Now() // before the renewal: its end is later
 	renew(t, s, "a", l.Token, Lease)
-	waitOut(start, Lease)
+	waitOut(time.Now(), Lease) // the store renewed before it answered
 	acquireRecord(t, s, "a", time.Minute, []byte("fp"), replay.LeaseAcquired, nil, nil)
 }
 
@@ -91,17 +90,15 @@ func renewedLeaseKeepsItsFingerprintAndToken(t *testing.T, s RenewStore) {
 }
 
 func renewOfAnEndedLeaseIsLost(t *testing.T, s RenewStore) {
-	start := time.Now()
 	l := acquireRecord(t, s, "a", Lease, nil, replay.LeaseAcquired, nil, nil)
-	waitOut(start, Lease)
+	waitOut(time.Now(), Lease) // the store took the lease before it answered
 	wantLost(t, s, "a", l.Token, "after the lease ended, the ID free")
 	acquireRecord(t, s, "a", time.Minute, nil, replay.LeaseAcquired, nil, nil)
 }
 
 func renewAfterTakeoverIsLost(t *testing.T, s RenewStore) {
-	start := time.Now()
 	l := acquireRecord(t, s, "a", Lease, nil, replay.LeaseAcquired, nil, nil)
-	waitOut(start, Lease)
+	waitOut(time.Now(), Lease) // the store took the lease before it answered
 	l2 := acquireRecord(t, s, "a", time.Minute, []byte("second"), replay.LeaseAcquired, nil, nil)
 	wantLost(t, s, "a", l.Token, "after another holder took the ID")
 	renew(t, s, "a", l2.Token, time.Minute)
@@ -130,7 +127,7 @@ func renewWithForeignTokenIsLost(t *testing.T, s RenewStore) {
 }
 
 func nonPositiveRenewalRefused(t *testing.T, s RenewStore) {
-	id, start, d := inTime(t, func(id string, d time.Duration) error {
+	id, _, d := inTime(t, func(id string, d time.Duration) error {
 		l := acquireRecord(t, s, id, d, nil, replay.LeaseAcquired, nil, nil)
 		for _, r := range []time.Duration{0, -time.Second} {
 			if err := s.RenewLease(ctx(), id, l.Token, r); !errors.Is(err, replay.ErrExpired) {
@@ -142,6 +139,6 @@ func nonPositiveRenewalRefused(t *testing.T, s RenewStore) {
 		}
 		return nil
 	})
-	waitOut(start, d) // the refused renewals left the lease as it was
+	waitOut(time.Now(), d) // the refused renewals left the lease as it was, taken before inTime returned
 	acquireRecord(t, s, id, time.Minute, nil, replay.LeaseAcquired, nil, nil)
 }
