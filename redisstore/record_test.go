@@ -879,7 +879,7 @@ func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 30 * time.Second
-	busy := busyRedis(t, 600*time.Millisecond)
+	busy := busyRedis(t, 2*time.Second) // long enough to outlast a descheduled caller
 	start := time.Now()
 	if r, err := s.AcquireRecord(ctx, "d", lease, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
 		t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)

@@ -326,14 +326,20 @@ return 1`
 	// Let the script reach the server and start spinning.
 	probe := redis.NewClient(&redis.Options{Addr: redisAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer probe.Close()
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+	// Three pings in a row that wait behind the script: one alone can be
+	// late on a loaded machine before the script reached the server.
+	for waited, deadline := 0, time.Now().Add(5*time.Second); time.Now().Before(deadline); {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		err := probe.Ping(ctx).Err()
 		cancel()
-		if err != nil { // the ping waits behind the script: it is running
+		if err == nil {
+			waited = 0
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if waited++; waited == 3 { // the script is running
 			return done
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("the busy loop never started")
 	return nil
