@@ -1,14 +1,19 @@
 package mcptoken
 
-// The tasks this instance runs: a cancel reaches a local task's tool at
-// once, and Shutdown drains them.
+// The tasks this instance runs: each runner renews its lease and records
+// its tool's outcome, a cancel reaches a local task's tool at once, and
+// Shutdown drains them.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // runner is a task this instance runs. stop cancels its tool's context
@@ -128,4 +133,158 @@ func (t *Tasks) Shutdown(ctx context.Context) error {
 	}
 	t.fail(slog.LevelWarn, "Tasks shut down with tasks still running: they are recorded failed", "", nil)
 	return ctx.Err()
+}
+
+// run runs a task and records its outcome, renewing its lease meanwhile,
+// in ctx (with the creating request's values, such as its auth; stopped
+// by r's stop).
+func (t *Tasks) run(ctx context.Context, r *runner, held time.Time, tool TaskTool, call *TaskCall) {
+	defer t.unregister(r)
+	ref := r.ref
+	// The lease is kept until the outcome is recorded (or the TTL ends),
+	// beyond the tool's end: a cancelled tool still records its outcome.
+	kctx, kcancel := context.WithDeadline(context.WithoutCancel(ctx), ref.created().Add(t.ttl))
+	defer kcancel()
+	ctx, cancel := context.WithDeadline(ctx, ref.created().Add(t.ttl))
+	defer cancel()
+	var lost sync.Once
+	lostCh := make(chan struct{})
+	go t.keep(kctx, ref, held, func() { lost.Do(func() { close(lostCh); r.stop(errLeaseGone) }) }, r.stop)
+	var asking sync.Mutex // one round at a time: the client sees the latest
+	round, used := 0, map[string]bool{}
+	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+		asking.Lock()
+		defer asking.Unlock()
+		for key := range req {
+			if used[key] {
+				return nil, fmt.Errorf("mcptoken: input request key %q used in an earlier round of the task", key)
+			}
+		}
+		for key := range req {
+			used[key] = true
+		}
+		k := round
+		round++
+		return t.input(ctx, ref, k, req)
+	}
+	res, err := runTool(ctx, tool, call)
+	select {
+	case <-lostCh:
+		return // recorded elsewhere: cancelled, failed, or lapsed
+	default:
+	}
+	o := t.outcomeOf(ref, res, err, context.Cause(ctx))
+	if !r.claim() {
+		return // handed over by Shutdown
+	}
+	// Record the outcome, retrying a store that cannot answer while the
+	// lease is still kept; once it is lost (recorded by another instance,
+	// or lapsed) nothing is recorded here.
+	for {
+		err := t.finish(ref, ref.Token, o)
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, ErrTaskInvalid) {
+			return
+		}
+		t.fail(slog.LevelWarn, "a task's outcome could not be recorded yet; retrying", ref.Tool, err)
+		select {
+		case <-lostCh:
+			return
+		case <-time.After(t.poll):
+		}
+	}
+}
+
+// outcomeOf is the outcome of a tool that returned res and err with its
+// context's cause: completed with a JSON object (whatever the cause: the
+// tool completed), cancelled after a cancel, failed (and logged) otherwise.
+func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error, cause error) outcome {
+	o := outcome{Status: taskCompleted, Result: res, Updated: time.Now().UnixMilli()}
+	if _, jerr := jsonObject(res); err == nil && jerr == nil {
+		return o // a JSON object, each key once (completeResult reads it so)
+	}
+	if errors.Is(cause, errTaskCancelled) {
+		return outcome{Status: taskCancelled, Updated: o.Updated}
+	}
+	msg := "internal error: the tool failed"
+	switch {
+	case errors.Is(cause, errTaskDrained):
+		msg = msgTaskDrained
+	case errors.Is(cause, context.DeadlineExceeded):
+		msg = "the task's TTL ended before it finished"
+	case err == nil:
+		err = errors.New("mcptoken: the result is not a JSON object naming each key once")
+	}
+	t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
+	return outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msg}, Updated: o.Updated}
+}
+
+// runTool runs the tool, turning a panic into an error.
+func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, errors.New("mcptoken: the task's tool panicked")
+		}
+	}()
+	return tool.Run(ctx, call)
+}
+
+// keep renews the task's lease every Hold/3 until ctx ends; it calls lose
+// once the lease is lost (taken by another instance), or could lapse
+// before the next renewal. Every PollInterval it looks for a cancel made
+// on another instance, and stops the tool when it finds one. A lease acquired or renewed by a
+// call begun at held lasts until held+Hold at least, so an instance that
+// cannot renew gives its tool up a third of the Hold before then, while no
+// other instance can yet find the lease lapsed and report the task failed.
+func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func(), stop context.CancelCauseFunc) {
+	step := t.hold / 3
+	tick := time.NewTicker(step)
+	defer tick.Stop()
+	look := time.NewTicker(t.poll)
+	defer look.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-look.C:
+			// Bounded, so that a store that hangs delays no renewal past
+			// its give-up time.
+			lctx, done := context.WithTimeout(ctx, step/2)
+			c, _ := t.cancelled(lctx, ref)
+			done()
+			if c {
+				stop(errTaskCancelled)
+				look.Stop() // told once
+			}
+			continue
+		case <-tick.C:
+		}
+		start, giveUp := time.Now(), held.Add(t.hold-step/2)
+		var err error
+		if start.Before(giveUp) {
+			deadline := start.Add(step)
+			if giveUp.Before(deadline) {
+				deadline = giveUp
+			}
+			rctx, done := context.WithDeadline(ctx, deadline)
+			err = t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
+			done()
+		} else {
+			err = errors.New("mcptoken: no renewal in time (a late tick)")
+		}
+		switch {
+		case err == nil:
+			held = start
+		case errors.Is(err, replay.ErrLeaseLost):
+			lose()
+			return
+		case ctx.Err() != nil:
+			return
+		case !time.Now().Add(step).Before(giveUp):
+			t.fail(slog.LevelError, "a task's lease could not be renewed before it could lapse; its tool is cancelled", ref.Tool, err)
+			lose() // its lease may lapse before the next renewal
+			return
+		default:
+			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)
+		}
+	}
 }
