@@ -556,20 +556,6 @@ func keyedCall(caller, key string) *TaskCall {
 	return &TaskCall{Caller: caller, Arguments: json.RawMessage(`{}`), key: key, args: fp}
 }
 
-// settle returns the state of the task id once it left working.
-func settle(t *testing.T, ts *Tasks, id string) TaskState {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		got, err := ts.Get(context.Background(), "alice", id)
-		must(t, err)
-		if got.Status != taskWorking {
-			return got
-		}
-	}
-	t.Fatal("task still working")
-	return TaskState{}
-}
-
 // TestKeyedTaskRuns: under one idempotency key, a task whose failure kept
 // nothing (a Transactional task's, whose transaction rolled back or whose
 // instance stopped) is run again by the next call, at most 8 runs in all,
@@ -607,12 +593,12 @@ func TestKeyedTaskRuns(t *testing.T) {
 		must(t, err)
 		<-started
 		store.kill()
-		if st := settle(t, ts, first.ID); st.Status != taskFailed || st.ErrorMessage != msgStoppedNone || st.effect != effectNone {
+		if st := settled(t, ts, first.ID, nil); st.Status != taskFailed || st.ErrorMessage != msgStoppedNone || st.effect != effectNone {
 			t.Fatalf("the stopped run: %+v", st)
 		}
 		second, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
 		must(t, err)
-		if st := settle(t, ts, second.ID); st.Status != taskCompleted {
+		if st := settled(t, ts, second.ID, nil); st.Status != taskCompleted {
 			t.Fatalf("the next call's run: %+v", st)
 		}
 		third, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
@@ -632,7 +618,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		for i := 1; i <= maxTaskRuns+1; i++ {
 			st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k2"))
 			must(t, err)
-			if st = settle(t, ts, st.ID); st.Status != taskFailed || st.effect != effectNone {
+			if st = settled(t, ts, st.ID, nil); st.Status != taskFailed || st.effect != effectNone {
 				t.Fatalf("call %d: %+v", i, st)
 			}
 			if want := min(i, maxTaskRuns); runs.Load() != int32(want) {
@@ -707,7 +693,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		must(t, err)
 		<-started
 		dying.cut.Store(true)
-		st := settle(t, b, first.ID)
+		st := settled(t, b, first.ID, nil)
 		if st.Status != taskFailed || st.ErrorMessage != msgStoppedUnknown || st.effect != effectUnknown {
 			t.Fatalf("the stopped run: %+v", st)
 		}
@@ -723,7 +709,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		must(t, b.AllowRerun(ctx, "alice", "mail", "k3"))
 		rerun, err := b.Create(ctx, tool, keyedCall("alice", "k3"))
 		must(t, err)
-		if st := settle(t, b, rerun.ID); st.Status != taskCompleted || runs.Load() != 2 {
+		if st := settled(t, b, rerun.ID, nil); st.Status != taskCompleted || runs.Load() != 2 {
 			t.Fatalf("the call after AllowRerun: %+v after %d runs", st, runs.Load())
 		}
 		if err := b.AllowRerun(ctx, "alice", "mail", "k3"); !errors.Is(err, errNoRerun) {
