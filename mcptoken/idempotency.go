@@ -169,9 +169,14 @@ type IdempotencyConfig struct {
 	// its result. Zero means [DefaultIdempotencyWindow]; it must be longer
 	// than Lease.
 	Window time.Duration
-	// Lease is how long one call may hold its key; the tool's context
-	// ends after three quarters of it. Zero means
-	// [DefaultIdempotencyLease].
+	// Lease is how long one call holds its key unless renewed. While the
+	// tool runs its lease is renewed every third of it (in a store that
+	// is a replay.Renewer, without Transactional), and the tool's context
+	// is cancelled once the lease cannot be kept, before another call can
+	// take the key, or a Window after it was taken: a tool that ignores
+	// its context can still act after that, beside the retry that runs it
+	// again. Not renewed, the tool's context ends after three quarters of
+	// it. Zero means [DefaultIdempotencyLease].
 	Lease time.Duration
 	// Wait makes a duplicate of a running call wait up to this long for
 	// its result instead of being refused with [ErrInProgress] at once.
@@ -268,6 +273,8 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 		}
 		e.tx = tx
 		e.acq, _ = tx.(replay.WorkAcquirer)
+	} else {
+		e.renew, _ = cfg.Store.(replay.Renewer)
 	}
 	if cfg.NonIdempotentWithoutKey {
 		in.Logger().LogAttrs(context.Background(), slog.LevelWarn,
@@ -331,8 +338,9 @@ func (f *Failure) Unwrap() error { return f.Err }
 //
 // What the integrations' Wrap makes of it: the tool runs with a context
 // that keeps ctx's values but not its cancellation (a client that goes
-// away does not stop work that may have taken effect), ending three
-// quarters of the Lease after the key was taken, and, with Transactional,
+// away does not stop work that may have taken effect) but with the
+// cancellation of a round or task that runs the call, ending as Lease
+// says, and, with Transactional,
 // carrying the store's transaction (pgstore.TxFrom, sqlitestore.TxFrom).
 // An error that says the tool did not begin (a validation failure)
 // records nothing and releases the key; any other says it began and

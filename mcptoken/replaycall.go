@@ -48,6 +48,9 @@ const failurePrefix = 0x01
 type engine struct {
 	store replay.Recorder
 	tx    replay.Transactor // nil unless the work runs in the store's transaction
+	// renew renews the lease while the work runs; nil when the store
+	// cannot, or when the work runs in a transaction (which holds it).
+	renew replay.Renewer
 	// acq is tx when it takes the lease in the work's transaction
 	// (replay.WorkAcquirer: one durable commit per call); else nil.
 	acq   replay.WorkAcquirer
@@ -107,9 +110,9 @@ type runFunc func(ctx context.Context) ([]byte, error)
 // do runs run under id unless id is done, busy or another fingerprint's:
 // it returns the result run returned, recorded (the first call), or the
 // recorded one (a retry, replayed true). ctx's values reach run, but not
-// its cancellation: run gets a deadline of three quarters of the lease,
-// since a caller that goes away does not undo work that may have taken
-// effect.
+// the client's cancellation, since a caller that goes away does not undo
+// work that may have taken effect: run ends when its lease cannot be kept
+// (see run).
 func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (result []byte, replayed bool, err error) {
 	start := time.Now()
 	pause := engineFirstPoll
@@ -190,23 +193,60 @@ func sameFingerprint(storedFP, fp []byte) bool {
 
 // run runs the work under the lease token holds on id (taken at start)
 // and settles the ID: the result recorded, or the ID released.
-func (e *engine) run(ctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) (result []byte, err error) {
+func (e *engine) run(ctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) ([]byte, error) {
 	// The tool's context is not replay.WithDeadlineOnly's: its cancel runs
 	// when the tool returns, and code the tool started must see it at once.
-	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(e.lease/4*3))
-	defer cancel()
-	if e.tx != nil {
-		return e.runWork(ctx, hctx, id, token, fp, start, held, run)
+	// It is detached from the client's request, but not from a round or a
+	// task that runs the call: their cancellation reaches the tool.
+	if e.tx != nil || e.renew == nil {
+		// The lease is not renewed: a transaction holds it (or the store
+		// cannot renew), and the tool ends at three quarters of it.
+		hctx, cancel := context.WithDeadline(detach(ctx), start.Add(e.lease/4*3))
+		defer cancel()
+		if e.tx != nil {
+			return e.runWork(ctx, hctx, id, token, fp, start, held, run)
+		}
+		return e.settle(ctx, id, token, fp, func() time.Time { return start }, func() ([]byte, error) { return run(hctx) })
 	}
+	// The lease is renewed while the tool runs; the tool's context is
+	// cancelled once it cannot be kept, before another call can take the
+	// key, and a Window after the key was taken.
+	hctx, cancel := context.WithDeadline(detach(ctx), start.Add(e.window-e.lease))
+	defer cancel()
+	hctx, lose := context.WithCancelCause(hctx)
+	defer lose(nil)
+	stop := keep(hctx, keptLease{renewer: e.renew, id: id, token: token, hold: e.lease, held: start, end: start.Add(e.window),
+		lost: func(err error) {
+			lose(errCallLeaseLost)
+			e.logf(ctx, slog.LevelError, "the call's lease could not be kept while its tool ran: the tool's context was cancelled, and a retry may run the tool once the lease has ended", err)
+		},
+		retrying: func(err error) {
+			e.logf(ctx, slog.LevelWarn, "renewing the call's lease failed; trying again", err)
+		},
+	})
+	return e.settle(ctx, id, token, fp, stop, func() ([]byte, error) { return run(hctx) })
+}
+
+// errCallLeaseLost is the cause of a tool's context cancelled because its
+// call's lease could not be kept.
+var errCallLeaseLost = errors.New("mcptoken: the call's lease could not be kept")
+
+// settle runs the work with run and settles the ID under the lease token
+// holds: the result (or a [*Failure]) recorded, or the ID released. held
+// is called once the work has returned and says since when the lease is
+// held.
+func (e *engine) settle(ctx context.Context, id, token string, fp []byte, held func() time.Time, run func() ([]byte, error)) (result []byte, err error) {
 	settled := false
 	defer func() {
 		// A run that panics, or ends its goroutine with runtime.Goexit,
 		// returns nothing: release the ID, then let the panic go on.
 		if !settled {
+			held()
 			e.release(ctx, id, token, "the work panicked")
 		}
 	}()
-	result, err = run(hctx)
+	result, err = run()
+	start := held()
 	settled = true
 	var f *Failure
 	if errors.As(err, &f) {

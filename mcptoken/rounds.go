@@ -333,61 +333,6 @@ func (s *States) releaseRound(ctx context.Context, id, token string) {
 	_ = s.recorder.ReleaseLease(cctx, id, token) // on failure the hold ends by itself
 }
 
-// renew renews the hold of the round of o, taken no earlier than
-// acquiredAt, every third of it until done is closed. The hold counts as
-// lost, and lost is called with [ErrRoundInterrupted], once five sixths
-// of it have passed by this process's clock since the last renewal the
-// store accepted was sent (a stalled store, a paused process): before the
-// store's hold can end by a clock that runs at the same rate, and so
-// before any later presentation can be told the round was interrupted. A
-// renewal the store refuses ([replay.ErrLeaseLost]: its clock stepped
-// forward) loses it at once. Either is logged at Error.
-func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Opened, token string, acquiredAt time.Time, done <-chan struct{}, lost context.CancelCauseFunc) {
-	margin := s.hold / 6
-	heldUntil := acquiredAt.Add(s.hold - margin)
-	expire := time.NewTimer(time.Until(heldUntil))
-	defer expire.Stop()
-	t := time.NewTicker(s.hold / 3)
-	defer t.Stop()
-	loseHold := func(why string) {
-		lost(ErrRoundInterrupted)
-		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round's hold was lost while it ran ("+why+"); its context was cancelled, and a retry may be told it was interrupted",
-			NameAttr(method, name))
-	}
-	for {
-		select {
-		case <-done:
-			return
-		case <-expire.C:
-			loseHold("no renewal reached the store in time")
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		until := sent.Add(s.hold / 3)
-		if heldUntil.Before(until) {
-			until = heldUntil
-		}
-		rctx, cancel := replay.WithDeadlineOnly(ctx, until)
-		err := s.renewer.RenewLease(rctx, o.ID, token, min(s.hold, time.Until(o.Until)))
-		cancel()
-		switch {
-		case err == nil:
-			heldUntil = sent.Add(s.hold - margin)
-			expire.Reset(time.Until(heldUntil))
-		case errors.Is(err, replay.ErrLeaseLost):
-			loseHold("the store ended it")
-			return
-		case !time.Now().Before(heldUntil):
-			loseHold("renewing it failed: " + err.Error())
-			return
-		default:
-			s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: renewing the round's hold failed; trying again",
-				NameAttr(method, name), slog.String("error", err.Error()))
-		}
-	}
-}
-
 // run runs round with the opened state, detached from ctx's cancellation
 // and ending before the state's lease does, or, in a store that renews
 // leases, once its hold is lost (context.Cause is then
@@ -417,18 +362,32 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	// retry is answered with. It ends before the lease does, with time
 	// left to record, and when its hold is lost: a retry may then be told
 	// that it was interrupted, and it must not act after that.
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), o.Until.Add(-confirmTimeout))
+	rctx, cancel := context.WithDeadline(detach(ctx), o.Until.Add(-confirmTimeout))
 	defer cancel()
 	if s.renewer != nil {
+		// The hold is renewed while the round runs (leasekeeper.go) and
+		// counts as lost before the store can find it lapsed: the round's
+		// context is then cancelled with [ErrRoundInterrupted] before
+		// any later presentation can be told the round was interrupted.
 		hctx, lost := context.WithCancelCause(rctx)
 		defer lost(nil)
+		stop := keep(rctx, keptLease{renewer: s.renewer, id: o.ID, token: token, hold: s.hold, held: acquiredAt, end: o.Until,
+			lost: func(err error) {
+				lost(ErrRoundInterrupted)
+				why := "no renewal reached the store in time"
+				if errors.Is(err, replay.ErrLeaseLost) {
+					why = "the store ended it"
+				}
+				s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round's hold was lost while it ran ("+why+"); its context was cancelled, and a retry may be told it was interrupted",
+					NameAttr(method, name), slog.String("error", err.Error()))
+			},
+			retrying: func(err error) {
+				s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: renewing the round's hold failed; trying again",
+					NameAttr(method, name), slog.String("error", err.Error()))
+			},
+		})
+		defer stop()
 		rctx = hctx
-		done, stopped := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(stopped)
-			s.renew(ctx, method, name, o, token, acquiredAt, done, lost)
-		}()
-		defer func() { close(done); <-stopped }()
 	}
 	res, err := round(rctx, o.State)
 	panicked = false

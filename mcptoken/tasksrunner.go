@@ -58,7 +58,7 @@ var (
 // register starts r unless t is shut down, under parent's values; it
 // returns the context r's tool runs in.
 func (t *Tasks) register(parent context.Context, ref taskRef, transactional bool) (*runner, context.Context, error) {
-	ctx, stop := context.WithCancelCause(context.WithoutCancel(parent))
+	ctx, stop := context.WithCancelCause(detach(parent))
 	r := &runner{ref: ref, transactional: transactional, stop: stop, done: make(chan struct{})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -149,7 +149,19 @@ func (t *Tasks) run(ctx context.Context, r *runner, held time.Time, tool TaskToo
 	defer cancel()
 	var lost sync.Once
 	lostCh := make(chan struct{})
-	go t.keep(kctx, ref, held, func() { lost.Do(func() { close(lostCh); r.stop(errLeaseGone) }) }, r.stop)
+	stop := keep(kctx, keptLease{renewer: t.renew, id: ref.entry(), token: ref.Token, hold: t.hold, held: held, end: ref.created().Add(t.ttl),
+		lost: func(err error) {
+			if !errors.Is(err, replay.ErrLeaseLost) { // else taken by another instance
+				t.fail(slog.LevelError, "a task's lease could not be renewed before it could lapse; its tool is cancelled", ref.Tool, err)
+			}
+			lost.Do(func() { close(lostCh); r.stop(errLeaseGone) })
+		},
+		retrying: func(err error) {
+			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)
+		},
+	})
+	defer stop()
+	go t.watch(kctx, ref, r.stop)
 	var asking sync.Mutex // one round at a time: the client sees the latest
 	round, used := 0, map[string]bool{}
 	call.input = func(ctx context.Context, req map[string]json.RawMessage) (map[string]json.RawMessage, error) {
@@ -228,17 +240,9 @@ func runTool(ctx context.Context, tool TaskTool, call *TaskCall) (res json.RawMe
 	return tool.Run(ctx, call)
 }
 
-// keep renews the task's lease every Hold/3 until ctx ends; it calls lose
-// once the lease is lost (taken by another instance), or could lapse
-// before the next renewal. Every PollInterval it looks for a cancel made
-// on another instance, and stops the tool when it finds one. A lease acquired or renewed by a
-// call begun at held lasts until held+Hold at least, so an instance that
-// cannot renew gives its tool up a third of the Hold before then, while no
-// other instance can yet find the lease lapsed and report the task failed.
-func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func(), stop context.CancelCauseFunc) {
-	step := t.hold / 3
-	tick := time.NewTicker(step)
-	defer tick.Stop()
+// watch looks every PollInterval, until ctx ends, for a cancel of the
+// task made on another instance, and stops its tool when it finds one.
+func (t *Tasks) watch(ctx context.Context, ref taskRef, stop context.CancelCauseFunc) {
 	look := time.NewTicker(t.poll)
 	defer look.Stop()
 	for {
@@ -246,45 +250,14 @@ func (t *Tasks) keep(ctx context.Context, ref taskRef, held time.Time, lose func
 		case <-ctx.Done():
 			return
 		case <-look.C:
-			// Bounded, so that a store that hangs delays no renewal past
-			// its give-up time.
-			lctx, done := context.WithTimeout(ctx, step/2)
-			c, _ := t.cancelled(lctx, ref)
-			done()
-			if c {
-				stop(errTaskCancelled)
-				look.Stop() // told once
-			}
-			continue
-		case <-tick.C:
 		}
-		start, giveUp := time.Now(), held.Add(t.hold-step/2)
-		var err error
-		if start.Before(giveUp) {
-			deadline := start.Add(step)
-			if giveUp.Before(deadline) {
-				deadline = giveUp
-			}
-			rctx, done := context.WithDeadline(ctx, deadline)
-			err = t.renew.RenewLease(rctx, ref.entry(), ref.Token, t.hold)
-			done()
-		} else {
-			err = errors.New("mcptoken: no renewal in time (a late tick)")
-		}
-		switch {
-		case err == nil:
-			held = start
-		case errors.Is(err, replay.ErrLeaseLost):
-			lose()
-			return
-		case ctx.Err() != nil:
-			return
-		case !time.Now().Add(step).Before(giveUp):
-			t.fail(slog.LevelError, "a task's lease could not be renewed before it could lapse; its tool is cancelled", ref.Tool, err)
-			lose() // its lease may lapse before the next renewal
-			return
-		default:
-			t.fail(slog.LevelWarn, "a task's lease could not be renewed; retrying", ref.Tool, err)
+		// Bounded, so that a store that hangs is asked again.
+		lctx, done := context.WithTimeout(ctx, t.poll+t.hold/6)
+		c, _ := t.cancelled(lctx, ref)
+		done()
+		if c {
+			stop(errTaskCancelled)
+			return // told once
 		}
 	}
 }

@@ -1,0 +1,133 @@
+package mcptoken
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// countedRenewals is a memory store that counts the renewals it accepted,
+// or refuses every one as lost when lose is set.
+type countedRenewals struct {
+	*replay.MemoryStore
+	renewed atomic.Int32
+	lose    bool
+}
+
+func (s *countedRenewals) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if s.lose {
+		return replay.ErrLeaseLost
+	}
+	err := s.MemoryStore.RenewLease(ctx, id, token, lease)
+	if err == nil {
+		s.renewed.Add(1)
+	}
+	return err
+}
+
+// An idempotent call keeps its lease while its tool runs, as rounds and
+// tasks do: a retry during the run is told it is in progress however long
+// the tool takes, and the tool's context ends once the lease cannot be
+// kept, before a retry can take the key.
+func TestIdempotentCallKeepsItsLease(t *testing.T) {
+	args := []byte(`{"key":"k-1"}`)
+
+	t.Run("a tool that outlives its lease runs once", func(t *testing.T) {
+		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100)}
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 1500*time.Millisecond })
+		var runs atomic.Int32
+		started, release := make(chan struct{}), make(chan struct{})
+		run := func(ctx context.Context) ([]byte, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-release // ignores its context, as a slow downstream call would
+			}
+			return []byte(`{"content":[]}`), nil
+		}
+		first := make(chan error, 1)
+		go func() {
+			_, err := i.Call(context.Background(), "alice", "pay", args, nil, run)
+			first <- err
+		}()
+		<-started
+		// Four renewals: more than the first lease has passed.
+		for store.renewed.Load() < 4 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", args, nil, run); !errors.Is(err, ErrInProgress) {
+			t.Fatalf("a retry during the run: %v; want ErrInProgress", err)
+		}
+		close(release)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", args, nil, run); err != nil || runs.Load() != 1 {
+			t.Fatalf("a retry after the run: %v; the tool ran %d times, want 1", err, runs.Load())
+		}
+	})
+
+	t.Run("a lease the store ends cancels the tool", func(t *testing.T) {
+		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100), lose: true}
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		var cause error
+		_, err := i.Call(context.Background(), "alice", "pay", args, nil, func(ctx context.Context) ([]byte, error) {
+			cause = waitCancelled(ctx)
+			return nil, ctx.Err()
+		})
+		if !errors.Is(cause, errCallLeaseLost) || err == nil {
+			t.Fatalf("the tool's context ended with %v, the call with %v; want the lost lease", cause, err)
+		}
+		if !strings.Contains(log.String(), "level=ERROR msg=\"test: the call's lease could not be kept while its tool ran") {
+			t.Fatalf("log %q", log.String())
+		}
+	})
+
+	t.Run("a stalled store cancels the tool while it still holds the key", func(t *testing.T) {
+		store := &stalledRenewals{MemoryStore: replay.NewMemoryStore(100), now: time.Now(), stall: true}
+		store.Now = store.clock // the store's clock stands still: its lease never ends
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		var retry error
+		_, err := i.Call(context.Background(), "alice", "pay", args, nil, func(ctx context.Context) ([]byte, error) {
+			cause := waitCancelled(ctx)
+			_, retry = i.Call(context.Background(), "alice", "pay", args, nil, func(context.Context) ([]byte, error) {
+				return nil, errors.New("ran twice")
+			})
+			return nil, cause
+		})
+		if !errors.Is(err, errCallLeaseLost) || !errors.Is(retry, ErrInProgress) {
+			t.Fatalf("the call: %v; a retry once its tool was cancelled: %v; want the lost lease, then in progress", err, retry)
+		}
+	})
+
+	t.Run("a round's lost hold cancels an idempotent tool inside it", func(t *testing.T) {
+		roundStore := &stalledRenewals{MemoryStore: replay.NewMemoryStore(0), now: time.Now()}
+		roundStore.Now = roundStore.clock
+		s, _ := retryStates(t, roundStore, StatesConfig{})
+		s.hold = 600 * time.Millisecond
+		i := testIdempotency(t, &bytes.Buffer{}, nil)
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cause error
+		_, err = s.Answer(context.Background(), "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+			return i.Call(ctx, "alice", "deploy", args, nil, func(ctx context.Context) ([]byte, error) {
+				roundStore.step(20 * time.Second) // the round's hold ends in its store
+				cause = waitCancelled(ctx)
+				return nil, cause
+			})
+		})
+		if !errors.Is(cause, ErrRoundInterrupted) || !errors.Is(err, ErrRoundInterrupted) {
+			t.Fatalf("the idempotent tool's context ended with %v, the round with %v; want ErrRoundInterrupted", cause, err)
+		}
+	})
+}
