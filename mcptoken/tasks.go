@@ -30,13 +30,18 @@ import (
 //	                Hold/3), done with its sealed outcome
 //	mcpt:<n>:q<k>   the input requests of round k, done with them sealed
 //	mcpt:<n>:a<k>:<h> the answer to the request whose key hashes to h
+//	mcpt:<n>:b      its run began (begin)
+//	mcpt:<n>:c      a cancel made on an instance that does not run it
+//	mcpt:<n>:e      the outcome a Transactional task's runner records after
+//	                its rollback freed the task's entry
+//	mcpt:<n>:r      AllowRerun let a keyed task's failed run be followed
 //
 // so that any instance answers tasks/get: a live lease is working (or
 // input_required while a round's requests lack answers), a done entry is the
 // outcome, and a lapsed lease (its instance stopped) is recorded as failed by
-// the first instance that finds it. tasks/cancel confirms the task's entry with
-// the running instance's own lease token, which ends its lease: the running
-// instance's next renewal fails and cancels the tool's context.
+// the first instance that finds it. tasks/cancel stops a local task's tool at
+// once; on another instance it leaves the cancel mark, which the running
+// instance looks for every PollInterval.
 
 // TasksExtension is the identifier of the MCP Tasks extension, under which a
 // server advertises it (capabilities.extensions) and a client declares it.
@@ -322,6 +327,12 @@ func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
 
 func (r taskRef) cancelMark() string { return r.entry() + ":c" }
 
+// endedMark is the entry where a Transactional task's runner leaves its
+// outcome before its rollback frees the task's entry, so that a poll that
+// finds the entry free before the runner records the outcome there
+// records that outcome, not a stopped instance's.
+func (r taskRef) endedMark() string { return r.entry() + ":e" }
+
 // beganMark is the entry that records that a task's run began (begin).
 func (r taskRef) beganMark() string { return r.entry() + ":b" }
 
@@ -602,8 +613,16 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 			// got is unknown (nothing, for a Transactional tool).
 			o := outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msgStoppedUnknown}, Updated: time.Now().UnixMilli(), Effect: effectUnknown}
 			if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
-				// Its transaction ended with its instance: nothing kept.
+				// Its transaction ended with its instance (nothing kept),
+				// or its runner rolled it back and is about to record
+				// the outcome it left.
 				o.Error.Message, o.Effect = msgStoppedNone, effectNone
+				if b, ok, err := t.peek(ctx, ref, ref.endedMark()); err == nil && ok {
+					var left outcome
+					if json.Unmarshal(b, &left) == nil {
+						o = left
+					}
+				}
 			}
 			if err := t.finish(ref, rec.Token, o); err != nil && !errors.Is(err, replay.ErrLeaseLost) {
 				_ = t.store.ReleaseLease(context.WithoutCancel(ctx), ref.entry(), rec.Token)

@@ -97,6 +97,16 @@ func (t *Tasks) runWork(parent context.Context, r *runner, tool TaskTool, call *
 	if o.Status == taskFailed {
 		o.Effect = effectNone // rolled back: a keyed task runs again (Create)
 	}
+	// Left for a poll that finds the entry free before it is recorded
+	// below (endedMark).
+	if b, err := json.Marshal(o); err == nil {
+		lctx, done := context.WithTimeout(bg, t.hold)
+		err = t.put(lctx, ref, ref.endedMark(), b)
+		done()
+		if err != nil {
+			t.fail(slog.LevelWarn, "a Transactional task's outcome could not be left for a poll; one meanwhile reads it stopped", ref.Tool, err)
+		}
+	}
 	_ = work.Rollback(bg) // frees the entry (a no-op after a Commit)
 	// Record the outcome in the freed entry, retrying a store that cannot
 	// answer until the task's TTL ends.

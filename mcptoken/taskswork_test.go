@@ -2,8 +2,10 @@ package mcptoken
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -19,6 +21,9 @@ type txStore struct {
 	mu        sync.Mutex
 	open      map[*txWork]bool
 	committed map[string]int
+	// rolledBack, when set, is called after a Work's Rollback freed its
+	// entry, before the Rollback returns.
+	rolledBack func()
 }
 
 func newTxStore() *txStore {
@@ -92,13 +97,19 @@ func (w *txWork) Commit(ctx context.Context, until time.Time, fp, result []byte)
 
 func (w *txWork) Rollback(ctx context.Context) error {
 	w.s.mu.Lock()
-	defer w.s.mu.Unlock()
 	if w.ended {
+		w.s.mu.Unlock()
 		return nil
 	}
 	w.ended = true
 	delete(w.s.open, w)
-	return w.s.MemoryStore.ReleaseLease(ctx, w.id, w.token)
+	err := w.s.MemoryStore.ReleaseLease(ctx, w.id, w.token)
+	hook := w.s.rolledBack
+	w.s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return err
 }
 
 // txWrite writes what in the transaction ctx carries.
@@ -114,4 +125,52 @@ func txWrite(ctx context.Context, what string) error {
 	}
 	w.writes = append(w.writes, what)
 	return nil
+}
+
+// TestTransactionalTaskPolledAfterItsRollback: a poll that finds a
+// Transactional task's entry free between its runner's rollback and the
+// runner's record of its outcome reads that outcome (cancelled, or failed
+// with nothing kept), never a stopped instance's.
+func TestTransactionalTaskPolledAfterItsRollback(t *testing.T) {
+	for _, c := range []struct {
+		name, status string
+		cancel       bool
+	}{
+		{"cancelled", taskCancelled, true},
+		{"failed", taskFailed, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := newTxStore()
+			ts := newCoreTasks(t, store)
+			started := make(chan struct{})
+			tool := TaskTool{Name: "pay", Transactional: true, Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
+				if err := txWrite(ctx, "paid"); err != nil {
+					return nil, err
+				}
+				close(started)
+				if c.cancel {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return nil, errors.New("declined")
+			}}
+			must(t, ts.Add(tool))
+			var polled TaskState
+			var pollErr error
+			st, err := ts.Create(context.Background(), tool, &TaskCall{Caller: "alice"})
+			must(t, err)
+			store.mu.Lock()
+			store.rolledBack = func() { polled, pollErr = ts.Get(context.Background(), "alice", st.ID) }
+			store.mu.Unlock()
+			<-started
+			if c.cancel {
+				must(t, ts.Cancel(context.Background(), "alice", st.ID))
+			}
+			end := settled(t, ts, st.ID, nil)
+			must(t, pollErr)
+			if polled.Status != c.status || end.Status != c.status || end.ErrorMessage == msgStoppedNone || store.count("paid") != 0 {
+				t.Fatalf("polled between rollback and record: %+v; at the end: %+v; want %s both times, nothing kept", polled, end, c.status)
+			}
+		})
+	}
 }
