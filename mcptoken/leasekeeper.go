@@ -46,11 +46,16 @@ type keptLease struct {
 func keep(ctx context.Context, l keptLease) (stop func() (held time.Time)) {
 	done, stopped := make(chan struct{}), make(chan struct{})
 	held := l.held
-	go func() {
+	// Nothing runs before the first renewal is due: most work ends
+	// before, and costs a timer only.
+	first := time.AfterFunc(l.hold/3, func() {
 		defer close(stopped)
 		held = l.run(ctx, done)
-	}()
+	})
 	return func() time.Time {
+		if first.Stop() {
+			return l.held // never started
+		}
 		select {
 		case <-done:
 		default:
@@ -70,16 +75,18 @@ func (l keptLease) run(ctx context.Context, done <-chan struct{}) (held time.Tim
 	defer expire.Stop()
 	tick := time.NewTicker(l.hold / 3)
 	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return held
-		case <-ctx.Done():
-			return held
-		case <-expire.C:
-			l.lost(errors.New("mcptoken: no renewal of the lease reached the store in time"))
-			return held
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first { // the first renewal is due when run starts
+			select {
+			case <-done:
+				return held
+			case <-ctx.Done():
+				return held
+			case <-expire.C:
+				l.lost(errors.New("mcptoken: no renewal of the lease reached the store in time"))
+				return held
+			case <-tick.C:
+			}
 		}
 		lease := l.hold
 		if !l.end.IsZero() {
