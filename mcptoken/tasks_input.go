@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/ctoken/ctoken/replay"
 )
 
 // input publishes round k's requests and waits for every answer.
@@ -49,57 +47,4 @@ func (t *Tasks) input(ctx context.Context, ref taskRef, k int, req map[string]js
 		case <-tick.C:
 		}
 	}
-}
-
-// put records value, sealed, under id, unless id is already recorded.
-func (t *Tasks) put(ctx context.Context, ref taskRef, id string, value []byte) error {
-	_, err := t.putOnce(ctx, ref, id, value)
-	return err
-}
-
-// putOnce records value, sealed, under id and returns nil; or, when id is
-// already recorded, the value recorded there. A record being written
-// meanwhile (a live lease on id) is waited for.
-func (t *Tasks) putOnce(ctx context.Context, ref taskRef, id string, value []byte) (json.RawMessage, error) {
-	for {
-		rec, err := t.store.AcquireRecord(ctx, id, t.hold, nil)
-		if err != nil {
-			return nil, err
-		}
-		switch rec.State {
-		case replay.LeaseDone:
-			prior, err := t.seal.open(id, nil, rec.Result)
-			if err != nil {
-				return nil, fmt.Errorf("mcptoken: task record %w", err)
-			}
-			return prior, nil
-		case replay.LeaseBusy:
-			if err := sleepCtx(ctx, min(max(rec.Wait, time.Millisecond), t.poll)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		sealed, err := t.seal.seal(id, nil, value)
-		if err == nil {
-			err = t.store.ConfirmRecord(ctx, id, rec.Token, ref.created().Add(t.ttl), nil, sealed)
-		}
-		if err != nil {
-			_ = t.store.ReleaseLease(context.WithoutCancel(ctx), id, rec.Token)
-		}
-		return nil, err
-	}
-}
-
-// peek reads the sealed value recorded under id, writing nothing: ok is
-// false when nothing is recorded there (yet).
-func (t *Tasks) peek(ctx context.Context, ref taskRef, id string) (json.RawMessage, bool, error) {
-	rec, err := t.read.ReadRecord(ctx, id)
-	if err != nil || rec.State != replay.LeaseDone {
-		return nil, false, err
-	}
-	v, err := t.seal.open(id, nil, rec.Result)
-	if err != nil {
-		return nil, false, fmt.Errorf("mcptoken: task record %w", err)
-	}
-	return v, true, nil
 }

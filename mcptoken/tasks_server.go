@@ -1,12 +1,14 @@
 package mcptoken
 
+// The server side of the Tasks extension: Tasks, its configuration, a
+// task's creation, polls, updates and cancels. Its store entries are in
+// tasks_entries.go, its runs in tasks_runner.go, its wire in tasks_wire.go.
+
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,30 +20,6 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
 )
-
-// Durable tasks (the MCP Tasks extension, io.modelcontextprotocol/tasks).
-//
-// A task's ID is a sealed ctoken cursor (format 3) bound to the caller, whose
-// opaque state names the task's store entries, the tool and the lease token
-// of the instance that runs it; it expires with the task. Its state lives in
-// a replay.Recorder that is also a replay.Renewer, in entries of its own:
-//
-//	mcpt:<n>        the task: leased by the running instance (renewed every
-//	                Hold/3), done with its sealed outcome
-//	mcpt:<n>:q<k>   the input requests of round k, done with them sealed
-//	mcpt:<n>:a<k>:<h> the answer to the request whose key hashes to h
-//	mcpt:<n>:b      its run began (begin)
-//	mcpt:<n>:c      a cancel made on an instance that does not run it
-//	mcpt:<n>:e      the outcome a Transactional task's runner records after
-//	                its rollback freed the task's entry
-//	mcpt:<n>:r      AllowRerun let a keyed task's failed run be followed
-//
-// so that any instance answers tasks/get: a live lease is working (or
-// input_required while a round's requests lack answers), a done entry is the
-// outcome, and a lapsed lease (its instance stopped) is recorded as failed by
-// the first instance that finds it. tasks/cancel stops a local task's tool at
-// once; on another instance it leaves the cancel mark, which the running
-// instance looks for every PollInterval.
 
 // TasksExtension is the identifier of the MCP Tasks extension, under which a
 // server advertises it (capabilities.extensions) and a client declares it.
@@ -314,44 +292,6 @@ type taskRef struct {
 	Args []byte `cbor:"5,keyasint,omitempty"`
 }
 
-func (r taskRef) entry() string { return "mcpt:" + base64.RawURLEncoding.EncodeToString(r.Nonce) }
-
-func (r taskRef) round(k int) string { return fmt.Sprintf("%s:q%d", r.entry(), k) }
-
-func (r taskRef) answer(k int, key string) string {
-	h := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s:a%d:%s", r.entry(), k, hex.EncodeToString(h[:12]))
-}
-
-func (r taskRef) created() time.Time { return time.UnixMilli(r.Created) }
-
-func (r taskRef) cancelMark() string { return r.entry() + ":c" }
-
-// endedMark is the entry where a Transactional task's runner leaves its
-// outcome before its rollback frees the task's entry, so that a poll that
-// finds the entry free before the runner records the outcome there
-// records that outcome, not a stopped instance's.
-func (r taskRef) endedMark() string { return r.entry() + ":e" }
-
-// beganMark is the entry that records that a task's run began (begin).
-func (r taskRef) beganMark() string { return r.entry() + ":b" }
-
-// rerunMark is the entry by which [Tasks.AllowRerun] lets a keyed task's
-// failed run be followed by another.
-func (r taskRef) rerunMark() string { return r.entry() + ":r" }
-
-// fp is the fingerprint the task's entry is recorded with: taskFP, and for
-// a keyed task its arguments' fingerprint and creation time, which a
-// retry of its call reads back from the lease or the outcome.
-func (r taskRef) fp() []byte {
-	if len(r.Args) == 0 {
-		return taskFP
-	}
-	b := append(append([]byte{}, taskFP...), 1)
-	b = append(b, r.Args...)
-	return binary.BigEndian.AppendUint64(b, uint64(r.Created))
-}
-
 // keyedTask returns the entry nonce of the task of caller's call of tool
 // with an idempotency key: 16 bytes of callHash under a domain of its own.
 func keyedTask(caller, tool, key string) []byte {
@@ -569,6 +509,7 @@ func (t *Tasks) cancelled(ctx context.Context, ref taskRef) (bool, error) {
 	return ok, err
 }
 
+// sleepCtx waits d, or until ctx ends (its error).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
