@@ -17,6 +17,7 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -432,17 +433,17 @@ func textResult(s string) *mcp.CallToolResult {
 // the key, under which the next call gets the task's result, run once.
 func TestCallToolTaskEnds(t *testing.T) {
 	t.Run("a Transactional task whose instance stopped runs again under the key", func(t *testing.T) {
-		store := newTxStore()
+		store := replaytest.NewTxStore()
 		var runs atomic.Int32
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 		f := newTaskFleet(t, store, store, "pay", true, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			n := runs.Add(1)
-			if err := txWrite(ctx, "paid"); err != nil {
+			if err := replaytest.TxWrite(ctx, "paid"); err != nil {
 				return nil, err
 			}
 			if n == 1 {
-				store.kill() // its instance dies mid-transaction
+				store.Kill() // its instance dies mid-transaction
 				<-release
 				return nil, errors.New("stopped")
 			}
@@ -459,19 +460,19 @@ func TestCallToolTaskEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := text0(t, res); got != "paid" || runs.Load() != 2 || store.count("paid") != 1 {
-			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.count("paid"))
+		if got := text0(t, res); got != "paid" || runs.Load() != 2 || store.Committed("paid") != 1 {
+			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.Committed("paid"))
 		}
 	})
 
 	t.Run("a non-Transactional task whose instance stopped is a TaskFailure carrying the key", func(t *testing.T) {
 		mem := replay.NewMemoryStore(0)
-		dying := &cutOff{MemoryStore: mem}
+		dying := &replaytest.CutOff{MemoryStore: mem}
 		var runs atomic.Int32
 		var f *taskFleet
 		f = newTaskFleet(t, dying, mem, "mail", false, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			if runs.Add(1) == 1 {
-				dying.cut.Store(true) // instance a stops; the proxy turns to b
+				dying.Cut.Store(true) // instance a stops; the proxy turns to b
 				f.toB()
 				<-ctx.Done()
 				return nil, ctx.Err()

@@ -15,6 +15,7 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -407,17 +408,17 @@ func TestCallToolTaskEnds(t *testing.T) {
 	}
 
 	t.Run("a Transactional task whose instance stopped runs again under the key", func(t *testing.T) {
-		store := newTxStore()
+		store := replaytest.NewTxStore()
 		var runs atomic.Int32
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 		f, _ := newTaskFleet(t, store, store, "pay", true, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			n := runs.Add(1)
-			if err := txWrite(ctx, "paid"); err != nil {
+			if err := replaytest.TxWrite(ctx, "paid"); err != nil {
 				return nil, err
 			}
 			if n == 1 {
-				store.kill() // its instance dies mid-transaction
+				store.Kill() // its instance dies mid-transaction
 				<-release
 				return nil, errors.New("stopped")
 			}
@@ -433,20 +434,20 @@ func TestCallToolTaskEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := text(res); got != "paid" || runs.Load() != 2 || store.count("paid") != 1 {
-			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.count("paid"))
+		if got := text(res); got != "paid" || runs.Load() != 2 || store.Committed("paid") != 1 {
+			t.Fatalf("result %q after %d runs, %d effects committed; want paid, 2 runs, 1 effect", got, runs.Load(), store.Committed("paid"))
 		}
 	})
 
 	t.Run("a non-Transactional task whose instance stopped is a TaskFailure carrying the key", func(t *testing.T) {
 		mem := replay.NewMemoryStore(0)
-		dying := &cutOff{MemoryStore: mem}
+		dying := &replaytest.CutOff{MemoryStore: mem}
 		var runs atomic.Int32
 		var f *taskFleet
 		var hb http.Handler
 		f, hb = newTaskFleet(t, dying, mem, "mail", false, func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			if runs.Add(1) == 1 {
-				dying.cut.Store(true) // instance a stops; the proxy turns to b
+				dying.Cut.Store(true) // instance a stops; the proxy turns to b
 				f.toB(hb)
 				<-ctx.Done()
 				return nil, ctx.Err()

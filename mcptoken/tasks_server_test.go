@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 )
 
 // hiccup is a MemoryStore whose first n ConfirmRecord calls of a task's
@@ -492,14 +493,14 @@ func TestTaskTransactionalRefusedWithoutWorkStore(t *testing.T) {
 	}
 }
 
-// oneWriter is a txStore whose Work holds the only writer, as
+// oneWriter is a TxStore whose Work holds the only writer, as
 // sqlitestore's does.
-type oneWriter struct{ *txStore }
+type oneWriter struct{ *replaytest.TxStore }
 
 func (oneWriter) WorkHoldsWriter() bool { return true }
 
 func TestTaskTransactionalRefusedOnOneWriter(t *testing.T) {
-	ts := newCoreTasks(t, oneWriter{newTxStore()})
+	ts := newCoreTasks(t, oneWriter{replaytest.NewTxStore()})
 	tool := TaskTool{Name: "tx", Transactional: true, Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
 		t.Error("the tool ran")
 		return json.RawMessage(`{}`), nil
@@ -511,43 +512,6 @@ func TestTaskTransactionalRefusedOnOneWriter(t *testing.T) {
 		t.Fatalf("Create = %v; want ctoken.ErrConfig", err)
 	}
 	must(t, ts.Add(TaskTool{Name: "plain", Run: tool.Run})) // only Transactional is refused
-}
-
-// cutOff is a MemoryStore an instance stops reaching once cut, as when the
-// instance stopped: its lease is neither renewed nor confirmed.
-type cutOff struct {
-	*replay.MemoryStore
-	cut atomic.Bool
-}
-
-var errCut = errors.New("test: the instance stopped")
-
-func (c *cutOff) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
-	if c.cut.Load() {
-		return replay.Record{}, errCut
-	}
-	return c.MemoryStore.AcquireRecord(ctx, id, lease, fp)
-}
-
-func (c *cutOff) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
-	if c.cut.Load() {
-		return errCut
-	}
-	return c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
-}
-
-func (c *cutOff) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
-	if c.cut.Load() {
-		return replay.Record{}, errCut
-	}
-	return c.MemoryStore.ReadRecord(ctx, id)
-}
-
-func (c *cutOff) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
-	if c.cut.Load() {
-		return errCut
-	}
-	return c.MemoryStore.RenewLease(ctx, id, token, lease)
 }
 
 // keyedCall is caller's call of a task tool with arguments {} under key.
@@ -563,13 +527,13 @@ func keyedCall(caller, key string) *TaskCall {
 // stopped is not, its effect unknown, until AllowRerun lets it.
 func TestKeyedTaskRuns(t *testing.T) {
 	ok := json.RawMessage(`{"content":[{"type":"text","text":"paid"}]}`)
-	newTx := func(t *testing.T, run func(ctx context.Context, n int32) (json.RawMessage, error)) (*Tasks, *txStore, TaskTool, *atomic.Int32) {
-		store := newTxStore()
+	newTx := func(t *testing.T, run func(ctx context.Context, n int32) (json.RawMessage, error)) (*Tasks, *replaytest.TxStore, TaskTool, *atomic.Int32) {
+		store := replaytest.NewTxStore()
 		ts := newCoreTasks(t, store)
 		runs := &atomic.Int32{}
 		tool := TaskTool{Name: "pay", Transactional: true, Run: func(ctx context.Context, _ *TaskCall) (json.RawMessage, error) {
 			n := runs.Add(1)
-			if err := txWrite(ctx, "paid"); err != nil {
+			if err := replaytest.TxWrite(ctx, "paid"); err != nil {
 				return nil, err
 			}
 			return run(ctx, n)
@@ -592,7 +556,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		first, err := ts.Create(context.Background(), tool, keyedCall("alice", "k1"))
 		must(t, err)
 		<-started
-		store.kill()
+		store.Kill()
 		if st := settled(t, ts, first.ID, nil); st.Status != taskFailed || st.ErrorMessage != msgStoppedNone || st.effect != effectNone {
 			t.Fatalf("the stopped run: %+v", st)
 		}
@@ -606,7 +570,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		if third.Status != taskCompleted || !bytes.Contains(third.Result, []byte("paid")) {
 			t.Fatalf("a call after the rerun completed: %+v", third)
 		}
-		if n, c := runs.Load(), store.count("paid"); n != 2 || c != 1 {
+		if n, c := runs.Load(), store.Committed("paid"); n != 2 || c != 1 {
 			t.Fatalf("%d runs, %d committed effects; want 2 runs, 1 effect", n, c)
 		}
 	})
@@ -625,7 +589,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 				t.Fatalf("after call %d: %d runs; want %d", i, runs.Load(), want)
 			}
 		}
-		if c := store.count("paid"); c != 0 {
+		if c := store.Committed("paid"); c != 0 {
 			t.Fatalf("%d effects committed by failed runs", c)
 		}
 	})
@@ -634,7 +598,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 		must(t, err)
 		mem := replay.NewMemoryStore(0)
-		dying := &cutOff{MemoryStore: mem}
+		dying := &replaytest.CutOff{MemoryStore: mem}
 		a, err := NewTasks(TasksConfig{Keys: keys, Store: dying, Hold: 300 * time.Millisecond, PollInterval: 10 * time.Millisecond})
 		must(t, err)
 		b, err := NewTasks(TasksConfig{Keys: keys, Store: mem, Hold: 300 * time.Millisecond, PollInterval: 10 * time.Millisecond})
@@ -652,7 +616,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		_, err = a.Create(context.Background(), tool, keyedCall("alice", "k4"))
 		must(t, err)
 		<-started
-		dying.cut.Store(true)
+		dying.Cut.Store(true)
 		// No tasks/get: the retries alone meet the lease, then its lapse.
 		var st TaskState
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
@@ -672,7 +636,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 		must(t, err)
 		mem := replay.NewMemoryStore(0)
-		dying := &cutOff{MemoryStore: mem}
+		dying := &replaytest.CutOff{MemoryStore: mem}
 		a, err := NewTasks(TasksConfig{Keys: keys, Store: dying, Hold: time.Second, PollInterval: 10 * time.Millisecond})
 		must(t, err)
 		b, err := NewTasks(TasksConfig{Keys: keys, Store: mem, Hold: time.Second, PollInterval: 10 * time.Millisecond})
@@ -692,7 +656,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		first, err := a.Create(context.Background(), tool, keyedCall("alice", "k3"))
 		must(t, err)
 		<-started
-		dying.cut.Store(true)
+		dying.Cut.Store(true)
 		st := settled(t, b, first.ID, nil)
 		if st.Status != taskFailed || st.ErrorMessage != msgStoppedUnknown || st.effect != effectUnknown {
 			t.Fatalf("the stopped run: %+v", st)
