@@ -150,11 +150,16 @@ func call[R any](ctx context.Context, i *Idempotency, req *mcp.CallToolRequest, 
 }
 
 // failureRecord is what is recorded of a tool's error: its JSON-RPC code
-// (0 for an error of another type), message and data.
+// (0 for an error of another type), message and data, the data as its
+// bytes (base64 in the record) so that it is replayed byte for byte,
+// whatever it holds: a json.RawMessage member would be compacted and
+// HTML-escaped ({"&":0} replayed as {"\u0026":0}). OldData is the data
+// of a record written before Raw existed, replayed as it was recorded.
 type failureRecord struct {
 	Code    int64           `json:"c,omitempty"`
 	Message string          `json:"m"`
-	Data    json.RawMessage `json:"d,omitempty"`
+	Raw     []byte          `json:"b,omitempty"`
+	OldData json.RawMessage `json:"d,omitempty"`
 }
 
 // failure returns what a handler's error is to the engine: a -32602 as it
@@ -167,12 +172,9 @@ func failure(err error) error {
 	}
 	rec := failureRecord{Message: err.Error()}
 	if we != nil {
-		rec = failureRecord{Code: we.Code, Message: we.Message, Data: we.Data}
+		rec = failureRecord{Code: we.Code, Message: we.Message, Raw: we.Data}
 	}
-	b, merr := json.Marshal(rec)
-	if merr != nil { // unreadable data: the code and message alone
-		b, _ = json.Marshal(failureRecord{Code: rec.Code, Message: rec.Message})
-	}
+	b, _ := json.Marshal(rec) // a string, an int and bytes: never fails
 	return &mcptoken.Failure{Record: b, Err: err}
 }
 
@@ -185,7 +187,11 @@ func replayFailure(b []byte) error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded failure unreadable"}
 	}
 	if rec.Code != 0 {
-		return &jsonrpc.Error{Code: rec.Code, Message: rec.Message, Data: rec.Data}
+		data := json.RawMessage(rec.Raw)
+		if data == nil {
+			data = rec.OldData
+		}
+		return &jsonrpc.Error{Code: rec.Code, Message: rec.Message, Data: data}
 	}
 	return errors.New(rec.Message)
 }
