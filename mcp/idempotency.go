@@ -211,7 +211,7 @@ type idempotencyData struct {
 // Messages of refusals that say what happened and what to do.
 const (
 	msgNoEffect    = "the tool had no effect and nothing was recorded: retry it with the same idempotency key after retryAfterMs"
-	msgKeyReused   = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
+	msgKeyReused   = "idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only"
 	msgNotRecorded = "this call completed, but its result cannot be sent again (too large to record, or recorded under a key this server no longer has): the tool does not run again; do not call again under a new key, check its effect"
 )
 

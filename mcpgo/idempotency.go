@@ -139,7 +139,7 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 	case errors.Is(err, mcptoken.ErrIdempotencyKey):
 		return mcp.NewToolResultError(err.Error()), nil
 	case errors.Is(err, mcptoken.ErrKeyReused):
-		res := mcp.NewToolResultError("idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key (ctokenCode 1024)")
+		res := mcp.NewToolResultError("idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only (ctokenCode 1024)")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: KeyReused})
 		return res, nil
 	case errors.Is(err, mcptoken.ErrNoEffect):
