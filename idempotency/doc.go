@@ -190,9 +190,11 @@
 // a response after its deadline, only when its operation had no effect
 // (or it undid it, or, with [Config.Transactional], its writes were all
 // in the transaction, which is then rolled back); once the operation
-// began, answer its result (2xx), a 4xx or a 500, which are recorded. A 4xx such as 401, 403 or 404 is recorded for [Config.Window]
-// like any other: a retry with the same key gets it again even after its
-// cause is fixed, and needs a new key.
+// began, answer its result (2xx), a 4xx or a 500, which are recorded. A
+// 4xx such as 401, 403 or 404 is recorded for [Config.Window] like any
+// other: a retry with the same key gets it again even after its cause is
+// fixed. Answer such a 4xx only when the operation did nothing, so that
+// the corrected request, a new one, may carry a new key.
 //
 // The key is leased ([replay.Recorder.AcquireRecord]) under the request's
 // values but not its cancellation, within a quarter of [Config.Lease]: a

@@ -180,7 +180,7 @@ func newProblems(p *params) problems {
 		bodyTooLarge:   problemJSON(413, "The request body is over "+strconv.FormatInt(p.maxRequest, 10)+" bytes."),
 		bodyUnreadable: problemJSON(400, "The request body could not be read."),
 		inProgress:     problemJSON(409, "A request with this "+h+" is still being processed: retry after the Retry-After delay."),
-		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query, body or its content coding): use a new key for a new request."),
+		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query, body or its content coding): the first request under it may have been processed; send that request again unchanged to get its response. A new key is for a new request only."),
 		store:          problemJSON(503, "The request could not be checked for a repeat: retry with the same "+h+" after the Retry-After delay."),
 		operator:       problemJSON(503, "The service cannot check requests for repeats until its operator repairs its replay store: the request was not processed; keep it, and retry with the same "+h+" once the service is back."),
 		record:         problemJSON(500, "The request with this "+h+" was processed, but its response cannot be replayed."),

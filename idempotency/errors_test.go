@@ -41,7 +41,7 @@ func TestProblemBodies(t *testing.T) {
 		{errBodyTooLarge, "The request body is over 99 bytes."},
 		{errBodyUnreadable, "The request body could not be read."},
 		{errInProgress, "A request with this X-Key is still being processed: retry after the Retry-After delay."},
-		{errMismatch, "This X-Key was already used with a different request (method, path, query, body or its content coding): use a new key for a new request."},
+		{errMismatch, "This X-Key was already used with a different request (method, path, query, body or its content coding): the first request under it may have been processed; send that request again unchanged to get its response. A new key is for a new request only."},
 		{storeAcquireError(errInjected), "The request could not be checked for a repeat: retry with the same X-Key after the Retry-After delay."},
 		{errRecordCorrupt, "The request with this X-Key was processed, but its response cannot be replayed."},
 		{errResponseTooBig, "The request with this X-Key was processed, but its response was too large to store and cannot be replayed."},

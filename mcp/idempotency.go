@@ -23,7 +23,9 @@ const (
 	// key this caller used for this tool with other arguments.
 	KeyReused = mcptoken.CodeKeyReused
 	// InProgress (1025) is in the -32603 error of a call whose key's first
-	// call still runs; data also holds "retryAfterMs".
+	// call still runs, or whose tool had no effect
+	// ([mcptoken.ErrNoEffect]); data also holds "retryAfterMs": retry
+	// the same call with the same key after it.
 	InProgress = mcptoken.CodeInProgress
 	// OutcomeUnknown (1028) is in the -32603 error of a call whose tool ran
 	// and whose transaction's commit has an unknown outcome; data also
@@ -59,7 +61,10 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // [WrapFor]. The key comes from the argument named by KeyArgument (declare
 // it in the tool's input schema) and/or from _meta
 // [mcptoken.MetaIdempotencyKey]. A -32602 error from h says the tool did
-// not begin; any other is recorded and sent again to every retry.
+// not begin, and one matching [mcptoken.ErrNoEffect] that it had no
+// effect: neither is recorded, and the second is sent as -32603 with data
+// {"ctokenCode":1025,"retryAfterMs":N}, which [CallTool] retries under the
+// same key. Any other error is recorded and sent again to every retry.
 //
 // Refusals, which run nothing and consume nothing: a missing (unless
 // NonIdempotentWithoutKey) or malformed key is -32602; a key used with
@@ -102,7 +107,8 @@ type typedRecord[Out any] struct {
 // builds the same CallToolResult each time. A refusal is a *jsonrpc.Error,
 // which the SDK sends as it is; an error from h is, as the SDK does with
 // any error of a typed handler, a tool error result, recorded as Wrap
-// records h's errors (a -32602 releases the key).
+// records h's errors (a -32602 releases the key; an error matching
+// [mcptoken.ErrNoEffect] releases it and is sent as Wrap sends it).
 func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
 	rules := mcptoken.ToolRules[typedRecord[Out]]{
 		Failure:    failure,
@@ -150,11 +156,16 @@ func call[R any](ctx context.Context, i *Idempotency, req *mcp.CallToolRequest, 
 }
 
 // failureRecord is what is recorded of a tool's error: its JSON-RPC code
-// (0 for an error of another type), message and data.
+// (0 for an error of another type), message and data, the data as its
+// bytes (base64 in the record) so that it is replayed byte for byte,
+// whatever it holds: a json.RawMessage member would be compacted and
+// HTML-escaped ({"&":0} replayed as {"\u0026":0}). OldData is the data
+// of a record written before Raw existed, replayed as it was recorded.
 type failureRecord struct {
 	Code    int64           `json:"c,omitempty"`
 	Message string          `json:"m"`
-	Data    json.RawMessage `json:"d,omitempty"`
+	Raw     []byte          `json:"b,omitempty"`
+	OldData json.RawMessage `json:"d,omitempty"`
 }
 
 // failure returns what a handler's error is to the engine: a -32602 as it
@@ -167,12 +178,9 @@ func failure(err error) error {
 	}
 	rec := failureRecord{Message: err.Error()}
 	if we != nil {
-		rec = failureRecord{Code: we.Code, Message: we.Message, Data: we.Data}
+		rec = failureRecord{Code: we.Code, Message: we.Message, Raw: we.Data}
 	}
-	b, merr := json.Marshal(rec)
-	if merr != nil { // unreadable data: the code and message alone
-		b, _ = json.Marshal(failureRecord{Code: rec.Code, Message: rec.Message})
-	}
+	b, _ := json.Marshal(rec) // a string, an int and bytes: never fails
 	return &mcptoken.Failure{Record: b, Err: err}
 }
 
@@ -185,7 +193,11 @@ func replayFailure(b []byte) error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded failure unreadable"}
 	}
 	if rec.Code != 0 {
-		return &jsonrpc.Error{Code: rec.Code, Message: rec.Message, Data: rec.Data}
+		data := json.RawMessage(rec.Raw)
+		if data == nil {
+			data = rec.OldData
+		}
+		return &jsonrpc.Error{Code: rec.Code, Message: rec.Message, Data: data}
 	}
 	return errors.New(rec.Message)
 }
@@ -198,7 +210,8 @@ type idempotencyData struct {
 
 // Messages of refusals that say what happened and what to do.
 const (
-	msgKeyReused   = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
+	msgNoEffect    = "the tool had no effect and nothing was recorded: retry it with the same idempotency key after retryAfterMs"
+	msgKeyReused   = "idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only"
 	msgNotRecorded = "this call completed, but its result cannot be sent again (too large to record, or recorded under a key this server no longer has): the tool does not run again; do not call again under a new key, check its effect"
 )
 
@@ -210,10 +223,10 @@ func idempotencyError(err error) error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	case errors.Is(err, mcptoken.ErrKeyReused):
 		return invalidParams(msgKeyReused, KeyReused)
+	case errors.Is(err, mcptoken.ErrNoEffect):
+		return retryLater(err, msgNoEffect)
 	case errors.Is(err, mcptoken.ErrInProgress):
-		d, _ := mcptoken.RetryAfter(err)
-		data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
-		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "a call with this idempotency key is in progress: retry later", Data: data}
+		return retryLater(err, "a call with this idempotency key is in progress: retry it with the same key after retryAfterMs")
 	case errors.Is(err, mcptoken.ErrOutcomeUnknown):
 		d, _ := mcptoken.RetryAfter(err)
 		data, _ := json.Marshal(idempotencyData{Code: OutcomeUnknown, RetryAfterMs: max(d.Milliseconds(), 1)})
@@ -224,6 +237,14 @@ func idempotencyError(err error) error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgNotRecorded}
 	}
 	return err
+}
+
+// retryLater is the -32603 [InProgress] error with msg and the retry hint
+// of err.
+func retryLater(err error, msg string) error {
+	d, _ := mcptoken.RetryAfter(err)
+	data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg, Data: data}
 }
 
 // RetryAfter returns the retry hint of an [InProgress] or [OutcomeUnknown]

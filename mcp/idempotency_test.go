@@ -137,6 +137,8 @@ func TestIdempotentTools(t *testing.T) {
 		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
 		{"an inferred schema requires the key field unless omitempty", inferredSchemaRequiresTheKeyFieldUnlessOmitempty},
 		{"WrapFor replays a typed tool's result and output", wrapForTypedToolReplaysResultAndOutput},
+		{"a failure recorded before its data was kept as bytes replays its data", failureOfTheOlderLayoutReplaysItsData},
+		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -534,9 +536,122 @@ func idempotencyRecordsTheFinalRound(t *testing.T) {
 	}
 }
 
+// flakyDB is a tool's database that refuses the first connection: the
+// tool says so with ErrNoEffect, before any effect, and acts on the next
+// call.
+type flakyDB struct{ runs, effects atomic.Int32 }
+
+func (db *flakyDB) pay() (int32, error) {
+	if db.runs.Add(1) == 1 {
+		return 0, fmt.Errorf("%w: dial tcp 10.0.0.7:5432: connection refused", mcptoken.ErrNoEffect)
+	}
+	return db.effects.Add(1), nil
+}
+
+// flakyServer returns a server whose tool "untyped" (Wrap) and "typed"
+// (WrapFor) pay through db.
+func flakyServer(t *testing.T, db *flakyDB) *mcp.Server {
+	t.Helper()
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key", KeyFromMeta: true}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "untyped", InputSchema: payInput}, idem.Wrap(func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		n, err := db.pay()
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("payment %d", n)}}}, nil
+	}))
+	mcp.AddTool(s, &mcp.Tool{Name: "typed"}, WrapFor(idem, func(context.Context, *mcp.CallToolRequest, transferIn) (*mcp.CallToolResult, transferOut, error) {
+		n, err := db.pay()
+		if err != nil {
+			return nil, transferOut{}, err
+		}
+		return nil, transferOut{Transfer: int(n)}, nil
+	}))
+	return s
+}
+
+// idempotencyNoEffectFreesTheKey: a tool whose database refused the
+// connection before any effect, through Wrap and WrapFor, is answered
+// 1025 with a hint; the same key then runs it, once: one effect, whether
+// the application retries or CallTool does. A tool that fails after its
+// effect is still replayed.
+func idempotencyNoEffectFreesTheKey(t *testing.T) {
+	params := func(tool, key string) *mcp.CallToolParams {
+		args := map[string]any{"key": key, "amount": 5}
+		if tool == "typed" {
+			args = map[string]any{"key": key, "cents": 5}
+		}
+		return &mcp.CallToolParams{Name: tool, Arguments: args, Meta: mcp.Meta{"test/caller": "alice"}}
+	}
+	for _, tool := range []string{"untyped", "typed"} {
+		t.Run(tool+": the application retries with the same key", func(t *testing.T) {
+			db := &flakyDB{}
+			cs := connect(t, flakyServer(t, db), nil)
+			p := params(tool, "pay-1")
+			_, err := cs.CallTool(context.Background(), p)
+			wantRPCError(t, err, jsonrpc.CodeInternalError, InProgress)
+			if d, ok := RetryAfter(err); !ok || d != time.Second {
+				t.Fatalf("RetryAfter = %v, %v; want 1s", d, ok)
+			}
+			first, err := cs.CallTool(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := cs.CallTool(context.Background(), p)
+			b1, _ := json.Marshal(first)
+			b2, _ := json.Marshal(again)
+			if err != nil || !bytes.Equal(b1, b2) || db.runs.Load() != 2 || db.effects.Load() != 1 {
+				t.Fatalf("%v; %s then %s; %d runs, %d effects", err, b1, b2, db.runs.Load(), db.effects.Load())
+			}
+		})
+		t.Run(tool+": CallTool retries it", func(t *testing.T) {
+			db := &flakyDB{}
+			cs := connect(t, flakyServer(t, db), nil)
+			res, err := CallTool(context.Background(), cs, params(tool, "pay-2"), CallOptions{Key: "pay-2"})
+			if err != nil || res.IsError || db.runs.Load() != 2 || db.effects.Load() != 1 {
+				t.Fatalf("%v, %+v; %d runs, %d effects", err, res, db.runs.Load(), db.effects.Load())
+			}
+		})
+	}
+	t.Run("a failure after the effect is replayed", func(t *testing.T) {
+		idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var effects atomic.Int32
+		s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
+		s.AddTool(&mcp.Tool{Name: "untyped", InputSchema: payInput}, idem.Wrap(func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			effects.Add(1)
+			return nil, errors.New("charged, then the receipt could not be written")
+		}))
+		cs := connect(t, s, nil)
+		_, first := cs.CallTool(context.Background(), params("untyped", "pay-3"))
+		_, again := cs.CallTool(context.Background(), params("untyped", "pay-3"))
+		if first == nil || again == nil || first.Error() != again.Error() || effects.Load() != 1 || TokenErrorCode(again) != 0 {
+			t.Fatalf("%v then %v; %d effects", first, again, effects.Load())
+		}
+	})
+}
+
+// failureOfTheOlderLayoutReplaysItsData replays a record written with
+// the data as a JSON member (before it was recorded as bytes), as a
+// server keeps it for Window across an upgrade.
+func failureOfTheOlderLayoutReplaysItsData(t *testing.T) {
+	var we *jsonrpc.Error
+	err := replayFailure([]byte(`{"c":-32000,"m":"deploy crashed","d":{"x":1}}`))
+	if !errors.As(err, &we) || we.Code != -32000 || we.Message != "deploy crashed" || string(we.Data) != `{"x":1}` {
+		t.Fatalf("replayed %#v", err)
+	}
+}
+
 // FuzzReplayFailure decodes arbitrary records as a recorded failure, as
 // a retry does: never a panic, never a nil error; and a failure recorded
-// from a JSON-RPC error comes back with its code, message and data.
+// from a JSON-RPC error comes back with its code, message and data, the
+// data byte for byte.
 func FuzzReplayFailure(f *testing.F) {
 	f.Add([]byte(`{"c":-32603,"m":"deploy crashed","d":{"x":1}}`), int64(-32000), "failed", []byte(`{"a":1}`))
 	f.Add([]byte(`{"m":"plain"}`), int64(0), "", []byte(nil))
@@ -563,17 +678,8 @@ func FuzzReplayFailure(f *testing.F) {
 		if !errors.As(got, &we) || we.Code != code || we.Message != sent {
 			t.Fatalf("replayed %#v; want code %d, message %q", got, code, sent)
 		}
-		if json.Valid(data) && !bytes.Equal(compact(data), compact(we.Data)) {
-			t.Fatalf("replayed data %q; want %q", we.Data, data)
+		if !bytes.Equal(data, we.Data) {
+			t.Fatalf("replayed data %q; want %q, byte for byte", we.Data, data)
 		}
 	})
-}
-
-// compact returns b without insignificant white space, or b itself.
-func compact(b []byte) []byte {
-	var out bytes.Buffer
-	if json.Compact(&out, b) != nil {
-		return b
-	}
-	return out.Bytes()
 }

@@ -22,8 +22,9 @@ const (
 	// KeyReused (1024): the idempotency key was used by this caller for
 	// this tool with other arguments.
 	KeyReused = mcptoken.CodeKeyReused
-	// InProgress (1025): the key's first call still runs; _meta also
-	// holds [MetaRetryAfterMs].
+	// InProgress (1025): the key's first call still runs, or the tool had
+	// no effect ([mcptoken.ErrNoEffect]); _meta also holds
+	// [MetaRetryAfterMs]: retry the same call with the same key after it.
 	InProgress = mcptoken.CodeInProgress
 	// OutcomeUnknown (1028): the tool ran and its transaction's commit
 	// has an unknown outcome; _meta also holds [MetaRetryAfterMs]: retry
@@ -67,7 +68,12 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // [mcptoken.MetaIdempotencyKey]. An error from h is returned as it is
 // (mcp-go sends it as -32603): one that matches mcp.ErrInvalidParams says
 // the tool did not begin; any other is recorded and sent again, by its
-// text, to every retry.
+// text, to every retry, except one matching [mcptoken.ErrNoEffect]: the
+// tool had no effect, nothing is recorded, and the client gets a tool
+// error result with _meta ctokenCode [InProgress] and [MetaRetryAfterMs],
+// which [CallTool] retries under the same key. A handler that answers its
+// failures with mcp.NewToolResultError returns such an error instead for
+// a failure before any effect: a tool error result is a result, recorded.
 //
 // mcp-go (v1.2.1) sends every handler error as -32603, so the refusals that
 // are the client's to act on are tool error results, as [ToolResult] makes
@@ -133,14 +139,13 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 	case errors.Is(err, mcptoken.ErrIdempotencyKey):
 		return mcp.NewToolResultError(err.Error()), nil
 	case errors.Is(err, mcptoken.ErrKeyReused):
-		res := mcp.NewToolResultError("idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key (ctokenCode 1024)")
+		res := mcp.NewToolResultError("idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only (ctokenCode 1024)")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: KeyReused})
 		return res, nil
+	case errors.Is(err, mcptoken.ErrNoEffect):
+		return retryLater(err, "the tool had no effect and nothing was recorded: retry it with the same idempotency key after retryAfterMs (ctokenCode 1025)"), nil
 	case errors.Is(err, mcptoken.ErrInProgress):
-		d, _ := mcptoken.RetryAfter(err)
-		res := mcp.NewToolResultError("a call with this idempotency key is in progress: retry later (ctokenCode 1025)")
-		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: InProgress, MetaRetryAfterMs: max(d.Milliseconds(), 1)})
-		return res, nil
+		return retryLater(err, "a call with this idempotency key is in progress: retry it with the same key after retryAfterMs (ctokenCode 1025)"), nil
 	case errors.Is(err, mcptoken.ErrOutcomeUnknown):
 		d, _ := mcptoken.RetryAfter(err)
 		res := mcp.NewToolResultError("the outcome of this call is unknown: retry it with the same idempotency key, never a new one (ctokenCode 1028)")
@@ -150,6 +155,15 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 		return nil, ErrIdempotencyStore
 	}
 	return nil, err
+}
+
+// retryLater is the [InProgress] tool error result with msg and the retry
+// hint of err.
+func retryLater(err error, msg string) *mcp.CallToolResult {
+	d, _ := mcptoken.RetryAfter(err)
+	res := mcp.NewToolResultError(msg)
+	res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: InProgress, MetaRetryAfterMs: max(d.Milliseconds(), 1)})
+	return res
 }
 
 // RetryAfter returns the retry hint of an [InProgress] or

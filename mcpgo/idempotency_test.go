@@ -121,6 +121,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"the final round is recorded", idempotencyRecordsTheFinalRound},
 		{"NewIdempotency refuses bad options", newIdempotencyRefusesBadOptions},
 		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
+		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -256,6 +257,87 @@ func idempotencyAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chargeTool says ErrNoEffect for a database that refused the
+// connection, before any effect: the first call's, here (a tool that
+// answers its other failures with mcp.NewToolResultError returns this
+// one as an error). A charge of 0 fails after its effect, with a plain
+// error.
+type chargeTool struct{ runs, effects atomic.Int32 }
+
+func (c *chargeTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if c.runs.Add(1) == 1 {
+		return nil, fmt.Errorf("%w: dial tcp 10.0.0.7:5432: connection refused", mcptoken.ErrNoEffect)
+	}
+	n := c.effects.Add(1)
+	if req.GetFloat("amount", 0) == 0 {
+		return nil, errors.New("charged, then the receipt could not be written")
+	}
+	return mcp.NewToolResultText(fmt.Sprintf("charge %d", n)), nil
+}
+
+func chargeServer(t *testing.T, c *chargeTool) *server.MCPServer {
+	t.Helper()
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key", KeyFromMeta: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.NewMCPServer("bank", "v0")
+	s.AddTool(mcp.NewTool("charge", mcp.WithString("key", mcp.Required()), mcp.WithNumber("amount", mcp.Required())), idem.Wrap(c.handler))
+	return s
+}
+
+// idempotencyNoEffectFreesTheKey: a tool whose database refused the
+// connection before any effect is answered 1025 with a hint; the same key
+// then runs it, once: one effect, whether the application retries or
+// CallTool does. A tool that fails after its effect is still replayed.
+func idempotencyNoEffectFreesTheKey(t *testing.T) {
+	charge := func(key string, amount int) mcp.CallToolRequest {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "charge"
+		req.Params.Arguments = map[string]any{"key": key, "amount": amount}
+		return req
+	}
+	t.Run("the application retries with the same key", func(t *testing.T) {
+		c := &chargeTool{}
+		p := inProcess(t, chargeServer(t, c), "alice", nil)
+		res, err := p.c.CallTool(p.ctx, charge("c-1", 5))
+		if err != nil || !res.IsError || TokenCode(res) != InProgress {
+			t.Fatalf("%v, %+v; want a 1025 tool error result", err, res)
+		}
+		if d, ok := RetryAfter(res); !ok || d != time.Second {
+			t.Fatalf("RetryAfter = %v, %v; want 1s", d, ok)
+		}
+		first, err := p.c.CallTool(p.ctx, charge("c-1", 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p.c.CallTool(p.ctx, charge("c-1", 5))
+		b1, _ := json.Marshal(first)
+		b2, _ := json.Marshal(again)
+		if err != nil || first.IsError || !bytes.Equal(b1, b2) || c.runs.Load() != 2 || c.effects.Load() != 1 {
+			t.Fatalf("%v; %s then %s; %d runs, %d effects", err, b1, b2, c.runs.Load(), c.effects.Load())
+		}
+	})
+	t.Run("CallTool retries it", func(t *testing.T) {
+		c := &chargeTool{}
+		p := inProcess(t, chargeServer(t, c), "alice", nil)
+		res, err := CallTool(p.ctx, p.c, charge("c-2", 5), CallOptions{Key: "c-2"})
+		if err != nil || res.IsError || c.runs.Load() != 2 || c.effects.Load() != 1 {
+			t.Fatalf("%v, %+v; %d runs, %d effects", err, res, c.runs.Load(), c.effects.Load())
+		}
+	})
+	t.Run("a failure after the effect is replayed", func(t *testing.T) {
+		c := &chargeTool{}
+		c.runs.Store(1) // the database is up
+		p := inProcess(t, chargeServer(t, c), "alice", nil)
+		_, first := p.c.CallTool(p.ctx, charge("c-3", 0))
+		_, again := p.c.CallTool(p.ctx, charge("c-3", 0))
+		if first == nil || again == nil || first.Error() != again.Error() || c.effects.Load() != 1 {
+			t.Fatalf("%v then %v; %d effects", first, again, c.effects.Load())
+		}
+	})
 }
 
 func idempotencyConcurrentDuplicate(t *testing.T) {

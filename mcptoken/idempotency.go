@@ -22,8 +22,9 @@ const (
 	// CodeKeyReused tells a client that its idempotency key was used by
 	// this caller for this tool with other arguments: [ErrKeyReused].
 	CodeKeyReused = 1024
-	// CodeInProgress tells a client that a call with its key is still
-	// running: retry it after the hint ([ErrInProgress]).
+	// CodeInProgress tells a client to retry the same call with the same
+	// key after the hint: a call with its key is still running
+	// ([ErrInProgress]), or its tool had no effect ([ErrNoEffect]).
 	CodeInProgress = 1025
 	// CodeOutcomeUnknown tells a client that its call ran but whether its
 	// effects were kept is unknown: retry the same call with the same key
@@ -119,12 +120,25 @@ var (
 	// may act twice. A [TaskFailure] of [AwaitTask] matches it too when
 	// the task's instance stopped while it ran.
 	ErrOutcomeUnknown = errors.New("mcptoken: the outcome of this call is unknown")
+	// ErrNoEffect is what a tool handler returns, around its cause
+	// (fmt.Errorf("%w: %w", mcptoken.ErrNoEffect, err)), to say that its
+	// call had no effect and may run again: it failed before it acted (a
+	// database that refused the connection), or undid all it did.
+	// Nothing is recorded and the key is released; the client is told to
+	// retry the same call with the same key after a hint ([CodeInProgress],
+	// [RetryAfter]), and that retry runs the tool. Any other error of a
+	// tool that began is recorded and replayed: return this one only when
+	// nothing happened.
+	ErrNoEffect = errors.New("mcptoken: the tool had no effect")
 )
 
-// RetryAfter returns the retry hint of an [ErrInProgress] or
-// [ErrOutcomeUnknown] error of [Idempotency.Call], and false for any other
-// error.
+// RetryAfter returns the retry hint of an [ErrInProgress],
+// [ErrOutcomeUnknown] or [ErrNoEffect] error of [Idempotency.Call], and
+// false for any other error.
 func RetryAfter(err error) (time.Duration, bool) {
+	if errors.Is(err, ErrNoEffect) {
+		return defaultBusyRetryAfter, true
+	}
 	var b *busyError
 	if errors.As(err, &b) {
 		return b.retryAfter, true
@@ -287,10 +301,10 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 // client is sent, or an error. A [*Failure] says the tool began and
 // failed: it is recorded and answers every retry, as a result does (with
 // Transactional, its writes are rolled back instead and the key
-// released). Any other error records nothing: the tool failed before it
-// began (a validation failure), the key is released and a retry runs the
-// tool again. ctx carries the store's transaction when the Idempotency is
-// Transactional.
+// released). Any other error records nothing: the tool had no effect
+// ([ErrNoEffect], a validation failure), the key is released and a retry
+// runs the tool again. ctx carries the store's transaction when the
+// Idempotency is Transactional.
 type RunFunc func(ctx context.Context) ([]byte, error)
 
 // Failure is the error of a tool call that began and failed, as Stripe
@@ -342,12 +356,12 @@ func (f *Failure) Unwrap() error { return f.Err }
 // cancellation of a round or task that runs the call, ending as Lease
 // says, and, with Transactional,
 // carrying the store's transaction (pgstore.TxFrom, sqlitestore.TxFrom).
-// An error that says the tool did not begin (a validation failure)
-// records nothing and releases the key; any other says it began and
-// failed, as Stripe counts a request that began executing: it is recorded
-// and every retry gets the same error without running the tool again
-// (with Transactional, the tool's writes are rolled back instead and the
-// key released). A result that asks the client for input (a round of a
+// An error that says the tool had no effect (a validation failure, an
+// error matching [ErrNoEffect]) records nothing and releases the key; any
+// other says it began and failed, as Stripe counts a request that began
+// executing: it is recorded and every retry gets the same error without
+// running the tool again (with Transactional, the tool's writes are rolled
+// back instead and the key released). Each is logged once, with the tool. A result that asks the client for input (a round of a
 // multi round-trip call) is not recorded: the key is released, and the
 // round that completes the call is the one recorded and replayed.
 func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte, metaKey any, run RunFunc) ([]byte, error) {
@@ -372,11 +386,32 @@ func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte
 		return nil, fmt.Errorf("%w: arguments: %w", ErrIdempotencyKey, err)
 	}
 	stored := append([]byte{idemFingerprintVersion}, fp[:]...)
-	res, _, err := i.e.do(ctx, storeIDOfCall(caller, tool, key), stored, runFunc(run))
+	res, replayed, err := i.e.do(ctx, storeIDOfCall(caller, tool, key), stored, runFunc(run))
 	if err == nil {
 		return res, nil
 	}
+	if !replayed {
+		i.logFailure(ctx, tool, err)
+	}
 	return nil, i.refusal(ctx, tool, err)
+}
+
+// logFailure logs, once, the error of a run: what was recorded for every
+// retry, or that the key was released for a retry to run the tool.
+func (i *Idempotency) logFailure(ctx context.Context, tool string, err error) {
+	var f *Failure
+	var msg string
+	switch {
+	case errors.As(err, &f) && f.Err != nil && i.e.tx == nil:
+		msg = "the tool failed after it began: its failure is recorded, and every retry under its key gets it without a run"
+	case errors.As(err, &f) && f.Err != nil:
+		msg = "the tool failed: its transaction rolled back and its key released; a retry runs it"
+	case errors.Is(err, ErrNoEffect):
+		msg = "the tool had no effect: nothing recorded and its key released; a retry runs it"
+	default:
+		return
+	}
+	i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": "+msg, slog.String("tool", tool), slog.String("error", err.Error()))
 }
 
 // idemFingerprintVersion begins every fingerprint an Idempotency stores.

@@ -59,6 +59,9 @@ func TestIdempotency(t *testing.T) {
 		{"scopes keys to the caller and the tool", idempotencyScopesKeysToTheCallerAndTheTool},
 		{"answers a concurrent duplicate", idempotencyAnswersAConcurrentDuplicate},
 		{"releases the key when the tool fails", idempotencyReleasesTheKeyWhenTheToolFails},
+		{"a tool with no effect frees its key", idempotencyToolWithNoEffectFreesItsKey},
+		{"logs once what it records", idempotencyLogsOnceWhatItRecords},
+		{"a caller gone before the call runs nothing", idempotencyCallerGoneBeforeTheCallRunsNothing},
 		{"refuses missing and malformed keys", idempotencyRefusesMissingAndMalformedKeys},
 		{"refuses an empty caller", idempotencyRefusesAnEmptyCaller},
 		{"new idempotency refuses bad config", newIdempotencyRefusesBadConfig},
@@ -249,6 +252,106 @@ func idempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
 		}()
 		i.Call(context.Background(), "alice", "pay", []byte(`{"key":"p"}`), nil, func(context.Context) ([]byte, error) { panic("tool") })
 	})
+}
+
+// idempotencyToolWithNoEffectFreesItsKey: a tool whose database refused
+// the connection says ErrNoEffect; nothing is recorded, the caller is told
+// when to retry, and the same key then runs it once: one effect.
+func idempotencyToolWithNoEffectFreesItsKey(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*IdempotencyConfig)
+	}{
+		{"recorded calls", nil},
+		{"transactional calls", func(c *IdempotencyConfig) {
+			c.Store = &fakeTx{MemoryStore: replay.NewMemoryStore(10)}
+			c.Transactional = true
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			i := testIdempotency(t, &bytes.Buffer{}, c.edit)
+			refused := errors.New("dial tcp: connection refused")
+			var runs, effects atomic.Int32
+			run := func(context.Context) ([]byte, error) {
+				if runs.Add(1) == 1 {
+					return nil, fmt.Errorf("%w: %w", ErrNoEffect, refused)
+				}
+				return []byte(fmt.Sprintf(`{"content":[],"effect":%d}`, effects.Add(1))), nil
+			}
+			args := []byte(`{"key":"k-down","amount":5}`)
+			_, err := i.Call(context.Background(), "alice", "pay", args, nil, run)
+			if !errors.Is(err, ErrNoEffect) || !errors.Is(err, refused) {
+				t.Fatalf("err = %v; want ErrNoEffect around the cause", err)
+			}
+			if d, ok := RetryAfter(err); !ok || d != defaultBusyRetryAfter {
+				t.Fatalf("RetryAfter = %v, %v; want the hint of a busy key", d, ok)
+			}
+			for range 2 { // the retry runs it; the next replays it
+				res, err := i.Call(context.Background(), "alice", "pay", args, nil, run)
+				if err != nil || string(res) != `{"content":[],"effect":1}` {
+					t.Fatalf("%s, %v", res, err)
+				}
+			}
+			if runs.Load() != 2 || effects.Load() != 1 {
+				t.Fatalf("ran %d times, %d effects; want 2 and 1", runs.Load(), effects.Load())
+			}
+		})
+	}
+}
+
+// idempotencyLogsOnceWhatItRecords: a failure recorded for every retry,
+// and a key freed for one, are logged once each with the tool, never the
+// key; the retries that replay the failure log nothing more.
+func idempotencyLogsOnceWhatItRecords(t *testing.T) {
+	var log bytes.Buffer
+	i := testIdempotency(t, &log, nil)
+	failed := func(context.Context) ([]byte, error) {
+		return nil, &Failure{Record: []byte(`charged, then failed`), Err: errors.New("charged, then failed")}
+	}
+	for range 3 {
+		i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-c4f3"}`), nil, failed)
+	}
+	noEffect := func(context.Context) ([]byte, error) { return nil, fmt.Errorf("%w: down", ErrNoEffect) }
+	i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-d0w9"}`), nil, noEffect)
+	got := log.String()
+	if n := strings.Count(got, "its failure is recorded"); n != 1 {
+		t.Fatalf("the recorded failure logged %d times: %s", n, got)
+	}
+	if n := strings.Count(got, "the tool had no effect: nothing recorded"); n != 1 {
+		t.Fatalf("the freed key logged %d times: %s", n, got)
+	}
+	if strings.Count(got, "tool=pay") != 2 || strings.Contains(got, "k-c4f3") || strings.Contains(got, "k-d0w9") {
+		t.Fatalf("want the tool twice and no key: %s", got)
+	}
+}
+
+// ctxBlindRecorder is a store that takes a lease whatever its context:
+// the engine, not the store, must see that the caller has gone.
+type ctxBlindRecorder struct{ *replay.MemoryStore }
+
+func (s ctxBlindRecorder) AcquireRecord(_ context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
+	return s.MemoryStore.AcquireRecord(context.Background(), id, d, fp)
+}
+
+// idempotencyCallerGoneBeforeTheCallRunsNothing: a call whose context
+// ended before it reached Call runs nothing, takes nothing and records
+// nothing, even on a store that would take the lease.
+func idempotencyCallerGoneBeforeTheCallRunsNothing(t *testing.T) {
+	mem := replay.NewMemoryStore(10)
+	var log bytes.Buffer
+	i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store = ctxBlindRecorder{mem} })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	run, n := counted()
+	if _, err := i.Call(ctx, "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, ErrIdempotencyStore) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v; want ErrIdempotencyStore around the context's end", err)
+	}
+	if n.Load() != 0 || mem.Len() != 0 || strings.Contains(log.String(), "level=ERROR") {
+		t.Fatalf("ran %d times, store holds %d entries; log %s", n.Load(), mem.Len(), log.String())
+	}
+	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); err != nil || n.Load() != 1 {
+		t.Fatalf("the same key afterwards: %v, ran %d times", err, n.Load())
+	}
 }
 
 func idempotencyRefusesMissingAndMalformedKeys(t *testing.T) {

@@ -277,7 +277,7 @@ const (
 	msgCursorInvalid = "invalid cursor"
 	msgStateExpired  = "expired requestState: call again without it"
 	msgStateInvalid  = "invalid requestState"
-	msgStateUsed     = "requestState already used: its result cannot be answered again; call again without it"
+	msgStateUsed     = "requestState already used: its round ran and its result cannot be answered again; calling again without it starts the call over: check its effect first"
 	msgStateBusy     = "requestState busy: its round is still running; retry the same call later"
 	msgInterrupted   = "requestState's round was interrupted before its result was recorded (its server stopped, or lost its hold): whether it acted is unknown, and it will not run again; do not retry: check its effect (one that may still appear before the state expires), then call again without the state"
 	msgStoreFailed   = "request state store unavailable"

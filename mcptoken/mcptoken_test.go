@@ -245,8 +245,8 @@ func refuseStateMapsCodecErrorsToCodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			return decode(once, w, "alice")
-		}, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", "already used", false},
-		{"used, no record", func(t *testing.T) error { return errUsedNoRecord }, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", errUsedNoRecord.Error(), false},
+		}, CodeStateUsed, "requestState already used: its round ran and its result cannot be answered again; calling again without it starts the call over: check its effect first", "already used", false},
+		{"used, no record", func(t *testing.T) error { return errUsedNoRecord }, CodeStateUsed, "requestState already used: its round ran and its result cannot be answered again; calling again without it starts the call over: check its effect first", errUsedNoRecord.Error(), false},
 		{"busy", func(t *testing.T) error { return ErrStateBusy }, CodeStateBusy, "requestState busy: its round is still running; retry the same call later", "round still running", false},
 		{"round interrupted", func(t *testing.T) error { return ErrRoundInterrupted }, CodeRoundInterrupted, msgInterrupted, "round interrupted before its result was recorded", false},
 		{"other arguments", func(t *testing.T) error { return mismatch }, CodeStateInvalid, "invalid requestState", "arguments differ from the sealed call", false},

@@ -109,11 +109,17 @@ type runFunc func(ctx context.Context) ([]byte, error)
 
 // do runs run under id unless id is done, busy or another fingerprint's:
 // it returns the result run returned, recorded (the first call), or the
-// recorded one (a retry, replayed true). ctx's values reach run, but not
-// the client's cancellation, since a caller that goes away does not undo
-// work that may have taken effect: run ends when its lease cannot be kept
-// (see run).
+// recorded one (a retry, replayed true). A ctx that has ended runs
+// nothing and asks the store nothing. ctx's values reach run, but not the
+// client's cancellation, since a caller that goes away does not undo work
+// that may have taken effect: run ends when its lease cannot be kept (see
+// run).
 func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (result []byte, replayed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		// The caller went away before the store was asked: nothing is
+		// taken and nothing runs, whatever the store would do with ctx.
+		return nil, false, fmt.Errorf("%w: %w", errEngineStore, err)
+	}
 	start := time.Now()
 	pause := engineFirstPoll
 	for {

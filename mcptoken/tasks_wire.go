@@ -497,7 +497,7 @@ func (t *Tasks) call(ctx context.Context, caller string, tool TaskTool, p *taskP
 }
 
 // msgTaskKeyReused is the message of [CodeKeyReused], as ctokenmcp sends it.
-const msgTaskKeyReused = "idempotency key reused with other arguments: the tool did not run; retry with the same arguments, or call with a new key"
+const msgTaskKeyReused = "idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only"
 
 // serve answers a task method.
 func (t *Tasks) serve(ctx context.Context, caller, method string, p *taskParams) (any, *rpcError) {

@@ -13,9 +13,10 @@ import (
 // a recorded failure and for a refusal. [ToolRules.Call] applies them to
 // one call; an integration's Wrap reads the request and calls it.
 type ToolRules[R any] struct {
-	// Failure returns what a handler's error is to [Idempotency.Call]: as
-	// it is when it says the tool did not begin (nothing is recorded, the
-	// key is released), else a [*Failure] that records it.
+	// Failure returns what a handler's error other than [ErrNoEffect] is
+	// to [Idempotency.Call]: as it is when it says the tool did not begin
+	// (nothing is recorded, the key is released), else a [*Failure] that
+	// records it.
 	Failure func(error) error
 	// NoResult is the error of a handler that returned neither a result
 	// nor an error, recorded as Failure makes it.
@@ -29,8 +30,9 @@ type ToolRules[R any] struct {
 	// the Record its [*Failure] holds.
 	Replay func(record []byte) error
 	// Refused returns what the handler returns for any other error of
-	// Idempotency.Call: a refusal, a store failure, [ErrNotRecorded], or
-	// a handler's error that Failure returned as it is.
+	// Idempotency.Call: a refusal, a store failure, [ErrNotRecorded], a
+	// handler's error matching [ErrNoEffect] (which the client is to
+	// retry after [RetryAfter]), or one that Failure returned as it is.
 	Refused func(error) (*R, error)
 }
 
@@ -53,7 +55,10 @@ func (r ToolRules[R]) Call(ctx context.Context, i *Idempotency, caller, tool str
 		if err == nil && res == nil {
 			err = r.NoResult
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNoEffect):
+			return nil, err // recorded by no integration: the key is released
+		case err != nil:
 			return nil, r.Failure(err)
 		}
 		first = res
