@@ -128,7 +128,8 @@ var (
 	// retry the same call with the same key after a hint ([CodeInProgress],
 	// [RetryAfter]), and that retry runs the tool. Any other error of a
 	// tool that began is recorded and replayed: return this one only when
-	// nothing happened.
+	// nothing happened. A task tool's task fails with nothing kept, and
+	// the next call under its key runs it again.
 	ErrNoEffect = errors.New("mcptoken: the tool had no effect")
 )
 

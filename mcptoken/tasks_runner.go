@@ -227,7 +227,11 @@ func (t *Tasks) outcomeOf(ref taskRef, res json.RawMessage, err error, cause err
 		err = errors.New("mcptoken: the result is not a JSON object naming each key once")
 	}
 	t.fail(slog.LevelError, "a task's tool failed; the task failed", ref.Tool, err)
-	return outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msg}, Updated: o.Updated}
+	o = outcome{Status: taskFailed, Error: &rpcError{Code: codeInternal, Message: msg}, Updated: o.Updated}
+	if errors.Is(err, ErrNoEffect) {
+		o.Error.Message, o.Effect = "the tool had no effect: safe to call again", effectNone
+	}
+	return o
 }
 
 // runTool runs the tool, turning a panic into an error.

@@ -594,6 +594,28 @@ func TestKeyedTaskRuns(t *testing.T) {
 		}
 	})
 
+	t.Run("a task whose tool had no effect runs again under its key", func(t *testing.T) {
+		ts := newCoreTasks(t, replay.NewMemoryStore(0))
+		var runs atomic.Int32
+		tool := TaskTool{Name: "pay", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			if runs.Add(1) == 1 {
+				return nil, fmt.Errorf("%w: the bank refused the connection", ErrNoEffect)
+			}
+			return ok, nil
+		}}
+		must(t, ts.Add(tool))
+		first, err := ts.Create(context.Background(), tool, keyedCall("alice", "k5"))
+		must(t, err)
+		if st := settled(t, ts, first.ID, nil); st.Status != taskFailed || st.effect != effectNone {
+			t.Fatalf("the run without effect: %+v", st)
+		}
+		second, err := ts.Create(context.Background(), tool, keyedCall("alice", "k5"))
+		must(t, err)
+		if st := settled(t, ts, second.ID, nil); st.Status != taskCompleted || runs.Load() != 2 {
+			t.Fatalf("the next call under the key: %+v after %d runs; want completed after 2", st, runs.Load())
+		}
+	})
+
 	t.Run("a non-Transactional task whose lease lapsed unread is not run again", func(t *testing.T) {
 		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 		must(t, err)
