@@ -12,10 +12,8 @@ import (
 	"time"
 )
 
-// Command is the operator's command for SQLite stores, which every
-// [ErrForgotten] refusal names with the database's path and table filled
-// in: go install github.com/ctoken/ctoken/sqlitestore/cmd/ctoken-sqlite@latest.
-const Command = "ctoken-sqlite"
+// command is the operator's command for SQLite stores (cmd/ctoken-sqlite).
+const command = "ctoken-sqlite"
 
 // place is where a store's refusals are lifted: its file, table and fence.
 type place struct {
@@ -40,12 +38,12 @@ func (p place) lift(err error) error {
 	if files := hiddenFiles(p.path, p.table); len(files) > 0 {
 		found = "found beside it: " + strings.Join(files, ", ")
 	}
-	return lifted{fmt.Errorf("%w; %s; once you have decided, stop every program on the file and run: %s", err, found, p.command())}
+	return lifted{fmt.Errorf("%w; %s; once you have decided, stop every program on the file and run: %s", err, found, p.rearm())}
 }
 
-// command is the command line that re-arms the table with the fence.
-func (p place) command() string {
-	return fmt.Sprintf("%s rearm -db %s -table %s -fence %s", Command, shellQuote(p.path), unquote(p.table), p.fence)
+// rearm is the command line that re-arms the table with the fence.
+func (p place) rearm() string {
+	return fmt.Sprintf("%s rearm -db %s -table %s -fence %s", command, shellQuote(p.path), unquote(p.table), p.fence)
 }
 
 // shellQuote quotes s for a POSIX shell when it holds more than letters,

@@ -51,8 +51,8 @@ var (
 	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
 	// ErrForgotten reports that the database no longer holds claims it
 	// acknowledged: every call refuses until an operator runs [Rearm]. Its
-	// message names the hidden files found and the [Command] line that
-	// does.
+	// message names the hidden files found and the command line of
+	// ctoken-sqlite (cmd/ctoken-sqlite) that does.
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
 	// ErrConfig reports a store that cannot run as configured (the error
 	// names each fault and its fix), or a connection a handler lowered. It

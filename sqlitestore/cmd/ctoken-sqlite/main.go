@@ -45,6 +45,9 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// name is the command's, as the refusals print it.
+const name = "ctoken-sqlite"
+
 const usage = `usage: ctoken-sqlite status|rearm -db FILE [flags]
 
   status   the table's marker, the hidden files beside the database and
@@ -68,13 +71,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", sqlitestore.Command, cmd, usage)
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", name, cmd, usage)
 		return 2
 	}
 	var path string
 	var opts sqlitestore.Options
 	var fence time.Duration
-	fs := flag.NewFlagSet(sqlitestore.Command+" "+cmd, flag.ContinueOnError)
+	fs := flag.NewFlagSet(name+" "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&path, "db", "", "the database `file` (required)")
 	fs.StringVar(&opts.Table, "table", sqlitestore.DefaultTable, "the applications' Options.Table")
@@ -94,16 +97,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "%s %s: unexpected argument %q\n", sqlitestore.Command, cmd, fs.Arg(0))
+		fmt.Fprintf(stderr, "%s %s: unexpected argument %q\n", name, cmd, fs.Arg(0))
 		return 2
 	case path == "":
-		fmt.Fprintf(stderr, "%s %s: -db is required\n", sqlitestore.Command, cmd)
+		fmt.Fprintf(stderr, "%s %s: -db is required\n", name, cmd)
 		return 2
 	case cmd == "rearm" && !given["fence"]:
-		fmt.Fprintf(stderr, "%s rearm: -fence is required: the stores' Horizon if the lost claims matter, 0 when the refusal says nothing was lost\n", sqlitestore.Command)
+		fmt.Fprintf(stderr, "%s rearm: -fence is required: the stores' Horizon if the lost claims matter, 0 when the refusal says nothing was lost\n", name)
 		return 2
 	case fence < 0:
-		fmt.Fprintf(stderr, "%s rearm: negative -fence\n", sqlitestore.Command)
+		fmt.Fprintf(stderr, "%s rearm: negative -fence\n", name)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -176,7 +179,7 @@ func rearm(ctx context.Context, path, table string, fence time.Duration, stdout,
 	db.SetMaxIdleConns(1)
 	if _, err := db.ExecContext(ctx, `BEGIN EXCLUSIVE; COMMIT`); err != nil {
 		if strings.Contains(err.Error(), "locked") || strings.Contains(err.Error(), "busy") {
-			fmt.Fprintf(stderr, "%s rearm: refused: the database is in use (another connection holds it open: %v): stop every program on the file, then run this again\n", sqlitestore.Command, err)
+			fmt.Fprintf(stderr, "%s rearm: refused: the database is in use (another connection holds it open: %v): stop every program on the file, then run this again\n", name, err)
 			return 1
 		}
 		return fail(stderr, "rearm", err)
@@ -189,10 +192,10 @@ func rearm(ctx context.Context, path, table string, fence time.Duration, stdout,
 	report(stdout, before, time.Now())
 	switch {
 	case before.Refusal == nil && !before.Fence.After(time.Now()):
-		fmt.Fprintf(stderr, "%s rearm: refused: New serves this table, and no fence is left to change: nothing to lift\n", sqlitestore.Command)
+		fmt.Fprintf(stderr, "%s rearm: refused: New serves this table, and no fence is left to change: nothing to lift\n", name)
 		return 1
 	case before.Refusal != nil && !errors.Is(before.Refusal, sqlitestore.ErrForgotten):
-		fmt.Fprintf(stderr, "%s rearm: refused: New's refusal is not a loss, which rearm does not lift: %v\n", sqlitestore.Command, before.Refusal)
+		fmt.Fprintf(stderr, "%s rearm: refused: New's refusal is not a loss, which rearm does not lift: %v\n", name, before.Refusal)
 		return 1
 	}
 	if err := sqlitestore.Rearm(ctx, db, table, fence); err != nil {
@@ -240,6 +243,6 @@ func report(w io.Writer, st sqlitestore.State, now time.Time) {
 
 // fail prints err and returns 1.
 func fail(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "%s %s: refused or failed: %v\n", sqlitestore.Command, cmd, err)
+	fmt.Fprintf(stderr, "%s %s: refused or failed: %v\n", name, cmd, err)
 	return 1
 }

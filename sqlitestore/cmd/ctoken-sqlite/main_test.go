@@ -89,8 +89,8 @@ func command(t *testing.T, err error) []string {
 	if any {
 		args = append(args, cur.String())
 	}
-	if in || len(args) == 0 || args[0] != sqlitestore.Command {
-		t.Fatalf("the refusal's command line %q is not a %s command", msg[i:], sqlitestore.Command)
+	if in || len(args) == 0 || args[0] != name {
+		t.Fatalf("the refusal's command line %q is not a %s command", msg[i:], name)
 	}
 	return args
 }
