@@ -384,3 +384,43 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestARunningStoresRefusalNamesTheCommand: a store that finds its file
+// replaced while it runs refuses every call, naming the command line too.
+func TestARunningStoresRefusalNamesTheCommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := openApp(t, path)
+	if err := sqlitestore.Migrate(t.Context(), db, ""); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan replay.Event, 16)
+	s, err := sqlitestore.New(t.Context(), db, sqlitestore.Options{
+		Logger: discardLogger(), RecheckInterval: 10 * time.Millisecond, Horizon: time.Hour,
+		Observer: func(e replay.Event) {
+			select {
+			case events <- e:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.Rename(path, path+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for e := range events {
+		if e.Kind == replay.EventRefusing {
+			break
+		}
+	}
+	_, err = s.Claim(t.Context(), "a", time.Now().Add(time.Minute))
+	want := "and run: ctoken-sqlite rearm -db " + path + " -table ctoken_replay -fence 1h0m0s"
+	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("Claim after the file's replacement = %v; want ErrForgotten ending %q", err, want)
+	}
+}
