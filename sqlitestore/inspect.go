@@ -126,8 +126,8 @@ func Inspect(ctx context.Context, db *sql.DB, opts Options) (State, error) {
 	switch {
 	case err == nil && fence > 0:
 		st.Fence = time.Unix(0, fence)
-	case err != nil && !errors.Is(err, errNoTable) && !errors.Is(err, ErrForgotten):
-		return State{}, unavailable(ctx, err)
+	case err != nil && !errors.Is(err, errNoTable) && !errors.Is(malformed(err, set.path, p.table), ErrForgotten):
+		return State{}, unavailable(ctx, err) // a malformed file is New's refusal, below
 	}
 	var file io.ReaderAt
 	if f, err := os.Open(set.path); err == nil {

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -67,5 +68,14 @@ func TestShellQuoteQuotesWhatAShellWouldSplit(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s; want %s", in, got, want)
 		}
+	}
+}
+
+func TestInspectRefusesNoDatabaseAndABadTable(t *testing.T) {
+	if _, err := Inspect(t.Context(), nil, Options{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Inspect(nil) = %v; want ErrConfig", err)
+	}
+	if _, err := Inspect(t.Context(), new(sql.DB), Options{Table: "Bad-Name"}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Inspect of table Bad-Name = %v; want ErrConfig", err)
 	}
 }

@@ -424,3 +424,15 @@ func TestARunningStoresRefusalNamesTheCommand(t *testing.T) {
 		t.Fatalf("Claim after the file's replacement = %v; want ErrForgotten ending %q", err, want)
 	}
 }
+
+// TestInspectRefusesAnInMemoryDatabase: no file, no store to inspect.
+func TestInspectRefusesAnInMemoryDatabase(t *testing.T) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sqlitestore.Inspect(t.Context(), db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), "open a file") {
+		t.Fatalf("Inspect of :memory: = %v; want ErrConfig", err)
+	}
+}
