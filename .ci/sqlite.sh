@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# .ci/sqlite.sh — the sqlitestore module's tests, and its driver suite on
+# .ci/sqlite.sh — the sqlitestore module's tests, its command's
+# (sqlitestore/cmd/ctoken-sqlite), and its driver suite on
 # each SQLite driver: modernc.org/sqlite (default build), ncruces/go-sqlite3
 # (-tags ncruces) and mattn/go-sqlite3 (-tags mattn, cgo). One driver per
 # test binary: ncruces and mattn both register "sqlite3" with database/sql.
@@ -19,6 +20,9 @@ fi
 
 echo "--- [${SECONDS}s] sqlitestore: go test -race (no driver)"
 (cd "$root/sqlitestore" && go test -race -count=1 -timeout 300s ./...)
+
+echo "--- [${SECONDS}s] sqlitestore/cmd/ctoken-sqlite (its own module, on modernc): go test -race"
+(cd "$root/sqlitestore/cmd/ctoken-sqlite" && go test -race -count=1 -timeout 300s ./...)
 
 # The three drivers run side by side (each its own test binary, temporary
 # files and processes): 52 s here against 127 s one after the other. Each

@@ -153,6 +153,7 @@ func configFaults(faults []string) error {
 
 // guard keeps the evidence that the database holds what was acknowledged.
 type guard struct {
+	place       place // where a refusal is lifted, set before open
 	incarnation string
 	seq         atomic.Int64 // the highest sequence seen
 	info        os.FileInfo  // the database file as New found it
@@ -173,14 +174,17 @@ func (g *guard) refused() error {
 	return nil
 }
 
-// refuse makes every call return err; a loss is never lifted by a check.
-func (g *guard) refuse(err error) {
+// refuse makes every call return err, which it returns naming the command
+// that lifts a loss; a loss is never lifted by a check.
+func (g *guard) refuse(err error) error {
+	err = g.place.lift(err)
 	if errors.Is(err, ErrForgotten) {
 		g.sticky.Store(true)
 	} else if g.sticky.Load() {
-		return
+		return err
 	}
 	g.refusal.Store(&err)
+	return err
 }
 
 func (g *guard) clear() {
@@ -287,39 +291,15 @@ var errNoTable = errors.New("no such table")
 
 func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
 
-const rearmHint = ": run Rearm once you have decided"
-
 // open is New's check, then one write; repair: one was unfinished.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool, err error) {
 	q := connQuerier{ctx, conn}
-	side, haveSide, err := readSidecar(sidecarFile(s.path, s.table))
-	if err != nil {
-		return false, err
-	}
-	inc, _, seq, err := s.marker(q)
-	switch {
-	case errors.Is(err, errNoTable) && haveSide:
-		return false, fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced)"+rearmHint, ErrForgotten, unquote(s.table), s.path)
-	case errors.Is(err, errNoTable):
-		return false, fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(s.table))
-	case err != nil:
-		return false, unavailable(ctx, err)
-	}
-	switch {
-	case haveSide && side.Incarnation != inc:
-		return false, fmt.Errorf("%w: %s is not the database the store used at this path before (deleted and made again, or replaced)"+rearmHint, ErrForgotten, s.path)
-	case haveSide && seq < side.Seq:
-		return false, fmt.Errorf("%w: %s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy)"+rearmHint, ErrForgotten, s.path, seq, side.Seq)
-	case haveSide && side.Boot != "" && side.Boot != s.boot:
-		return false, fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone"+rearmHint, ErrForgotten, s.path)
-	case haveSide && side.Repair != "" && (side.Repair != s.boot || s.boot == ""):
-		return false, fmt.Errorf("%w: the machine went down before the store's repair after an I/O error of %s finished: pages of acknowledged claims may be gone"+rearmHint, ErrForgotten, s.path)
-	}
 	var db io.ReaderAt
 	if s.file != nil {
 		db = s.file.f
 	}
-	if err := judgeWALLinks(s.path, s.table, inc, seq, db); err != nil {
+	side, haveSide, inc, seq, err := judgeFiles(ctx, q, g.place, s.boot, db, true)
+	if err != nil {
 		return false, err
 	}
 	g.incarnation = inc
@@ -358,6 +338,41 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	return haveSide && side.Repair != "", nil
 }
 
+// judgeFiles is New's judgement, before its first write, of the table in
+// the database at p.path (read through q; its file through db, nil if it
+// cannot be opened) and of the hidden files beside it, on the machine's
+// boot. remove: drop each kept WAL the database holds (New); else it
+// changes nothing (Inspect).
+func judgeFiles(ctx context.Context, q querier, p place, boot string, db io.ReaderAt, remove bool) (side sidecar, haveSide bool, inc string, seq int64, err error) {
+	side, haveSide, err = readSidecar(sidecarFile(p.path, p.table))
+	if err != nil {
+		return side, false, "", 0, err
+	}
+	inc, _, seq, err = (&Store{table: p.table}).marker(q)
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrForgotten}, args...)...)
+	}
+	switch {
+	case errors.Is(err, errNoTable) && haveSide:
+		err = refuse("the table %s is missing from %s, which a store used before (the file was deleted or replaced)", unquote(p.table), p.path)
+	case errors.Is(err, errNoTable):
+		err = fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(p.table))
+	case err != nil:
+		err = unavailable(ctx, err)
+	case haveSide && side.Incarnation != inc:
+		err = refuse("%s is not the database the store used at this path before (deleted and made again, or replaced)", p.path)
+	case haveSide && seq < side.Seq:
+		err = refuse("%s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy)", p.path, seq, side.Seq)
+	case haveSide && side.Boot != "" && side.Boot != boot:
+		err = refuse("the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone", p.path)
+	case haveSide && side.Repair != "" && (side.Repair != boot || boot == ""):
+		err = refuse("the machine went down before the store's repair after an I/O error of %s finished: pages of acknowledged claims may be gone", p.path)
+	default:
+		err = judgeWALLinks(p.path, p.table, inc, seq, db, remove)
+	}
+	return side, haveSide, inc, seq, err
+}
+
 // step opens every write transaction, checking the marker. A durable one
 // (bump) advances the sequence (wal.go) and returns a lower bound of it;
 // others leave it, so a power cut that takes them back is no older copy.
@@ -388,9 +403,7 @@ func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 }
 
 func (g *guard) missing() error {
-	err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
-	g.refuse(err)
-	return err
+	return g.refuse(fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten))
 }
 
 func (g *guard) judge(seq, fence, now int64) error {
@@ -404,9 +417,7 @@ func (g *guard) judgeSince(seq, fence, now, last int64) error {
 		return fenced{time.Unix(0, fence), seq}
 	}
 	if seq < last {
-		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
-		g.refuse(err)
-		return err
+		return g.refuse(fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq))
 	}
 	return nil
 }
@@ -599,7 +610,7 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	case err != nil:
 		return unavailable(ctx, err)
 	case inc != s.guard.incarnation:
-		return fmt.Errorf("%w: the table's marker is of another incarnation (re-armed, or another database): build a new Store", ErrForgotten)
+		return fmt.Errorf("%w: the table's marker is of another incarnation (re-armed, or another database)", ErrForgotten)
 	case seq < last:
 		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 	}

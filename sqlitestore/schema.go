@@ -95,7 +95,7 @@ func Rearm(ctx context.Context, db *sql.DB, table string, fence time.Duration) e
 	return migrate(ctx, db, table, true, fence)
 }
 
-func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence time.Duration) error {
+func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence time.Duration) (err error) {
 	if db == nil {
 		return fmt.Errorf("%w: nil *sql.DB", ErrConfig)
 	}
@@ -116,6 +116,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	if set.path == "" {
 		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
 	}
+	// Migrate knows no Horizon: its refusals name DefaultHorizon's fence.
+	defer func() { err = place{set.path, t, DefaultHorizon}.lift(err) }()
 	side, haveSide, err := readSidecar(sidecarFile(set.path, t))
 	if err != nil && !rearm {
 		return err
@@ -134,9 +136,6 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	inc, _, seq, err := s.marker(q)
 	missing := errors.Is(err, errNoTable)
 	if err != nil && !missing && !(rearm && errors.Is(err, ErrForgotten)) {
-		if errors.Is(err, ErrForgotten) {
-			return fmt.Errorf("%w: run Rearm once you have decided", err)
-		}
 		return unavailable(ctx, err)
 	}
 	var stmts []string
@@ -153,14 +152,14 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 			}
 		}
 	case missing && haveSide:
-		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced): run Rearm once you have decided", ErrForgotten, unquote(t), set.path)
+		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced)", ErrForgotten, unquote(t), set.path)
 	case missing:
 		inc = newToken()
 		stmts, _ = schema(unquote(t), inc, 0)
 	case haveSide && side.Incarnation != inc:
-		return fmt.Errorf("%w: %s is not the database a store used at this path before: run Rearm once you have decided", ErrForgotten, set.path)
+		return fmt.Errorf("%w: %s is not the database a store used at this path before", ErrForgotten, set.path)
 	case haveSide && seq < side.Seq:
-		return fmt.Errorf("%w: %s is older than the database a store last saw at this path (a restored backup or copy): run Rearm once you have decided", ErrForgotten, set.path)
+		return fmt.Errorf("%w: %s is older than the database a store last saw at this path (a restored backup or copy)", ErrForgotten, set.path)
 	}
 	for _, stmt := range stmts {
 		if _, err := q.exec(stmt); err != nil {

@@ -50,7 +50,9 @@ var (
 	// matches [replay.ErrExpired]). It matches [replay.ErrInvalidClaim].
 	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
 	// ErrForgotten reports that the database no longer holds claims it
-	// acknowledged: every call refuses until an operator runs [Rearm].
+	// acknowledged: every call refuses until an operator runs [Rearm]. Its
+	// message names the hidden files found and the command line of
+	// ctoken-sqlite (cmd/ctoken-sqlite) that does.
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
 	// ErrConfig reports a store that cannot run as configured (the error
 	// names each fault and its fix), or a connection a handler lowered. It
@@ -168,7 +170,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	}
 	ctx = orBackground(ctx)
 	s := &Store{db: db, now: now, done: make(chan struct{})}
-	defer func() { err = malformed(err, s.path, s.table) }()
+	defer func() { err = s.guard.place.lift(malformed(err, s.path, s.table)) }()
 	table, fault := tableName(opts.Table)
 	if fault != "" {
 		faults = append(faults, fault)
@@ -225,6 +227,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	s.boot = bootID()
 	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
+	s.guard.place = place{s.path, s.table, s.horizon}
 	// Held in every journal mode: New compares a kept WAL's pages with it.
 	if s.file, err = openHeld(s.path); err != nil {
 		s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)

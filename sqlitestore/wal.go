@@ -85,8 +85,8 @@ func (s *Store) relinkWAL() {
 // reads now (a checkpoint cut short copies the marker's low page before
 // the claims' higher ones; a file rewritten after the WAL's deletion,
 // VACUUM, differs too, which only an operator can tell apart). Stale
-// temporary links are removed.
-func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt) error {
+// temporary links are removed. Unless remove, it removes nothing.
+func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt, remove bool) error {
 	links, err := withPrefix(walLinkPrefix(path, table))
 	if err != nil {
 		return fmt.Errorf("%w: listing the WALs kept beside %s: %w", ErrUnavailable, path, err)
@@ -109,13 +109,19 @@ func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt) error {
 		}
 		switch {
 		case last > seq:
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database no longer does (sequence %d, the database's %d; that WAL is kept at %s)"+rearmHint, ErrForgotten, path, last, seq, link)
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database no longer does (sequence %d, the database's %d; that WAL is kept at %s)", ErrForgotten, path, last, seq, link)
 		case last == seq && last > 0 && !copied:
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database file is not the copy of it a complete checkpoint leaves (a checkpoint cut short, or the file rewritten since: VACUUM, a restored copy; that WAL is kept at %s): if the WAL was not deleted, run Rearm with a fence of 0, else with the Horizon", ErrForgotten, path, link)
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database file is not the copy of it a complete checkpoint leaves (a checkpoint cut short, or the file rewritten since: VACUUM, a restored copy; that WAL is kept at %s): if the WAL was not deleted (a checkpoint, then VACUUM), -fence 0 in the command at the end of this message is enough", ErrForgotten, path, link)
+		}
+		if !remove {
+			continue
 		}
 		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+	}
+	if !remove {
+		return nil
 	}
 	tmps, _ := withPrefix(linkTemp(path, table))
 	for _, tmp := range tmps {
@@ -132,7 +138,7 @@ func malformed(err error, path, table string) error {
 		return err
 	}
 	path = cmp.Or(path, "NAME")
-	return fmt.Errorf("%w: SQLite finds the database file malformed (%v): if its WAL was deleted after a crash, stop every program on the file and rename the WAL the store kept, %s*, to %s-wal; else restore a backup and run Rearm", ErrForgotten, err, walLinkPrefix(path, table), path)
+	return fmt.Errorf("%w: SQLite finds the database file malformed (%v): if its WAL was deleted after a crash, stop every program on the file and rename the WAL the store kept, %s*, to %s-wal; else restore a backup and re-arm it with the command at the end of this message", ErrForgotten, err, walLinkPrefix(path, table), path)
 }
 
 func removeWALLinks(path, table string) error {

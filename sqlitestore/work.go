@@ -106,7 +106,7 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 	err := q.queryRow(`SELECT token, until, seq, `+connSettingsSQL+` FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &seq, &level, &journal)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
+		return s.guard.place.lift(fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten))
 	case err != nil && isNoTable(err):
 		return fmt.Errorf("%w: %s is not on the store's database (no table %s)", ErrConfig, what, unquote(s.table))
 	case err != nil:
@@ -120,9 +120,7 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 	case fence > now:
 		return fenced{time.Unix(0, fence), 0}
 	case seq < s.guard.seq.Load():
-		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, s.guard.seq.Load(), seq)
-		s.guard.refuse(err)
-		return err
+		return s.guard.refuse(fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, s.guard.seq.Load(), seq))
 	}
 	// Without a writer, link the WAL the caller's transaction holds.
 	if s.guard.wal.Load() == nil {

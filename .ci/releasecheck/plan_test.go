@@ -71,7 +71,8 @@ func TestPlanBumpsAndTagsEveryPublishedModuleOfGoWork(t *testing.T) {
 		}
 	}
 	want := []string{"v9.8.7", "mcp/v9.8.7", "mcpgo/v9.8.7", "otel/v9.8.7", "pgstore/v9.8.7", "protopage/v9.8.7",
-		"protopage/connectpage/v9.8.7", "protopage/grpcpage/v9.8.7", "redisstore/v9.8.7", "sqlitestore/v9.8.7"}
+		"protopage/connectpage/v9.8.7", "protopage/grpcpage/v9.8.7", "redisstore/v9.8.7", "sqlitestore/v9.8.7",
+		"sqlitestore/cmd/ctoken-sqlite/v9.8.7"}
 	for _, tg := range want {
 		if _, ok := tagLine[tg]; !ok {
 			t.Errorf("no tag %s in the plan", tg)
