@@ -128,8 +128,10 @@ var (
 	// retry the same call with the same key after a hint ([CodeInProgress],
 	// [RetryAfter]), and that retry runs the tool. Any other error of a
 	// tool that began is recorded and replayed: return this one only when
-	// nothing happened. A task tool's task fails with nothing kept, and
-	// the next call under its key runs it again.
+	// nothing happened; ctoken never infers it, not even from the
+	// context's error (a tool may act, then meet its context's end). A
+	// task tool's task fails with nothing kept, and the next call under
+	// its key runs it again.
 	ErrNoEffect = errors.New("mcptoken: the tool had no effect")
 )
 
@@ -188,10 +190,11 @@ type IdempotencyConfig struct {
 	// tool runs its lease is renewed every third of it (in a store that
 	// is a replay.Renewer, without Transactional), and the tool's context
 	// is cancelled once the lease cannot be kept, before another call can
-	// take the key, or a Window after it was taken: a tool that ignores
-	// its context can still act after that, beside the retry that runs it
-	// again. Not renewed, the tool's context ends after three quarters of
-	// it. Zero means [DefaultIdempotencyLease].
+	// take the key (a tool that ignores its context can still act after
+	// that, beside the retry that runs it again), and at the latest
+	// Window less a Lease after the key was taken. Not renewed, the
+	// tool's context ends after three quarters of it. Zero means
+	// [DefaultIdempotencyLease].
 	Lease time.Duration
 	// Wait makes a duplicate of a running call wait up to this long for
 	// its result instead of being refused with [ErrInProgress] at once.

@@ -44,30 +44,29 @@ type keptLease struct {
 // with the time the last accepted one was sent (l.held if none was): the
 // lease lasts until then plus the hold at least, unless it was lost.
 func keep(ctx context.Context, l keptLease) (stop func() (held time.Time)) {
-	done, stopped := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
 	held := l.held
-	// Nothing runs before the first renewal is due: most work ends
-	// before, and costs a timer only.
-	first := time.AfterFunc(l.hold/3, func() {
+	// Nothing runs before the first renewal is due, a third of the hold
+	// after the lease was taken (at once when the store's answer came
+	// that late): most work ends before, and costs a timer only.
+	first := time.AfterFunc(time.Until(l.held.Add(l.hold/3)), func() {
 		defer close(stopped)
-		held = l.run(ctx, done)
+		held = l.run(ctx)
 	})
 	return func() time.Time {
+		cancel()
 		if first.Stop() {
 			return l.held // never started
-		}
-		select {
-		case <-done:
-		default:
-			close(done)
 		}
 		<-stopped
 		return held
 	}
 }
 
-// run is keep's loop; it returns when the last accepted renewal was sent.
-func (l keptLease) run(ctx context.Context, done <-chan struct{}) (held time.Time) {
+// run is keep's loop, until ctx ends; it returns when the last accepted
+// renewal was sent.
+func (l keptLease) run(ctx context.Context) (held time.Time) {
 	held = l.held
 	margin := l.hold / 6
 	heldUntil := l.held.Add(l.hold - margin)
@@ -78,8 +77,6 @@ func (l keptLease) run(ctx context.Context, done <-chan struct{}) (held time.Tim
 	for first := true; ; first = false {
 		if !first { // the first renewal is due when run starts
 			select {
-			case <-done:
-				return held
 			case <-ctx.Done():
 				return held
 			case <-expire.C:
@@ -100,10 +97,15 @@ func (l keptLease) run(ctx context.Context, done <-chan struct{}) (held time.Tim
 		if heldUntil.Before(deadline) {
 			deadline = heldUntil
 		}
+		// Deadline-only, so that a store whose client enforces deadlines
+		// runs it on this goroutine; stop waits for it (a third of the
+		// hold at most).
 		rctx, cancel := replay.WithDeadlineOnly(ctx, deadline)
 		err := l.renewer.RenewLease(rctx, l.id, l.token, lease)
 		cancel()
 		switch {
+		case ctx.Err() != nil:
+			return held // stopped: the work has returned
 		case err == nil:
 			// A lease cut short by end outlives the work all the same:
 			// the work ends by end.
@@ -111,8 +113,6 @@ func (l keptLease) run(ctx context.Context, done <-chan struct{}) (held time.Tim
 			expire.Reset(time.Until(heldUntil))
 		case errors.Is(err, replay.ErrLeaseLost):
 			l.lost(err)
-			return held
-		case ctx.Err() != nil:
 			return held
 		case !time.Now().Before(heldUntil):
 			l.lost(fmt.Errorf("mcptoken: no renewal of the lease reached the store in time: %w", err))

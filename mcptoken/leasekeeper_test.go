@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,6 +130,133 @@ func TestIdempotentCallKeepsItsLease(t *testing.T) {
 		})
 		if !errors.Is(cause, ErrRoundInterrupted) || !errors.Is(err, ErrRoundInterrupted) {
 			t.Fatalf("the idempotent tool's context ended with %v, the round with %v; want ErrRoundInterrupted", cause, err)
+		}
+	})
+}
+
+// slowGrant is a memory store whose first AcquireRecord answer comes late
+// (the store took the lease at once), and which counts the renewals it
+// accepted and when the first was sent.
+type slowGrant struct {
+	*replay.MemoryStore
+	delay        time.Duration
+	mu           sync.Mutex
+	acquired     time.Time
+	firstRenewal time.Time
+	renewed      atomic.Int32
+}
+
+func (s *slowGrant) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := s.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	s.mu.Lock()
+	first := s.acquired.IsZero()
+	if first {
+		s.acquired = time.Now()
+	}
+	s.mu.Unlock()
+	if first {
+		time.Sleep(s.delay)
+	}
+	return rec, err
+}
+
+func (s *slowGrant) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	s.mu.Lock()
+	if s.firstRenewal.IsZero() {
+		s.firstRenewal = time.Now()
+	}
+	s.mu.Unlock()
+	err := s.MemoryStore.RenewLease(ctx, id, token, lease)
+	if err == nil {
+		s.renewed.Add(1)
+	}
+	return err
+}
+
+// The lease keeper's first renewal is due a third of the Lease after the
+// lease was taken, whenever the store's answer arrived; a cancel of the
+// round or task that runs a call ends its tool's context but not its
+// renewals, which go on while the tool winds down; and Window near Lease
+// leaves the tool three quarters of the Lease.
+func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
+	t.Run("a late grant is renewed before the lease ends", func(t *testing.T) {
+		const lease = 3 * time.Second
+		store := &slowGrant{MemoryStore: replay.NewMemoryStore(100), delay: lease * 7 / 10}
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, lease })
+		_, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-slow"}`), nil, func(ctx context.Context) ([]byte, error) {
+			for store.renewed.Load() == 0 && ctx.Err() == nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return []byte(`{"content":[]}`), ctx.Err()
+		})
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		if err != nil || store.firstRenewal.Sub(store.acquired) >= lease {
+			t.Fatalf("call: %v; first renewal %v after the lease was taken; want it within the lease (%v)", err, store.firstRenewal.Sub(store.acquired), lease)
+		}
+	})
+
+	t.Run("a cancelled round's tool keeps its key while it winds down", func(t *testing.T) {
+		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100)}
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		parent, cancel := context.WithCancel(detach(context.Background())) // a round's or a task's
+		defer cancel()
+		args := []byte(`{"key":"k-wind"}`)
+		var retry error
+		_, err := i.Call(parent, "alice", "pay", args, nil, func(ctx context.Context) ([]byte, error) {
+			cancel()
+			<-ctx.Done()
+			// Winding down: the lease must still be renewed meanwhile.
+			for n := store.renewed.Load(); store.renewed.Load() < n+3; {
+				time.Sleep(5 * time.Millisecond)
+			}
+			_, retry = i.Call(context.Background(), "alice", "pay", args, nil, func(context.Context) ([]byte, error) {
+				return nil, errors.New("ran beside the first run")
+			})
+			return nil, fmt.Errorf("%w: undone", ErrNoEffect)
+		})
+		if !errors.Is(err, ErrNoEffect) || !errors.Is(retry, ErrInProgress) {
+			t.Fatalf("the call: %v; a retry while it wound down: %v; want ErrNoEffect, then in progress", err, retry)
+		}
+	})
+
+	t.Run("Window near Lease leaves the tool three quarters of the Lease", func(t *testing.T) {
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Lease, c.Window = time.Second, time.Second+time.Millisecond })
+		var left time.Duration
+		_, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-w"}`), nil, func(ctx context.Context) ([]byte, error) {
+			dl, _ := ctx.Deadline()
+			left = time.Until(dl)
+			return []byte(`{"content":[]}`), nil
+		})
+		if err != nil || left < 500*time.Millisecond {
+			t.Fatalf("call: %v; the tool's context had %v left at its start; want about 750ms", err, left)
+		}
+	})
+
+	t.Run("a tool that acted, then met its lost lease, is not run again", func(t *testing.T) {
+		store := &stalledRenewals{MemoryStore: replay.NewMemoryStore(100), now: time.Now(), stall: true}
+		store.Now = store.clock // the store keeps the lease: its clock stands still
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		rules := testRules(func(*toolResult) bool { return false })
+		var effects atomic.Int32
+		args := []byte(`{"key":"k-acted"}`)
+		_, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, func(ctx context.Context) (*toolResult, error) {
+			effects.Add(1) // the charge went through
+			<-ctx.Done()   // then the receipt's step met the lost lease
+			return nil, fmt.Errorf("sending the receipt: %w", ctx.Err())
+		})
+		if err == nil {
+			t.Fatal("the first call succeeded; want its failure")
+		}
+		store.mu.Lock()
+		store.stall = false
+		store.mu.Unlock()
+		_, _ = rules.Call(context.Background(), i, "alice", "pay", args, nil, func(context.Context) (*toolResult, error) {
+			effects.Add(1)
+			return &toolResult{}, nil
+		})
+		if n := effects.Load(); n != 1 {
+			t.Fatalf("one key, %d effects", n)
 		}
 	})
 }

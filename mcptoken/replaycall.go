@@ -216,12 +216,28 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 	}
 	// The lease is renewed while the tool runs; the tool's context is
 	// cancelled once it cannot be kept, before another call can take the
-	// key, and a Window after the key was taken.
-	hctx, cancel := context.WithDeadline(detach(ctx), start.Add(e.window-e.lease))
+	// key, and when the call's record could no longer outlive it (Window
+	// after the key was taken, less a Lease to record it, or three
+	// quarters of the Lease if that is later).
+	if !time.Now().Before(start.Add(e.lease - e.lease/6)) {
+		// The store answered so late that the lease may lapse before
+		// the first renewal: the tool must not start.
+		e.release(ctx, id, token, "the store's lease came too late to run the work")
+		return nil, fmt.Errorf("%w: the lease was granted too late to run the tool", errEngineStore)
+	}
+	end := start.Add(e.window - e.lease)
+	if late := start.Add(e.lease / 4 * 3); end.Before(late) {
+		end = late
+	}
+	hctx, cancel := context.WithDeadline(detach(ctx), end)
 	defer cancel()
 	hctx, lose := context.WithCancelCause(hctx)
 	defer lose(nil)
-	stop := keep(hctx, keptLease{renewer: e.renew, id: id, token: token, hold: e.lease, held: start, end: start.Add(e.window),
+	// The renewals go on until the tool returns, whatever ends its
+	// context: a tool that winds down after a cancel still holds the key.
+	kctx, kcancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(e.window))
+	defer kcancel()
+	stop := keep(kctx, keptLease{renewer: e.renew, id: id, token: token, hold: e.lease, held: start, end: start.Add(e.window),
 		lost: func(err error) {
 			lose(errCallLeaseLost)
 			e.logf(ctx, slog.LevelError, "the call's lease could not be kept while its tool ran: the tool's context was cancelled, and a retry may run the tool once the lease has ended", err)

@@ -371,7 +371,10 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 		// any later presentation can be told the round was interrupted.
 		hctx, lost := context.WithCancelCause(rctx)
 		defer lost(nil)
-		stop := keep(rctx, keptLease{renewer: s.renewer, id: o.ID, token: token, hold: s.hold, held: acquiredAt, end: o.Until,
+		// Renewed until the round returns, whatever ends its context.
+		kctx, kcancel := context.WithDeadline(context.WithoutCancel(ctx), o.Until)
+		defer kcancel()
+		stop := keep(kctx, keptLease{renewer: s.renewer, id: o.ID, token: token, hold: s.hold, held: acquiredAt, end: o.Until,
 			lost: func(err error) {
 				lost(ErrRoundInterrupted)
 				why := "no renewal reached the store in time"

@@ -57,6 +57,43 @@ func (t *Tasks) again(ctx context.Context, ref taskRef, caller string, rec repla
 	return st, ref, false, err
 }
 
+// lastRun returns the latest run (from 0) of the keyed task whose first
+// run's nonce is first that the store holds, leased or done, or 0, in
+// reads only. A key's runs fill entries 0, 1, … in order, each taken
+// after the one before it ended, so an exponential search, then a binary
+// one, finds the latest; a latest run whose lease lapsed unrecorded reads
+// free, and the run before it is found, whose successor the caller takes.
+func (t *Tasks) lastRun(ctx context.Context, first []byte) (int, error) {
+	held := func(n int) (bool, error) {
+		rec, err := t.read.ReadRecord(ctx, taskRef{Nonce: taskRun(first, n)}.entry())
+		return err == nil && rec.State != replay.LeaseFree, err
+	}
+	lo, hi := 0, 1 // run lo is held, or lo is 0; run hi is not, or is the cap
+	for hi < t.maxRuns {
+		ok, err := held(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, min(2*hi, t.maxRuns)
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := held(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
 // begin makes the creation of a task whose entry was just acquired with
 // token durable before its ID is returned: a mark that its run began,
 // recorded (and so synced: a store may keep a lease unsynced, as
@@ -108,13 +145,17 @@ var errNoRerun = errors.New("mcptoken: AllowRerun: the key's latest run did not 
 // while it ran, so that whether it took effect is unknown, or its tool
 // failed): call it once the application has checked, where the tool
 // acts, that the run did not take effect. A run whose failure kept
-// nothing (a Transactional task's) is run again without it. One key has
-// at most 8 runs. AllowRerun fails for a key whose latest run did not
+// nothing (a Transactional task's, or one whose tool returned
+// ErrNoEffect) is run again without it. One key has at most 65 536 runs. AllowRerun fails for a key whose latest run did not
 // fail, still runs or was the last, and with [ErrTaskInvalid] for a key
 // without a task.
 func (t *Tasks) AllowRerun(ctx context.Context, caller, tool, key string) error {
 	first := keyedTask(caller, tool, key)
-	for run := 0; run < maxTaskRuns; run++ {
+	last, err := t.lastRun(ctx, first)
+	if err != nil {
+		return err
+	}
+	for run := last; run < t.maxRuns; run++ {
 		ref := taskRef{Nonce: taskRun(first, run), Tool: tool}
 		rec, err := t.store.AcquireRecord(ctx, ref.entry(), t.hold, nil)
 		if err != nil {
@@ -146,7 +187,7 @@ func (t *Tasks) AllowRerun(ctx context.Context, caller, tool, key string) error 
 			return err
 		case marked:
 			continue
-		case run+1 == maxTaskRuns:
+		case run+1 == t.maxRuns:
 			return errNoRerun
 		}
 		return t.put(ctx, ref, ref.rerunMark(), []byte("true"))

@@ -86,6 +86,7 @@ type Tasks struct {
 	caller  func(*http.Request) (string, error)
 	anyHost bool
 	log     *slog.Logger
+	maxRuns int // maxTaskRuns; fewer in tests
 
 	mu    sync.RWMutex
 	tools map[string]TaskTool
@@ -202,7 +203,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Store == nil || !ok || !ok2 {
 		return nil, fmt.Errorf("%w: TasksConfig.Store must be a replay.Recorder, a replay.Renewer and a replay.Reader", ctoken.ErrConfig)
 	}
-	t := &Tasks{store: cfg.Store, renew: renew, read: read, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, tools: map[string]TaskTool{}, running: map[string]*runner{}}
+	t := &Tasks{store: cfg.Store, renew: renew, read: read, ttl: cfg.TTL, hold: cfg.Hold, poll: cfg.PollInterval, caller: cfg.Caller, anyHost: cfg.InsecureSkipLocalhostProtection, log: cfg.Logger, maxRuns: maxTaskRuns, tools: map[string]TaskTool{}, running: map[string]*runner{}}
 	if t.ttl == 0 {
 		t.ttl = time.Hour
 	}
@@ -343,9 +344,11 @@ const (
 	effectUnknown = "unknown"
 )
 
-// maxTaskRuns bounds the runs of one keyed task: its first and the
-// reruns of failures that kept nothing (or that AllowRerun allowed).
-const maxTaskRuns = 8
+// maxTaskRuns bounds the runs of one keyed task (Tasks.maxRuns): its
+// first and the reruns of failures that kept nothing (or that AllowRerun
+// allowed). A call finds the latest in 2·log2(maxTaskRuns) reads at most
+// (lastRun).
+const maxTaskRuns = 1 << 16
 
 type rpcError struct {
 	Code    int    `json:"code"`
@@ -422,11 +425,19 @@ func (t *Tasks) Create(ctx context.Context, tool TaskTool, call *TaskCall) (Task
 		if call.key == "" {
 			return TaskState{}, fmt.Errorf("mcptoken: a fresh task entry was %s", rec.State)
 		}
-		st, next, rerun, err := t.again(ctx, ref, call.Caller, rec, run < maxTaskRuns)
+		st, next, rerun, err := t.again(ctx, ref, call.Caller, rec, run < t.maxRuns)
 		if err != nil || !rerun {
 			return st, err
 		}
 		ref = next
+		if run == 1 {
+			// Go on at the key's latest run: the ones between ended.
+			last, err := t.lastRun(ctx, first)
+			if err != nil {
+				return TaskState{}, err
+			}
+			run = max(run, last)
+		}
 		ref.Nonce = taskRun(first, run)
 	}
 	now := ref.created() // as tasks/get reports it

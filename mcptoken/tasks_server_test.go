@@ -575,17 +575,18 @@ func TestKeyedTaskRuns(t *testing.T) {
 		}
 	})
 
-	t.Run("a Transactional task that rolled back runs again, at most 8 runs", func(t *testing.T) {
+	t.Run("a Transactional task that rolled back runs again, up to the cap", func(t *testing.T) {
 		ts, store, tool, runs := newTx(t, func(context.Context, int32) (json.RawMessage, error) {
 			return nil, errors.New("declined")
 		})
-		for i := 1; i <= maxTaskRuns+1; i++ {
+		ts.maxRuns = 8
+		for i := 1; i <= ts.maxRuns+1; i++ {
 			st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k2"))
 			must(t, err)
 			if st = settled(t, ts, st.ID, nil); st.Status != taskFailed || st.effect != effectNone {
 				t.Fatalf("call %d: %+v", i, st)
 			}
-			if want := min(i, maxTaskRuns); runs.Load() != int32(want) {
+			if want := min(i, ts.maxRuns); runs.Load() != int32(want) {
 				t.Fatalf("after call %d: %d runs; want %d", i, runs.Load(), want)
 			}
 		}
@@ -613,6 +614,32 @@ func TestKeyedTaskRuns(t *testing.T) {
 		must(t, err)
 		if st := settled(t, ts, second.ID, nil); st.Status != taskCompleted || runs.Load() != 2 {
 			t.Fatalf("the next call under the key: %+v after %d runs; want completed after 2", st, runs.Load())
+		}
+	})
+
+	t.Run("a key goes on after an outage of many calls", func(t *testing.T) {
+		ts := newCoreTasks(t, replay.NewMemoryStore(0))
+		var runs atomic.Int32
+		var down atomic.Bool
+		down.Store(true)
+		tool := TaskTool{Name: "pay", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+			runs.Add(1)
+			if down.Load() {
+				return nil, fmt.Errorf("%w: the bank refused the connection", ErrNoEffect)
+			}
+			return ok, nil
+		}}
+		must(t, ts.Add(tool))
+		for range 20 { // the client retries through the outage
+			st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k-out"))
+			must(t, err)
+			settled(t, ts, st.ID, nil)
+		}
+		down.Store(false)
+		st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k-out"))
+		must(t, err)
+		if st = settled(t, ts, st.ID, nil); st.Status != taskCompleted || runs.Load() != 21 {
+			t.Fatalf("after the outage: %+v after %d runs; want completed after 21", st, runs.Load())
 		}
 	})
 

@@ -58,11 +58,6 @@ func (r ToolRules[R]) Call(ctx context.Context, i *Idempotency, caller, tool str
 		switch {
 		case errors.Is(err, ErrNoEffect):
 			return nil, err // recorded by no integration: the key is released
-		case hctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-			// The tool gave up when ctoken ended its context (its lease
-			// could not be kept, or its deadline): what a tool that
-			// honours its context does before it acts.
-			return nil, fmt.Errorf("%w: the tool's context ended before it completed: %w", ErrNoEffect, err)
 		case err != nil:
 			return nil, r.Failure(err)
 		}

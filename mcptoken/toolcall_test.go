@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
@@ -63,7 +62,6 @@ func TestToolRules(t *testing.T) {
 		{"record a failure and release a call that did not begin", toolRulesRecordAFailure},
 		{"do not record a result that asks for input", toolRulesDoNotRecordInput},
 		{"refuse a retry whose record does not decode", toolRulesRefuseAnUndecodableRecord},
-		{"release a call whose tool gave up at ctoken's deadline", toolRulesReleaseACallEndedByItsDeadline},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -206,39 +204,5 @@ func TestNewFor(t *testing.T) {
 	iopts.KeyFromMeta = false
 	if _, _, err := NewIdempotencyFor(iopts, integration); !errors.Is(err, ctoken.ErrConfig) {
 		t.Fatalf("NewIdempotencyFor(no key source) = %v; want ctoken.ErrConfig", err)
-	}
-}
-
-// A tool that honours its context when ctoken ends it (its lease could
-// not be kept, or its deadline came) returns the context's error: the
-// call is not recorded, the caller is told to retry the same key (it
-// matches ErrNoEffect), and the retry runs the tool.
-func toolRulesReleaseACallEndedByItsDeadline(t *testing.T) {
-	store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100), lose: true}
-	i := testIdempotency(t, new(bytes.Buffer), func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
-	rules := testRules(func(*toolResult) bool { return false })
-	runs := 0
-	_, err := rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, func(ctx context.Context) (*toolResult, error) {
-		runs++
-		<-ctx.Done() // the lost lease
-		return nil, ctx.Err()
-	})
-	if !errors.Is(err, ErrNoEffect) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("first call = %v; want a refusal matching ErrNoEffect and the context's error", err)
-	}
-	res, err := rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, func(context.Context) (*toolResult, error) {
-		runs++
-		return &toolResult{N: runs}, nil
-	})
-	if err != nil || res == nil || res.N != 2 {
-		t.Fatalf("retry = %+v, %v; want the tool run again, n 2", res, err)
-	}
-	// A tool that fails with the context's error while its context is
-	// live gave up on its own: recorded as any failure.
-	_, err = rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k2"}`), nil, func(context.Context) (*toolResult, error) {
-		return nil, context.Canceled
-	})
-	if errors.Is(err, ErrNoEffect) {
-		t.Fatalf("a live context's error: %v; want it recorded, not released", err)
 	}
 }
