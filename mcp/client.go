@@ -54,10 +54,11 @@ type CallOptions struct {
 	// Reconnect, when set, opens a new session, which the application
 	// keeps for its later calls: CallTool calls it when the server no
 	// longer knows the session (mcp.ErrSessionMissing, the 404 of a
-	// stateful server that restarted), then sends the same call with the
-	// same key on the new session, within MaxElapsed; a Reconnect that
-	// fails is retried as an attempt that was not delivered. Nil: a
-	// session the server no longer knows ends the call.
+	// stateful server that restarted) or the session's connection closed,
+	// then sends the same call with the same key on the new session,
+	// within MaxElapsed. A Reconnect error that an attempt's would be
+	// retried for (a refused connection, a 5xx) is retried; any other ends
+	// the call. Nil: such a session ends the call.
 	Reconnect func(ctx context.Context) (*mcp.ClientSession, error)
 }
 
@@ -178,15 +179,10 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 }
 
 // reconnectVerdict returns the verdict on err, the error of a Reconnect:
-// nothing of the call was sent; a failure a retry may clear (a refused
-// connection, a 5xx) is retried, any other (a 4xx, a misconfiguration)
+// nothing of the call was sent; what an attempt would retry (a refused
+// connection, a 5xx) is retried, anything else (a 4xx, a misconfiguration)
 // ends the call.
-func reconnectVerdict(err error) verdict {
-	if errors.Is(err, ctoken.ErrConfig) || httpRefused(err) {
-		return verdict{}
-	}
-	return verdict{Retry: true}
-}
+func reconnectVerdict(err error) verdict { return verdict{Retry: classify(err).Retry} }
 
 // taskVerdict is the verdict on err, the end of a task a call created
 // other than its result: a failure whose effect is known and a cancel

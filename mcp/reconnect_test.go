@@ -3,15 +3,18 @@ package ctokenmcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -152,26 +155,66 @@ func TestCallToolWithoutReconnectEndsOnALostSession(t *testing.T) {
 	cs, _, _ := reconnecting(t, r.url())
 	r.stop()
 	r.start("")
-	// An attempt meets the 404: the call ends (outcome unknown when an
-	// earlier attempt met the old server's closed connection).
+	// An attempt meets the 404, or the connection its standalone stream's
+	// 404 failed: the call ends (outcome unknown when an earlier attempt
+	// met the old server's closed connection).
 	_, err := CallTool(context.Background(), cs, deployParams("api"), CallOptions{})
-	if !errors.Is(err, mcp.ErrSessionMissing) || d.deploys.Load() != 0 {
+	if !errors.Is(err, mcp.ErrSessionMissing) && !errors.Is(err, mcp.ErrConnectionClosed) || d.deploys.Load() != 0 {
 		t.Fatalf("error %v; %d deploys", err, d.deploys.Load())
 	}
 }
 
-func TestCallToolRefusesAReconnectThatGivesNoSession(t *testing.T) {
+func TestCallToolEndsOnAReconnectThatCannotSucceed(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(refusing.Close)
+	for name, c := range map[string]struct {
+		reconnect func(context.Context) (*mcp.ClientSession, error)
+		want      string
+	}{
+		"no session and no error": {func(context.Context) (*mcp.ClientSession, error) { return nil, nil }, "Reconnect returned no session"},
+		"a 401": {func(ctx context.Context) (*mcp.ClientSession, error) {
+			return mcp.NewClient(&mcp.Implementation{Name: "client", Version: "v0"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: refusing.URL}, nil)
+		}, "Unauthorized"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := &deployTool{}
+			r := newRestartable(t, d, "")
+			cs, _, _ := reconnecting(t, r.url())
+			r.stop()
+			r.start("")
+			calls := 0
+			_, err := CallTool(context.Background(), cs, deployParams("api"), CallOptions{Reconnect: func(ctx context.Context) (*mcp.ClientSession, error) {
+				calls++
+				return c.reconnect(ctx)
+			}})
+			if err == nil || !strings.Contains(err.Error(), c.want) || calls != 1 || d.deploys.Load() != 0 {
+				t.Fatalf("error %v; %d Reconnect calls, %d deploys", err, calls, d.deploys.Load())
+			}
+		})
+	}
+}
+
+func TestCallToolRetriesAReconnectThatFails(t *testing.T) {
 	d := &deployTool{}
 	r := newRestartable(t, d, "")
-	cs, _, _ := reconnecting(t, r.url())
+	cs, reconnect, _ := reconnecting(t, r.url())
 	r.stop()
 	r.start("")
 	calls := 0
-	_, err := CallTool(context.Background(), cs, deployParams("api"), CallOptions{Reconnect: func(context.Context) (*mcp.ClientSession, error) {
+	res, err := CallTool(context.Background(), cs, deployParams("api"), CallOptions{Reconnect: func(ctx context.Context) (*mcp.ClientSession, error) {
 		calls++
-		return nil, nil
+		if calls == 1 { // the server is not back yet
+			return nil, fmt.Errorf("calling \"initialize\": %w: %w", &jsonrpc.Error{Code: codeRejected, Message: "rejected by transport"},
+				&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}) // as go-sdk v1.8.0 fails
+		}
+		return reconnect(ctx)
 	}})
-	if !errors.Is(err, ctoken.ErrConfig) || calls != 1 || d.deploys.Load() != 0 {
-		t.Fatalf("error %v; %d Reconnect calls, %d deploys", err, calls, d.deploys.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, res); got != "deployed api (deploy 1)" || calls != 2 || d.deploys.Load() != 1 {
+		t.Fatalf("%q; %d Reconnect calls, %d deploys", got, calls, d.deploys.Load())
 	}
 }

@@ -57,9 +57,10 @@ type CallOptions struct {
 	// for its later calls: CallTool without Task calls it when the server
 	// no longer knows the session (transport.ErrSessionTerminated, the 404
 	// of a stateful server that restarted) or c's transport closed, then
-	// sends the same call with the same key on it, within MaxElapsed; a
-	// Reconnect that fails is retried as an attempt that was not
-	// delivered. Nil: such a session ends the call.
+	// sends the same call with the same key on it, within MaxElapsed. A
+	// Reconnect error that an attempt's would be retried for (a refused
+	// connection, a 5xx) is retried; any other ends the call. Nil: such a
+	// session ends the call.
 	Reconnect func(ctx context.Context) (*client.Client, error)
 	// Task, when set, declares the MCP Tasks extension on the call and
 	// drives a task the server answers with to its result (see CallTool,
@@ -214,15 +215,10 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 }
 
 // reconnectVerdict returns the verdict on err, the error of a Reconnect:
-// nothing of the call was sent; a failure a retry may clear (a refused
-// connection, a 5xx) is retried, any other (a 4xx, a misconfiguration)
-// ends the call.
-func reconnectVerdict(err error) verdict {
-	if status := httpStatus(err); errors.Is(err, ctoken.ErrConfig) || status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests {
-		return verdict{}
-	}
-	return verdict{Retry: true}
-}
+// nothing of the call was sent; what an attempt would retry (a refused
+// connection, a 5xx) is retried, anything else (a 4xx, an authorization
+// required, a misconfiguration) ends the call.
+func reconnectVerdict(err error) verdict { return verdict{Retry: classify(err).Retry} }
 
 // RetryKey returns the idempotency key of the call that an
 // [ErrOutcomeUnknown] error of [CallTool] ended, to call again with

@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
@@ -161,18 +162,66 @@ func TestCallToolWithoutReconnectEndsOnALostSession(t *testing.T) {
 	}
 }
 
-func TestCallToolRefusesAReconnectThatGivesNoClient(t *testing.T) {
+func TestCallToolEndsOnAReconnectThatCannotSucceed(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	t.Cleanup(refusing.Close)
+	for name, c := range map[string]struct {
+		reconnect func(context.Context) (*client.Client, error)
+		want      string
+	}{
+		"no client and no error": {func(context.Context) (*client.Client, error) { return nil, nil }, "Reconnect returned no client"},
+		"a 401": {func(ctx context.Context) (*client.Client, error) {
+			rc, err := client.NewStreamableHttpClient(refusing.URL)
+			if err != nil {
+				return nil, err
+			}
+			init := mcp.InitializeRequest{}
+			init.Params.ClientInfo = mcp.Implementation{Name: "client", Version: "v0"}
+			init.Params.ProtocolVersion = legacyVersion
+			if _, err := rc.Initialize(ctx, init); err != nil {
+				return nil, err
+			}
+			return rc, nil
+		}, "authorization required"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := &deployTool{}
+			r := newRestartable(t, d)
+			c0, _, _ := sessionClient(t, r.url())
+			r.stop()
+			r.start()
+			calls := 0
+			_, err := CallTool(context.Background(), c0, deployRequest("api"), CallOptions{Reconnect: func(ctx context.Context) (*client.Client, error) {
+				calls++
+				return c.reconnect(ctx)
+			}})
+			if err == nil || !strings.Contains(err.Error(), c.want) || calls != 1 || d.deploys.Load() != 0 {
+				t.Fatalf("error %v; %d Reconnect calls, %d deploys", err, calls, d.deploys.Load())
+			}
+		})
+	}
+}
+
+func TestCallToolRetriesAReconnectThatFails(t *testing.T) {
 	d := &deployTool{}
 	r := newRestartable(t, d)
-	c, _, _ := sessionClient(t, r.url())
+	c, reconnect, _ := sessionClient(t, r.url())
 	r.stop()
 	r.start()
 	calls := 0
-	_, err := CallTool(context.Background(), c, deployRequest("api"), CallOptions{Reconnect: func(context.Context) (*client.Client, error) {
+	res, err := CallTool(context.Background(), c, deployRequest("api"), CallOptions{Reconnect: func(ctx context.Context) (*client.Client, error) {
 		calls++
-		return nil, nil
+		if calls == 1 { // the server is not back yet
+			return nil, transport.NewError(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+		}
+		return reconnect(ctx)
 	}})
-	if !errors.Is(err, ctoken.ErrConfig) || calls != 1 || d.deploys.Load() != 0 {
-		t.Fatalf("error %v; %d Reconnect calls, %d deploys", err, calls, d.deploys.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, res); got != "deployed api (deploy 1)" || calls != 2 || d.deploys.Load() != 1 {
+		t.Fatalf("%q; %d Reconnect calls, %d deploys", got, calls, d.deploys.Load())
 	}
 }
