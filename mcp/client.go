@@ -211,8 +211,8 @@ func keyedParams(params *mcp.CallToolParams, key, keyArg string) (*mcp.CallToolP
 	if keyArg != "" {
 		s, ok := argumentKey(params.Arguments, keyArg)
 		switch {
-		case !ok:
-			return nil, "", bad("the arguments hold no string " + keyArg + " (CallOptions.KeyArgument)")
+		case !ok || s == "":
+			return nil, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
 		case key != "" && s != key:
 			return nil, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
 		}
@@ -255,7 +255,7 @@ func argumentKey(args any, name string) (string, bool) {
 	}
 	var m map[string]json.RawMessage
 	var s string
-	if json.Unmarshal(b, &m) != nil || m[name] == nil || json.Unmarshal(m[name], &s) != nil {
+	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
 		return "", false
 	}
 	return s, true

@@ -977,6 +977,8 @@ func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
 	}{
 		"no key argument":        {args: map[string]any{"service": "api"}},
 		"a key that is a number": {args: map[string]any{"idempotency_key": 42, "service": "api"}},
+		"a null key":             {args: map[string]any{"idempotency_key": nil, "service": "api"}},
+		"an empty key":           {args: map[string]any{"idempotency_key": "", "service": "api"}},
 		"no arguments":           {},
 		"arguments not a object": {args: []string{"pay-42"}},
 		"another Key":            {args: params.Arguments, key: "pay-43"},
@@ -988,4 +990,32 @@ func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
 			t.Errorf("%s: %v; %d calls sent", name, err, dr.calls.Load()-before)
 		}
 	}
+}
+
+// FuzzKeyedParams: whatever the arguments, keyedParams with KeyArgument
+// either refuses them with ErrIdempotencyKey or returns the argument's
+// string as the key, in _meta too.
+func FuzzKeyedParams(f *testing.F) {
+	f.Add([]byte(`{"idempotency_key":"pay-42","to":"bob"}`), "idempotency_key")
+	f.Add([]byte(`{"k":"a\u0026b"}`), "k")
+	f.Add([]byte(`{"k":null}`), "k")
+	f.Add([]byte(`{"k":""}`), "k")
+	f.Add([]byte(`[1]`), "k")
+	f.Fuzz(func(t *testing.T, args []byte, name string) {
+		if name == "" {
+			return
+		}
+		p, key, err := keyedParams(&mcp.CallToolParams{Name: "pay", Arguments: json.RawMessage(args)}, "", name)
+		if err != nil {
+			if !errors.Is(err, mcptoken.ErrIdempotencyKey) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		var m map[string]json.RawMessage
+		var s string
+		if json.Unmarshal(args, &m) != nil || json.Unmarshal(m[name], &s) != nil || s != key || p.Meta[mcptoken.MetaIdempotencyKey] != key {
+			t.Fatalf("key %q from %s (member %q); _meta %v", key, args, name, p.Meta)
+		}
+	})
 }

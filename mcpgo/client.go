@@ -235,8 +235,8 @@ func keyedRequest(req mcp.CallToolRequest, key, keyArg string) (mcp.CallToolRequ
 	if keyArg != "" {
 		s, ok := argumentKey(req.Params.Arguments, keyArg)
 		switch {
-		case !ok:
-			return req, "", bad("the arguments hold no string " + keyArg + " (CallOptions.KeyArgument)")
+		case !ok || s == "":
+			return req, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
 		case key != "" && s != key:
 			return req, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
 		}
@@ -282,7 +282,7 @@ func argumentKey(args any, name string) (string, bool) {
 	}
 	var m map[string]json.RawMessage
 	var s string
-	if json.Unmarshal(b, &m) != nil || m[name] == nil || json.Unmarshal(m[name], &s) != nil {
+	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
 		return "", false
 	}
 	return s, true

@@ -3,6 +3,7 @@ package ctokenmcpgo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1092,6 +1093,8 @@ func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
 	}{
 		"no key argument":        {args: map[string]any{"service": "api"}},
 		"a key that is a number": {args: map[string]any{"idempotency_key": 42, "service": "api"}},
+		"a null key":             {args: map[string]any{"idempotency_key": nil, "service": "api"}},
+		"an empty key":           {args: map[string]any{"idempotency_key": "", "service": "api"}},
 		"no arguments":           {},
 		"arguments not a object": {args: []string{"pay-42"}},
 		"another Key":            {args: req.Params.Arguments, key: "pay-43"},
@@ -1108,4 +1111,35 @@ func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
 			t.Errorf("%s: %v; %d calls sent", name, err, dr.calls.Load()-before)
 		}
 	}
+}
+
+// FuzzKeyedRequest: whatever the arguments, keyedRequest with KeyArgument
+// either refuses them with ErrIdempotencyKey or returns the argument's
+// string as the key, in _meta too.
+func FuzzKeyedRequest(f *testing.F) {
+	f.Add([]byte(`{"idempotency_key":"pay-42","to":"bob"}`), "idempotency_key")
+	f.Add([]byte(`{"k":"a\u0026b"}`), "k")
+	f.Add([]byte(`{"k":null}`), "k")
+	f.Add([]byte(`{"k":""}`), "k")
+	f.Add([]byte(`[1]`), "k")
+	f.Fuzz(func(t *testing.T, args []byte, name string) {
+		if name == "" {
+			return
+		}
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "pay"
+		req.Params.Arguments = json.RawMessage(args)
+		r, key, err := keyedRequest(req, "", name)
+		if err != nil {
+			if !errors.Is(err, mcptoken.ErrIdempotencyKey) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		var m map[string]json.RawMessage
+		var s string
+		if json.Unmarshal(args, &m) != nil || json.Unmarshal(m[name], &s) != nil || s != key || r.Params.Meta.AdditionalFields[mcptoken.MetaIdempotencyKey] != key {
+			t.Fatalf("key %q from %s (member %q); _meta %v", key, args, name, r.Params.Meta)
+		}
+	})
 }
