@@ -81,9 +81,10 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // [Idempotency.Wrap] (with KeyFromMeta) runs at most once, and every retry
 // gets its first result. The key is the argument opts.KeyArgument's, else
 // opts.Key, else the one params' _meta already holds, else a fresh random
-// one (128 bits from crypto/rand, base64url). params is not modified. A server without ctoken sees an
-// ordinary call with one more _meta member, and runs the tool once per
-// attempt that reaches it: against it a retry is not exactly-once.
+// one (128 bits from crypto/rand, base64url). params is not modified. A
+// server without ctoken sees an ordinary call with one more _meta member,
+// and runs the tool once per attempt that reaches it: against it a retry
+// is not exactly-once.
 //
 // An attempt is made again when its answer was lost or the server says
 // to retry: after a transport failure (go-sdk's -32005 "rejected by
@@ -109,8 +110,8 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // [RetryKey] returns its key, and CallOptions.Key with it calls again,
 // never a new key. A session that closed (mcp.ErrConnectionClosed,
 // mcp.ErrSessionMissing) carries no further attempt; with
-// CallOptions.Reconnect, the next attempt goes on a new session. No error holds the
-// key in its text. By default attempts start within 30 seconds (see
+// CallOptions.Reconnect, the next attempt goes on a new session. No error
+// holds the key in its text. By default attempts start within 30 seconds (see
 // [CallOptions]); ctx's end stops a wait at once.
 //
 // Refused before anything is sent: a nil cs or params, a key that is

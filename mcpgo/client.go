@@ -76,11 +76,11 @@ const defaultCallElapsed = 30 * time.Second
 // _meta member [mcptoken.MetaIdempotencyKey], so that a tool wrapped by
 // [Idempotency.Wrap] (with KeyFromMeta) runs at most once, and every retry
 // gets its first result. The key is the argument opts.KeyArgument's, else
-// opts.Key, else the one req's _meta already holds, else a fresh random one (128 bits from crypto/rand,
-// base64url). The caller's request and its _meta are not modified. A
-// server without ctoken sees an ordinary call with one more _meta member,
-// and runs the tool once per attempt that reaches it: against it a retry
-// is not exactly-once.
+// opts.Key, else the one req's _meta already holds, else a fresh random
+// one (128 bits from crypto/rand, base64url). The caller's request and its
+// _meta are not modified. A server without ctoken sees an ordinary call
+// with one more _meta member, and runs the tool once per attempt that
+// reaches it: against it a retry is not exactly-once.
 //
 // mcp-go's client (v1.2.1) drives the rounds of a multi round-trip call
 // (SEP-2322) itself, inside c.CallTool, with the same _meta on every
