@@ -167,10 +167,11 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 				return nil, taskVerdict(terr), terr
 			}
 			v := classify(err)
-			if v.Closed && opts.Reconnect != nil && !httpRefused(err) {
+			if v.Closed && opts.Reconnect != nil {
 				// A session the server no longer knows (not run), or a
-				// connection that failed: the next attempt goes on a
-				// new session.
+				// connection that failed (a 4xx too: the new session's
+				// own 4xx ends the call): the next attempt goes on a new
+				// session.
 				cs, v.Closed, v.Retry = nil, false, true
 			}
 			return nil, v, err
