@@ -7,6 +7,9 @@
 # tools/list with ctoken's sealed cursors (a tampered one, another
 # caller's). The Go test starts the server, runs the client script
 # (.ci/tsclient/testdata/client.mjs) and asserts on what the client saw.
+# The TypeScript program of docs/mcp.md runs as written (snippet_test.go):
+# with lost answers, killed mid-call and run again, and across a server
+# restarted mid-call after 13 s down (most of this script's time).
 # The MCP Tasks extension's own client (npm @modelcontextprotocol/ext-tasks,
 # pinned below, over the same client) drives ctoken's tasks on a go-sdk and
 # on an mcp-go server the same way (tasks_test.go, testdata/tasks.mjs): a

@@ -45,6 +45,21 @@ type CallOptions struct {
 	// means 30 seconds, which rides out a server that is down (refusing
 	// connections, or answering 502 behind a proxy) for about 25 seconds.
 	MaxElapsed time.Duration
+	// KeyArgument names the tool argument that carries the key, as the
+	// server's [mcptoken.IdempotencyConfig].KeyArgument: the key is that
+	// argument's value, sent in _meta too, and a call whose arguments do
+	// not hold it as a string, or whose Key or _meta key differs from it,
+	// is refused before anything is sent.
+	KeyArgument string
+	// Reconnect, when set, opens a new session, which the application
+	// keeps for its later calls: CallTool calls it when the server no
+	// longer knows the session (mcp.ErrSessionMissing, the 404 of a
+	// stateful server that restarted) or the session's connection closed,
+	// then sends the same call with the same key on the new session,
+	// within MaxElapsed. A Reconnect error that an attempt's would be
+	// retried for (a refused connection, a 5xx) is retried; any other ends
+	// the call. Nil: such a session ends the call.
+	Reconnect func(ctx context.Context) (*mcp.ClientSession, error)
 }
 
 // defaultCallElapsed is CallOptions.MaxElapsed's default.
@@ -64,11 +79,12 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // sends the same params with the same idempotency key in the _meta member
 // [mcptoken.MetaIdempotencyKey], so that a tool wrapped by
 // [Idempotency.Wrap] (with KeyFromMeta) runs at most once, and every retry
-// gets its first result. The key is opts.Key, else the one params' _meta
-// already holds, else a fresh random one (128 bits from crypto/rand,
-// base64url). params is not modified. A server without ctoken sees an
-// ordinary call with one more _meta member, and runs the tool once per
-// attempt that reaches it: against it a retry is not exactly-once.
+// gets its first result. The key is the argument opts.KeyArgument's, else
+// opts.Key, else the one params' _meta already holds, else a fresh random
+// one (128 bits from crypto/rand, base64url). params is not modified. A
+// server without ctoken sees an ordinary call with one more _meta member,
+// and runs the tool once per attempt that reaches it: against it a retry
+// is not exactly-once.
 //
 // An attempt is made again when its answer was lost or the server says
 // to retry: after a transport failure (go-sdk's -32005 "rejected by
@@ -93,12 +109,14 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // connection closed mid-call). The error wraps the last attempt's error;
 // [RetryKey] returns its key, and CallOptions.Key with it calls again,
 // never a new key. A session that closed (mcp.ErrConnectionClosed,
-// mcp.ErrSessionMissing) carries no further attempt. No error holds the
-// key in its text. By default attempts start within 30 seconds (see
+// mcp.ErrSessionMissing) carries no further attempt; with
+// CallOptions.Reconnect, the next attempt goes on a new session. No error
+// holds the key in its text. By default attempts start within 30 seconds (see
 // [CallOptions]); ctx's end stops a wait at once.
 //
 // Refused before anything is sent: a nil cs or params, a key that is
-// malformed or not a string in _meta, or that differs from opts.Key
+// malformed, not a string in _meta or in the argument opts.KeyArgument, or
+// that differs from another of opts.Key, _meta's and the argument's
 // (matching mcptoken.ErrIdempotencyKey), a negative field of opts
 // (ctoken.ErrConfig).
 //
@@ -126,11 +144,21 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 	if elapsed == 0 {
 		elapsed = defaultCallElapsed
 	}
-	p, key, err := keyedParams(params, opts.Key)
+	p, key, err := keyedParams(params, opts.Key, opts.KeyArgument)
 	if err != nil {
 		return nil, err
 	}
 	return mcptoken.CallWithRetries(ctx, "ctokenmcp", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
+		if cs == nil { // the server lost the last session
+			s, err := opts.Reconnect(ctx)
+			if err == nil && s == nil {
+				err = fmt.Errorf("%w: Reconnect returned no session and no error", ctoken.ErrConfig)
+			}
+			if err != nil {
+				return nil, reconnectVerdict(err), fmt.Errorf("ctokenmcp: CallTool: Reconnect: %w", err)
+			}
+			cs = s
+		}
 		end := &taskEnd{}
 		res, err := cs.CallTool(context.WithValue(ctx, taskEndKey{}, end), p)
 		if err != nil {
@@ -138,11 +166,25 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 				// The end of the task the call created (TaskTransport).
 				return nil, taskVerdict(terr), terr
 			}
-			return nil, classify(err), err
+			v := classify(err)
+			if v.Closed && opts.Reconnect != nil {
+				// A session the server no longer knows (not run), or a
+				// connection that failed (a 4xx too: the new session's
+				// own 4xx ends the call): the next attempt goes on a new
+				// session.
+				cs, v.Closed, v.Retry = nil, false, true
+			}
+			return nil, v, err
 		}
 		return res, mcptoken.RetryVerdict{}, nil
 	})
 }
+
+// reconnectVerdict returns the verdict on err, the error of a Reconnect:
+// nothing of the call was sent; what an attempt would retry (a refused
+// connection, a 5xx) is retried, anything else (a 4xx, a misconfiguration)
+// ends the call.
+func reconnectVerdict(err error) verdict { return verdict{Retry: classify(err).Retry} }
 
 // taskVerdict is the verdict on err, the end of a task a call created
 // other than its result: a failure whose effect is known and a cancel
@@ -163,10 +205,20 @@ func taskVerdict(err error) verdict {
 func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedParams returns a copy of params whose _meta holds the call's key,
-// and the key.
-func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, string, error) {
+// and the key: the argument keyArg's, when keyArg is set.
+func keyedParams(params *mcp.CallToolParams, key, keyArg string) (*mcp.CallToolParams, string, error) {
 	bad := func(msg string) error {
 		return fmt.Errorf("ctokenmcp: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
+	}
+	if keyArg != "" {
+		s, ok := argumentKey(params.Arguments, keyArg)
+		switch {
+		case !ok || s == "":
+			return nil, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
+		case key != "" && s != key:
+			return nil, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
+		}
+		key = s
 	}
 	v := mcptoken.MetaKeyOf(params.Meta)
 	if v != nil {
@@ -175,7 +227,7 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 		case !ok:
 			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
-			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
+			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key or KeyArgument")
 		}
 		key = s
 	} else if key == "" {
@@ -194,6 +246,21 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 	delete(p.Meta, mcptoken.LegacyMetaIdempotencyKey)
 	p.Meta[mcptoken.MetaIdempotencyKey] = key
 	return &p, key, nil
+}
+
+// argumentKey returns the string args (an object, as JSON) holds in
+// member name, and whether it holds one.
+func argumentKey(args any, name string) (string, bool) {
+	b, err := json.Marshal(args)
+	if err != nil {
+		return "", false
+	}
+	var m map[string]json.RawMessage
+	var s string
+	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // verdict is what one failed attempt tells CallTool.

@@ -928,3 +928,94 @@ func TestCallToolClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
+	d := &deployTool{}
+	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
+	idem, err := NewIdempotency(IdempotencyOptions{
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "idempotency_key", KeyFromMeta: true},
+		Caller:            FixedCaller("alice"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: json.RawMessage(`{"type":"object","properties":{"idempotency_key":{"type":"string"},"service":{"type":"string"}},"required":["idempotency_key"]}`)},
+		idem.Wrap(d.handler))
+	url, dr := serveDropping(t, s, nil, func(n int) dropMode {
+		if n == 1 {
+			return dropAfter
+		}
+		return passThrough
+	})
+	cs := clientFor(t, url, nil, nil)
+	params := &mcp.CallToolParams{Name: "deploy", Arguments: map[string]any{"idempotency_key": "pay-42", "service": "api"}}
+	opts := CallOptions{KeyArgument: "idempotency_key"}
+
+	// The argument's key is the call's: a lost answer is retried under it.
+	res, err := CallTool(context.Background(), cs, params, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 {
+		t.Fatalf("%q; %d deploys in %d calls", got, d.deploys.Load(), dr.calls.Load())
+	}
+	if keys := d.seenKeys(); len(keys) != 1 || keys[0] != "pay-42" {
+		t.Fatalf("_meta keys %v", keys)
+	}
+	// The same key from Key or _meta is no conflict.
+	p := *params
+	p.Meta = mcp.Meta{mcptoken.MetaIdempotencyKey: "pay-42"}
+	if res, err := CallTool(context.Background(), cs, &p, CallOptions{KeyArgument: "idempotency_key", Key: "pay-42"}); err != nil || resultText(t, res) != "deployed api (deploy 1)" {
+		t.Fatalf("%v, %v", res, err)
+	}
+
+	// Refused before anything is sent.
+	for name, c := range map[string]struct {
+		args any
+		key  string
+		meta mcp.Meta
+	}{
+		"no key argument":        {args: map[string]any{"service": "api"}},
+		"a key that is a number": {args: map[string]any{"idempotency_key": 42, "service": "api"}},
+		"a null key":             {args: map[string]any{"idempotency_key": nil, "service": "api"}},
+		"an empty key":           {args: map[string]any{"idempotency_key": "", "service": "api"}},
+		"no arguments":           {},
+		"arguments not a object": {args: []string{"pay-42"}},
+		"another Key":            {args: params.Arguments, key: "pay-43"},
+		"another _meta key":      {args: params.Arguments, meta: mcp.Meta{mcptoken.MetaIdempotencyKey: "pay-43"}},
+	} {
+		before := dr.calls.Load()
+		_, err := CallTool(context.Background(), cs, &mcp.CallToolParams{Name: "deploy", Arguments: c.args, Meta: c.meta}, CallOptions{KeyArgument: "idempotency_key", Key: c.key})
+		if !errors.Is(err, mcptoken.ErrIdempotencyKey) || dr.calls.Load() != before || strings.Contains(err.Error(), "pay-4") {
+			t.Errorf("%s: %v; %d calls sent", name, err, dr.calls.Load()-before)
+		}
+	}
+}
+
+// FuzzKeyedParams: whatever the arguments, keyedParams with KeyArgument
+// either refuses them with ErrIdempotencyKey or returns the argument's
+// string as the key, in _meta too.
+func FuzzKeyedParams(f *testing.F) {
+	f.Add([]byte(`{"idempotency_key":"pay-42","to":"bob"}`), "idempotency_key")
+	f.Add([]byte(`{"k":"a\u0026b"}`), "k")
+	f.Add([]byte(`{"k":null}`), "k")
+	f.Add([]byte(`{"k":""}`), "k")
+	f.Add([]byte(`[1]`), "k")
+	f.Fuzz(func(t *testing.T, args []byte, name string) {
+		if name == "" {
+			return
+		}
+		p, key, err := keyedParams(&mcp.CallToolParams{Name: "pay", Arguments: json.RawMessage(args)}, "", name)
+		if err != nil {
+			if !errors.Is(err, mcptoken.ErrIdempotencyKey) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		var m map[string]json.RawMessage
+		var s string
+		if json.Unmarshal(args, &m) != nil || json.Unmarshal(m[name], &s) != nil || s != key || p.Meta[mcptoken.MetaIdempotencyKey] != key {
+			t.Fatalf("key %q from %s (member %q); _meta %v", key, args, name, p.Meta)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -45,6 +46,22 @@ type CallOptions struct {
 	// means 30 seconds, which rides out a server that is down (refusing
 	// connections, or answering 502 behind a proxy) for about 25 seconds.
 	MaxElapsed time.Duration
+	// KeyArgument names the tool argument that carries the key, as the
+	// server's [mcptoken.IdempotencyConfig].KeyArgument: the key is that
+	// argument's value, sent in _meta too, and a call whose arguments do
+	// not hold it as a string, or whose Key or _meta key differs from it,
+	// is refused before anything is sent.
+	KeyArgument string
+	// Reconnect, when set, gives a client initialized on a new session (c
+	// itself after c.Initialize, or another), which the application keeps
+	// for its later calls: CallTool without Task calls it when the server
+	// no longer knows the session (transport.ErrSessionTerminated, the 404
+	// of a stateful server that restarted) or c's transport closed, then
+	// sends the same call with the same key on it, within MaxElapsed. A
+	// Reconnect error that an attempt's would be retried for (a refused
+	// connection, a 5xx) is retried; any other ends the call. Nil: such a
+	// session ends the call.
+	Reconnect func(ctx context.Context) (*client.Client, error)
 	// Task, when set, declares the MCP Tasks extension on the call and
 	// drives a task the server answers with to its result (see CallTool,
 	// "Tasks").
@@ -58,12 +75,12 @@ const defaultCallElapsed = 30 * time.Second
 // attempt sends the same request with the same idempotency key in the
 // _meta member [mcptoken.MetaIdempotencyKey], so that a tool wrapped by
 // [Idempotency.Wrap] (with KeyFromMeta) runs at most once, and every retry
-// gets its first result. The key is opts.Key, else the one req's _meta
-// already holds, else a fresh random one (128 bits from crypto/rand,
-// base64url). The caller's request and its _meta are not modified. A
-// server without ctoken sees an ordinary call with one more _meta member,
-// and runs the tool once per attempt that reaches it: against it a retry
-// is not exactly-once.
+// gets its first result. The key is the argument opts.KeyArgument's, else
+// opts.Key, else the one req's _meta already holds, else a fresh random
+// one (128 bits from crypto/rand, base64url). The caller's request and its
+// _meta are not modified. A server without ctoken sees an ordinary call
+// with one more _meta member, and runs the tool once per attempt that
+// reaches it: against it a retry is not exactly-once.
 //
 // mcp-go's client (v1.2.1) drives the rounds of a multi round-trip call
 // (SEP-2322) itself, inside c.CallTool, with the same _meta on every
@@ -102,12 +119,14 @@ const defaultCallElapsed = 30 * time.Second
 // CallOptions.Key with it calls again, never a new key. A 1025 or 1028
 // result is never returned as the call's result. A session the server
 // ended (transport.ErrSessionTerminated), a closed client or stdio
-// transport carries no further attempt. No error holds the key in its
+// transport carries no further attempt; with CallOptions.Reconnect, the
+// next attempt goes on a new session. No error holds the key in its
 // text. By default attempts start within 30 seconds (see [CallOptions]);
 // ctx's end stops a wait at once.
 //
-// Refused before anything is sent: a nil c, a key that is malformed or
-// not a string in _meta, or that differs from opts.Key (matching
+// Refused before anything is sent: a nil c, a key that is malformed, not
+// a string in _meta or in the argument opts.KeyArgument, or that differs
+// from another of opts.Key, _meta's and the argument's (matching
 // mcptoken.ErrIdempotencyKey), a negative field of opts (ctoken.ErrConfig).
 //
 // # Tasks
@@ -148,7 +167,7 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	if elapsed == 0 {
 		elapsed = defaultCallElapsed
 	}
-	req, key, err := keyedRequest(req, opts.Key)
+	req, key, err := keyedRequest(req, opts.Key, opts.KeyArgument)
 	if err != nil {
 		return nil, err
 	}
@@ -157,10 +176,26 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	}
 	reached := false // an attempt may have reached the server
 	return mcptoken.CallWithRetries(ctx, "ctokenmcpgo", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
+		if c == nil { // the server lost the last session
+			nc, err := opts.Reconnect(ctx)
+			if err == nil && nc == nil {
+				err = fmt.Errorf("%w: Reconnect returned no client and no error", ctoken.ErrConfig)
+			}
+			if err != nil {
+				return nil, reconnectVerdict(err), fmt.Errorf("ctokenmcpgo: CallTool: Reconnect: %w", err)
+			}
+			c = nc
+		}
 		res, err := c.CallTool(ctx, req)
 		if err != nil {
 			v := classify(err)
 			reached = reached || v.Reached
+			if v.Closed && opts.Reconnect != nil {
+				// A session the server no longer knows (not run), or a
+				// transport that closed: the next attempt goes on a new
+				// session.
+				c, v.Closed, v.Retry = nil, false, true
+			}
 			return nil, v, err
 		}
 		code := TokenCode(res)
@@ -179,17 +214,33 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	})
 }
 
+// reconnectVerdict returns the verdict on err, the error of a Reconnect:
+// nothing of the call was sent; what an attempt would retry (a refused
+// connection, a 5xx) is retried, anything else (a 4xx, an authorization
+// required, a misconfiguration) ends the call.
+func reconnectVerdict(err error) verdict { return verdict{Retry: classify(err).Retry} }
+
 // RetryKey returns the idempotency key of the call that an
 // [ErrOutcomeUnknown] error of [CallTool] ended, to call again with
 // ([CallOptions].Key), and false for any other error.
 func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedRequest returns req with a copy of its _meta that holds the call's
-// key, and the key. The key is chosen and checked as ctokenmcp.CallTool
-// does.
-func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, string, error) {
+// key, and the key: the argument keyArg's, when keyArg is set. The key is
+// chosen and checked as ctokenmcp.CallTool does.
+func keyedRequest(req mcp.CallToolRequest, key, keyArg string) (mcp.CallToolRequest, string, error) {
 	bad := func(msg string) error {
 		return fmt.Errorf("ctokenmcpgo: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
+	}
+	if keyArg != "" {
+		s, ok := argumentKey(req.Params.Arguments, keyArg)
+		switch {
+		case !ok || s == "":
+			return req, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
+		case key != "" && s != key:
+			return req, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
+		}
+		key = s
 	}
 	meta := &mcp.Meta{AdditionalFields: map[string]any{}}
 	if req.Params.Meta != nil {
@@ -203,7 +254,7 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 		case !ok:
 			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
 		case key != "" && s != key:
-			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key")
+			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key or KeyArgument")
 		}
 		key = s
 	} else if key == "" {
@@ -220,6 +271,21 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 	meta.AdditionalFields[mcptoken.MetaIdempotencyKey] = key
 	req.Params.Meta = meta
 	return req, key, nil
+}
+
+// argumentKey returns the string args (an object, as JSON) holds in
+// member name, and whether it holds one.
+func argumentKey(args any, name string) (string, bool) {
+	b, err := json.Marshal(args)
+	if err != nil {
+		return "", false
+	}
+	var m map[string]json.RawMessage
+	var s string
+	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // verdict is what one failed attempt tells CallTool.

@@ -3,6 +3,7 @@ package ctokenmcpgo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1041,6 +1042,104 @@ func FuzzClassify(f *testing.F) {
 			if v.Retry && v.Closed {
 				t.Fatalf("classify(%q) = %+v: retries a closed session", err, v)
 			}
+		}
+	})
+}
+
+func TestCallToolTakesTheKeyFromKeyArgument(t *testing.T) {
+	d := &deployTool{}
+	idem, err := NewIdempotency(IdempotencyOptions{
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "idempotency_key", KeyFromMeta: true},
+		Caller:            FixedCaller("alice"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.NewMCPServer("deployer", "v0", server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("deploy", mcp.WithString("idempotency_key", mcp.Required()), mcp.WithString("service")), idem.Wrap(d.handler))
+	url, dr := serveDropping(t, s, func(n int) dropMode {
+		if n == 1 {
+			return dropAfter
+		}
+		return passThrough
+	})
+	c := clientFor(t, url, nil)
+	req := deployRequest("api")
+	req.Params.Arguments = map[string]any{"idempotency_key": "pay-42", "service": "api"}
+
+	// The argument's key is the call's: a lost answer is retried under it.
+	res, err := CallTool(context.Background(), c, req, CallOptions{KeyArgument: "idempotency_key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 {
+		t.Fatalf("%q; %d deploys in %d calls", got, d.deploys.Load(), dr.calls.Load())
+	}
+	if keys := d.seenKeys(); len(keys) != 1 || keys[0] != "pay-42" {
+		t.Fatalf("_meta keys %v", keys)
+	}
+	// The same key from Key or _meta is no conflict.
+	same := req
+	same.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{mcptoken.MetaIdempotencyKey: "pay-42"}}
+	if res, err := CallTool(context.Background(), c, same, CallOptions{KeyArgument: "idempotency_key", Key: "pay-42"}); err != nil || resultText(t, res) != "deployed api (deploy 1)" {
+		t.Fatalf("%v, %v", res, err)
+	}
+
+	// Refused before anything is sent.
+	for name, tc := range map[string]struct {
+		args any
+		key  string
+		meta map[string]any
+	}{
+		"no key argument":        {args: map[string]any{"service": "api"}},
+		"a key that is a number": {args: map[string]any{"idempotency_key": 42, "service": "api"}},
+		"a null key":             {args: map[string]any{"idempotency_key": nil, "service": "api"}},
+		"an empty key":           {args: map[string]any{"idempotency_key": "", "service": "api"}},
+		"no arguments":           {},
+		"arguments not a object": {args: []string{"pay-42"}},
+		"another Key":            {args: req.Params.Arguments, key: "pay-43"},
+		"another _meta key":      {args: req.Params.Arguments, meta: map[string]any{mcptoken.MetaIdempotencyKey: "pay-43"}},
+	} {
+		r := deployRequest("api")
+		r.Params.Arguments = tc.args
+		if tc.meta != nil {
+			r.Params.Meta = &mcp.Meta{AdditionalFields: tc.meta}
+		}
+		before := dr.calls.Load()
+		_, err := CallTool(context.Background(), c, r, CallOptions{KeyArgument: "idempotency_key", Key: tc.key})
+		if !errors.Is(err, mcptoken.ErrIdempotencyKey) || dr.calls.Load() != before || strings.Contains(err.Error(), "pay-4") {
+			t.Errorf("%s: %v; %d calls sent", name, err, dr.calls.Load()-before)
+		}
+	}
+}
+
+// FuzzKeyedRequest: whatever the arguments, keyedRequest with KeyArgument
+// either refuses them with ErrIdempotencyKey or returns the argument's
+// string as the key, in _meta too.
+func FuzzKeyedRequest(f *testing.F) {
+	f.Add([]byte(`{"idempotency_key":"pay-42","to":"bob"}`), "idempotency_key")
+	f.Add([]byte(`{"k":"a\u0026b"}`), "k")
+	f.Add([]byte(`{"k":null}`), "k")
+	f.Add([]byte(`{"k":""}`), "k")
+	f.Add([]byte(`[1]`), "k")
+	f.Fuzz(func(t *testing.T, args []byte, name string) {
+		if name == "" {
+			return
+		}
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "pay"
+		req.Params.Arguments = json.RawMessage(args)
+		r, key, err := keyedRequest(req, "", name)
+		if err != nil {
+			if !errors.Is(err, mcptoken.ErrIdempotencyKey) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		var m map[string]json.RawMessage
+		var s string
+		if json.Unmarshal(args, &m) != nil || json.Unmarshal(m[name], &s) != nil || s != key || r.Params.Meta.AdditionalFields[mcptoken.MetaIdempotencyKey] != key {
+			t.Fatalf("key %q from %s (member %q); _meta %v", key, args, name, r.Params.Meta)
 		}
 	})
 }
