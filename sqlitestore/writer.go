@@ -80,6 +80,12 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 		default:
 		}
 	}
+	return s.queue(ctx, o)
+}
+
+// queue hands o to the writer's goroutine, behind the calls already
+// waiting, and waits for its answer within the store's Timeout.
+func (s *Store) queue(ctx context.Context, o *op) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	o.ctx, o.done = ctx, make(chan struct{})
@@ -563,7 +569,7 @@ func (s *Store) sweeper(ctx context.Context) {
 		case <-t.C:
 			n, err := s.Sweep(ctx)
 			if ctx.Err() != nil {
-				continue
+				return // Close: the rest of the backlog waits for the next store
 			}
 			if err != nil {
 				s.log.Warn("sqlitestore: sweeping expired rows failed", "table", unquote(s.table), "err", err)
@@ -573,33 +579,41 @@ func (s *Store) sweeper(ctx context.Context) {
 	}
 }
 
-// Sweep deletes up to 1 000 expired rows, 100 per commit so calls are
-// served between them, and returns how many it deleted. An expired row is
-// already free; sweeping only reclaims its space.
+// Sweep deletes every row expired when it starts, in write transactions
+// of at most 100 rows each queued behind the calls already waiting, so a
+// call waits for one of them at most, and returns how many it deleted.
+// It stops early when ctx ends. An expired row is already free; sweeping
+// only reclaims its space, which SQLite reuses for new rows.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	if err := s.ready(); err != nil {
 		return 0, err
 	}
+	ctx = orBackground(ctx)
+	start := s.now().UnixNano()
+	del := `DELETE FROM ` + s.table + ` WHERE key IN (SELECT key FROM ` + s.table +
+		` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT ` + strconv.Itoa(sweepStep) + `)`
 	var total int64
-	for total < sweepMax {
+	for {
 		var n int64
-		err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) (err error) {
-			n, err = execN(q, `DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
-				` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT `+strconv.Itoa(sweepStep)+`)`, now)
+		fn := func(q querier, now int64) (err error) {
+			n, err = execN(q, del, min(start, now)) // a clock stepped back: now
 			return err
-		})
-		if err != nil {
-			return total, err
 		}
-		total += n
-		if n < sweepStep {
-			break
+		var err error
+		if s.txOf(ctx) != nil {
+			err = s.do(ctx, false, fn) // in the caller's transaction
+		} else {
+			err = s.queue(ctx, &op{fn: fn})
+		}
+		if err != nil {
+			return total, err // n is the writer's until it answers
+		}
+		if total += n; n < sweepStep {
+			return total, nil
 		}
 	}
-	return total, nil
 }
 
-const (
-	sweepMax  = 1000
-	sweepStep = 100
-)
+// sweepStep is the rows a sweep deletes in one write transaction: about
+// as long as a claim's own write (docs/benchmarks.md).
+const sweepStep = 100
