@@ -183,9 +183,9 @@ func TestForgetContract(t *testing.T) {
 	}
 }
 
-// TestSweep: one Sweep deletes every expired row, in steps of 100 each
-// a write of its own, never a live row, the marker or a Work's row;
-// claims of the swept IDs are first again, live ones not. The store's
+// TestSweep: one Sweep deletes every expired row, never a live row, the
+// marker or a Work's row; claims of the swept IDs are first again, live
+// ones not; with a caller's transaction it deletes in it. The store's
 // sweeper drains a backlog of many steps in one sweep while the
 // application's claims are answered, reports each sweep as a
 // replay.EventSwept, and stops at Close mid-backlog.
@@ -212,15 +212,45 @@ func TestSweep(t *testing.T) {
 		if first, err := s.Claim(ctx, "old-7", until); !first || err != nil {
 			t.Fatalf("Claim of a swept ID = %v, %v; want first", first, err)
 		}
+	}}, {"in a caller's transaction, deletes with it", func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		insertExpired(t, db, s, 250)
+		for _, commit := range []bool{false, true} {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := s.Sweep(sqlitestore.WithTx(ctx, tx)); n != 250 || err != nil {
+				tx.Rollback()
+				t.Fatalf("Sweep in a transaction = %d, %v; want the 250 expired rows", n, err)
+			}
+			want := 0
+			if commit {
+				err = tx.Commit()
+			} else {
+				err, want = tx.Rollback(), 250
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := expiredRows(t, db); left != want {
+				t.Fatalf("%d expired rows after the transaction (commit %v); want %d", left, commit, want)
+			}
+		}
 	}}, {"the sweeper drains a backlog of many steps while claims are answered", func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		db, _ := openMigrated(t, d)
 		const backlog = 5000
 		insertExpired(t, db, nil, backlog)
-		swept := make(chan replay.Event, 1024)
+		swept := make(chan replay.Event, 16)
 		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Observer: func(e replay.Event) {
 			if e.Kind == replay.EventSwept && (e.Deleted != 0 || e.Reason != nil) {
-				swept <- e
+				select {
+				case swept <- e:
+				default:
+				}
 			}
 		}})
 		until := time.Now().Add(time.Hour)
