@@ -601,10 +601,11 @@ func (s *Store) sweeper(ctx context.Context) {
 
 // Sweep deletes every row expired when it starts and returns how many it
 // deleted. It deletes in every commit of the store's writer until none is
-// left, 100 rows more than the commit carries calls: a call waits for
-// one such step at most, and the sweep keeps pace with any rate of
-// claims. It stops early when ctx ends. An expired row is already free;
-// sweeping only reclaims its space, which SQLite reuses for new rows.
+// left: 100 rows in a commit of its own, twice as many as the other calls
+// can write in a shared one. A call waits for one such step at most, and
+// the sweep keeps pace with any rate of claims. It stops early when ctx
+// ends. An expired row is already free; sweeping only reclaims its space,
+// which SQLite reuses for new rows.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	if err := s.ready(); err != nil {
 		return 0, err
@@ -618,7 +619,10 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	o := &op{}
 	o.fn = func(q querier, now int64) error {
 		swept.Add(last)
-		limit := int64(o.calls + sweepStep)
+		limit := int64(sweepStep)
+		if o.calls > 1 { // each call writes one row at most
+			limit = int64(2 * (o.calls - 1))
+		}
 		// The rows expired at the start; now if the clock stepped back.
 		n, err := execN(q, del, min(start, now), limit)
 		last, o.again = n, n == limit
@@ -638,7 +642,6 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	return swept.Load() + last, nil
 }
 
-// sweepStep is how many rows a sweep's step deletes beyond the calls its
-// commit carries, which write one row each at most: about a claim's own
-// write (docs/benchmarks.md).
+// sweepStep is how many rows a sweep's step deletes in a commit of its
+// own: about a claim's own write (docs/benchmarks.md).
 const sweepStep = 100
