@@ -91,8 +91,11 @@ type Options struct {
 	// RecheckInterval is how often the store repeats New's checks and
 	// records the sequence it saw. Zero means DefaultRecheckInterval.
 	RecheckInterval time.Duration
-	// SweepInterval is how often the store deletes expired rows. Zero
-	// means DefaultSweepInterval; negative runs no sweeper ([Store.Sweep]).
+	// SweepInterval is how often the store deletes every expired row
+	// ([Store.Sweep]): the table holds the live rows and those expired
+	// since the last sweep, and SQLite reuses the pages it frees, so the
+	// file stays the size of the largest such table. Zero means
+	// DefaultSweepInterval; negative runs no sweeper.
 	SweepInterval time.Duration
 	// Observer, if set, receives every [replay.Event] (Store "sqlitestore")
 	// synchronously, each sweep of the sweeper included; it must not block.

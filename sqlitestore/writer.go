@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -23,6 +24,8 @@ type op struct {
 	ctx     context.Context
 	durable bool
 	fn      func(q querier, now int64) error
+	calls   int  // in fn's commit, set by the writer before fn runs
+	again   bool // set by fn: run it in the next commit too (a sweep)
 	err     error
 	done    chan struct{}
 }
@@ -82,6 +85,12 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	return s.queue(ctx, o)
+}
+
+// queue hands o to the writer's goroutine, behind the calls already
+// waiting, and waits for its answer within ctx.
+func (s *Store) queue(ctx context.Context, o *op) error {
 	o.ctx, o.done = ctx, make(chan struct{})
 	select {
 	case s.ops <- o:
@@ -103,14 +112,23 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 
 func (s *Store) writer(ctx context.Context) {
 	defer s.wg.Done()
+	var again []*op
 	for {
-		var batch []*op
-		select {
-		case <-ctx.Done():
+		batch := again
+		if len(batch) == 0 {
+			select {
+			case <-ctx.Done():
+			case o := <-s.ops:
+				batch = append(batch, o)
+			}
+		}
+		if ctx.Err() != nil {
+			for _, o := range batch {
+				o.err = fmt.Errorf("%w: store closed", ErrUnavailable)
+				close(o.done)
+			}
 			s.drainOps()
 			return
-		case o := <-s.ops:
-			batch = append(batch, o)
 		}
 	gather:
 		for len(batch) < maxBatch {
@@ -121,7 +139,7 @@ func (s *Store) writer(ctx context.Context) {
 				break gather
 			}
 		}
-		s.run(ctx, batch)
+		again = s.run(ctx, batch)
 	}
 }
 
@@ -137,7 +155,9 @@ func (s *Store) drainOps() {
 	}
 }
 
-func (s *Store) run(parent context.Context, batch []*op) {
+// run commits batch and answers its ops but those that asked to run
+// again, which it returns.
+func (s *Store) run(parent context.Context, batch []*op) (again []*op) {
 	live := batch[:0:0]
 	for _, o := range batch {
 		if o.ctx.Err() != nil {
@@ -148,15 +168,20 @@ func (s *Store) run(parent context.Context, batch []*op) {
 		live = append(live, o)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	err := s.commit(parent, live)
 	for _, o := range live {
 		if err != nil {
 			o.err = err
 		}
+		if o.again && o.err == nil {
+			again = append(again, o)
+			continue
+		}
 		close(o.done)
 	}
+	return again
 }
 
 // direct commits o alone on the caller's goroutine, holding writeMu.
@@ -240,6 +265,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 		return unavailable(ctx, err) // a loss or a fence passes as it is
 	}
 	for _, o := range batch {
+		o.calls = len(batch)
 		if err := o.fn(q, now); err != nil {
 			if !decided(err) {
 				return unavailable(ctx, err)
@@ -563,7 +589,7 @@ func (s *Store) sweeper(ctx context.Context) {
 		case <-t.C:
 			n, err := s.Sweep(ctx)
 			if ctx.Err() != nil {
-				continue
+				return // Close: the rest of the backlog waits for the next store
 			}
 			if err != nil {
 				s.log.Warn("sqlitestore: sweeping expired rows failed", "table", unquote(s.table), "err", err)
@@ -573,33 +599,49 @@ func (s *Store) sweeper(ctx context.Context) {
 	}
 }
 
-// Sweep deletes up to 1 000 expired rows, 100 per commit so calls are
-// served between them, and returns how many it deleted. An expired row is
-// already free; sweeping only reclaims its space.
+// Sweep deletes every row expired when it starts and returns how many it
+// deleted. It deletes in every commit of the store's writer until none is
+// left: 100 rows in a commit of its own, twice as many as the other calls
+// can write in a shared one. A call waits for one such step at most, and
+// the sweep keeps pace with any rate of claims. It stops early when ctx
+// ends. An expired row is already free; sweeping only reclaims its space,
+// which SQLite reuses for new rows.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	if err := s.ready(); err != nil {
 		return 0, err
 	}
-	var total int64
-	for total < sweepMax {
-		var n int64
-		err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) (err error) {
-			n, err = execN(q, `DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
-				` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT `+strconv.Itoa(sweepStep)+`)`, now)
-			return err
-		})
-		if err != nil {
-			return total, err
+	ctx = orBackground(ctx)
+	start := s.now().UnixNano()
+	del := `DELETE FROM ` + s.table + ` WHERE key IN (SELECT key FROM ` + s.table +
+		` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT ?)`
+	var swept atomic.Int64 // the steps' rows, once committed
+	var last int64         // the last step's, committed if it ran again or its op ended well
+	o := &op{}
+	o.fn = func(q querier, now int64) error {
+		swept.Add(last)
+		limit := int64(sweepStep)
+		if o.calls > 1 { // each call writes one row at most
+			limit = int64(2 * (o.calls - 1))
 		}
-		total += n
-		if n < sweepStep {
-			break
-		}
+		// The rows expired at the start; now if the clock stepped back.
+		n, err := execN(q, del, min(start, now), limit)
+		last, o.again = n, n == limit
+		return err
 	}
-	return total, nil
+	var err error
+	if s.txOf(ctx) != nil {
+		for o.again = true; o.again && err == nil; {
+			err = s.do(ctx, false, o.fn) // in the caller's transaction
+		}
+	} else {
+		err = s.queue(ctx, o)
+	}
+	if err != nil {
+		return swept.Load(), err
+	}
+	return swept.Load() + last, nil
 }
 
-const (
-	sweepMax  = 1000
-	sweepStep = 100
-)
+// sweepStep is how many rows a sweep's step deletes in a commit of its
+// own: about a claim's own write (docs/benchmarks.md).
+const sweepStep = 100

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +35,8 @@ import (
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
 //	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
 //	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working or a completed task, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
+//	BenchmarkClaimWhileSweeping    claims on an idle store, then claims while one Sweep drains 100 000 expired rows: latency percentiles of each
+//	BenchmarkSweepKeepsUp          claims at 10, 100, 1 000 a second or as fast as they go, for b.N seconds, swept every second: rows and file sizes each second
 //
 // A disk's fsync latency drifts (on a shared virtual disk, by 2x within
 // seconds), so a store and its floor timed seconds apart compare badly:
@@ -499,9 +503,8 @@ func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
 }
 
 // BenchmarkSweep: one Sweep of 100 expired rows (written before the
-// timer runs, as the store writes a claim), a full step of the writer
-// and the empty one that ends the sweep: how long a sweep holds the
-// writer between two other callers' steps.
+// timer runs, as the store writes a claim), one step of the writer: how
+// long a sweep's step holds the writer.
 func BenchmarkSweep(b *testing.B) {
 	for _, d := range Drivers() {
 		b.Run(d.Name, func(b *testing.B) {
@@ -532,6 +535,164 @@ func BenchmarkSweep(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkClaimWhileSweeping: serial claims on an idle store (b.N of
+// them), then serial claims while one Sweep drains 100 000 expired rows,
+// in the same run. It reports each side's median, 99th percentile and
+// longest claim in µs, the sweep's length, the claims answered during it,
+// and the database file's and the WAL's bytes after it.
+func BenchmarkClaimWhileSweeping(b *testing.B) {
+	const backlog = 100_000
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			ctx := context.Background()
+			db := benchDB(b, d)
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+			benchMust(b, err)
+			b.Cleanup(func() { s.Close() })
+			until := time.Now().Add(time.Hour)
+			claim := func(id string) time.Duration {
+				start := time.Now()
+				benchMust(b, benchClaim(s, id, until))
+				return time.Since(start)
+			}
+			idle := make([]time.Duration, 0, b.N)
+			for i := range b.N {
+				idle = append(idle, claim(fmt.Sprint("idle-", i)))
+			}
+			b.StopTimer()
+			insertExpired(b, db, s, backlog)
+			type result struct {
+				n   int64
+				err error
+				len time.Duration
+			}
+			swept := make(chan result, 1)
+			start := time.Now()
+			go func() {
+				n, err := s.Sweep(ctx)
+				swept <- result{n, err, time.Since(start)}
+			}()
+			var during []time.Duration
+			var r result
+		claims:
+			for i := 0; ; i++ {
+				select {
+				case r = <-swept:
+					break claims
+				default:
+				}
+				during = append(during, claim(fmt.Sprint("during-", i)))
+			}
+			if r.n != backlog || r.err != nil {
+				b.Fatalf("Sweep = %d, %v; want the %d expired rows", r.n, r.err, backlog)
+			}
+			for _, side := range []struct {
+				name string
+				d    []time.Duration
+			}{{"idle", idle}, {"sweeping", during}} {
+				slices.Sort(side.d)
+				if len(side.d) == 0 {
+					continue
+				}
+				at := func(q float64) float64 { return float64(side.d[int(q*float64(len(side.d)-1))].Microseconds()) }
+				b.ReportMetric(at(0.5), side.name+"-p50-µs")
+				b.ReportMetric(at(0.99), side.name+"-p99-µs")
+				b.ReportMetric(at(1), side.name+"-max-µs")
+			}
+			b.ReportMetric(float64(r.len.Milliseconds()), "sweep-ms")
+			b.ReportMetric(float64(len(during)), "claims-while-sweeping")
+			var path string
+			benchMust(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
+			for _, f := range []struct{ name, path string }{{"file-bytes", path}, {"wal-bytes", path + "-wal"}} {
+				fi, err := os.Stat(f.path)
+				benchMust(b, err)
+				b.ReportMetric(float64(fi.Size()), f.name)
+			}
+		})
+	}
+}
+
+// BenchmarkSweepKeepsUp: claims at a steady rate (10, 100 or 1 000 a
+// second; max: as fast as 256 goroutines claim), each until a second
+// after it, with a sweep every second, for b.N seconds. Each second it logs the rows,
+// the database file's and the WAL's bytes and the free pages (-v shows
+// them); it reports the claims a second it reached, the most rows and
+// the largest file in the run's last half, and the file's growth over
+// that half.
+func BenchmarkSweepKeepsUp(b *testing.B) {
+	for _, d := range Drivers() {
+		for _, rate := range []int{10, 100, 1000, 0} {
+			name := fmt.Sprint(rate)
+			if rate == 0 {
+				name = "max"
+			}
+			b.Run(fmt.Sprintf("%s/rate=%s", d.Name, name), func(b *testing.B) {
+				ctx := context.Background()
+				path := filepath.Join(b.TempDir(), "keepsup.db")
+				db := d.Open(b, path)
+				benchMust(b, sqlitestore.Migrate(ctx, db, ""))
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: time.Second})
+				benchMust(b, err)
+				b.Cleanup(func() { s.Close() })
+				size := func(p string) int64 {
+					fi, err := os.Stat(p)
+					if err != nil {
+						return 0
+					}
+					return fi.Size()
+				}
+				var failed atomic.Int64
+				var wg sync.WaitGroup
+				slots := make(chan struct{}, 256)
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				start := time.Now()
+				sent := 0
+				var rowsMax, fileMax, fileMid, walMax int64
+				for second := 1; second <= b.N; second++ {
+					for end := start.Add(time.Duration(second) * time.Second); time.Now().Before(end); {
+						<-tick.C
+						due := int(time.Since(start).Seconds() * float64(rate))
+						if rate == 0 {
+							due = sent + cap(slots)
+						}
+						for ; sent < due && time.Now().Before(end); sent++ {
+							slots <- struct{}{}
+							wg.Add(1)
+							go func(id string) {
+								defer wg.Done()
+								defer func() { <-slots }()
+								if err := benchClaim(s, id, time.Now().Add(time.Second)); err != nil {
+									failed.Add(1)
+								}
+							}(fmt.Sprint("c-", sent))
+						}
+					}
+					var rows, free int64
+					benchMust(b, db.QueryRow(`SELECT count(*), (SELECT freelist_count FROM pragma_freelist_count) FROM ctoken_replay`).Scan(&rows, &free))
+					file, wal := size(path), size(path+"-wal")
+					b.Logf("t=%ds claims=%d rows=%d file=%d wal=%d free-pages=%d", second, sent, rows, file, wal, free)
+					if second == b.N/2 {
+						fileMid = file
+					}
+					if second > b.N/2 {
+						rowsMax, fileMax, walMax = max(rowsMax, rows), max(fileMax, file), max(walMax, wal)
+					}
+				}
+				wg.Wait()
+				if n := failed.Load(); n != 0 {
+					b.Fatalf("%d of %d claims failed", n, sent)
+				}
+				b.ReportMetric(float64(sent)/time.Since(start).Seconds(), "claims/s")
+				b.ReportMetric(float64(rowsMax), "rows-max")
+				b.ReportMetric(float64(fileMax), "file-bytes-max")
+				b.ReportMetric(float64(walMax), "wal-bytes-max")
+				b.ReportMetric(float64(fileMax-fileMid), "file-growth-bytes")
+			})
+		}
 	}
 }
 

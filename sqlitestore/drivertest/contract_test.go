@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,48 +183,26 @@ func TestForgetContract(t *testing.T) {
 	}
 }
 
-// TestSweep: Sweep deletes expired rows, 1 000 a call at most (in steps
-// of 100, each a write of its own), never a live row, the marker or a
-// Work's row; claims of the swept IDs are first again, live ones not. The
-// store's sweeper reports each sweep as a replay.EventSwept.
+// TestSweep: one Sweep deletes every expired row, never a live row, the
+// marker or a Work's row; claims of the swept IDs are first again, live
+// ones not; with a caller's transaction it deletes in it. The store's
+// sweeper drains a backlog of many steps in one sweep while the
+// application's claims are answered, reports each sweep as a
+// replay.EventSwept, and stops at Close mid-backlog.
 func TestSweep(t *testing.T) {
-	runOnEveryDriver(t, []driverCase{{"deletes expired rows only, 1 000 a call", func(t *testing.T, d Driver) {
+	runOnEveryDriver(t, []driverCase{{"deletes every expired row and no other", func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		db, _ := openMigrated(t, d)
 		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 		until := time.Now().Add(time.Hour)
 		live := idList("live-", 5)
 		claimAll(t, s, live, until)
-		// 2 450 expired rows, written as the store writes a claim (its
-		// key: the prefix's length, the prefix, the ID), until long past.
-		const expired = 2450
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
+		insertExpired(t, db, s, 2450)
+		if n, err := s.Sweep(ctx); n != 2450 || err != nil {
+			t.Fatalf("Sweep = %d, %v; want the 2 450 expired rows", n, err)
 		}
-		for i := range expired {
-			key := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
-			key = append(append(key, s.Prefix()...), fmt.Sprint("old-", i)...)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		var got []int64
-		for {
-			n, err := s.Sweep(ctx)
-			if err != nil {
-				t.Fatalf("Sweep = %d, %v", n, err)
-			}
-			if n == 0 {
-				break
-			}
-			got = append(got, n)
-		}
-		if fmt.Sprint(got) != "[1000 1000 450]" {
-			t.Fatalf("Sweep deleted %v rows in turn; want [1000 1000 450]", got)
+		if n, err := s.Sweep(ctx); n != 0 || err != nil {
+			t.Fatalf("Sweep again = %d, %v; want 0", n, err)
 		}
 		for _, id := range live {
 			if first, err := s.Claim(ctx, id, until); first || err != nil {
@@ -233,8 +212,125 @@ func TestSweep(t *testing.T) {
 		if first, err := s.Claim(ctx, "old-7", until); !first || err != nil {
 			t.Fatalf("Claim of a swept ID = %v, %v; want first", first, err)
 		}
-	}}, {"the sweeper reports each sweep to the Observer", func(t *testing.T, d Driver) {
+	}}, {"in a caller's transaction, deletes with it", func(t *testing.T, d Driver) {
 		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		insertExpired(t, db, s, 250)
+		for _, commit := range []bool{false, true} {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := s.Sweep(sqlitestore.WithTx(ctx, tx)); n != 250 || err != nil {
+				tx.Rollback()
+				t.Fatalf("Sweep in a transaction = %d, %v; want the 250 expired rows", n, err)
+			}
+			want := 0
+			if commit {
+				err = tx.Commit()
+			} else {
+				err, want = tx.Rollback(), 250
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := expiredRows(t, db); left != want {
+				t.Fatalf("%d expired rows after the transaction (commit %v); want %d", left, commit, want)
+			}
+		}
+	}}, {"the sweeper drains a backlog of many steps while claims are answered", func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		const backlog = 5000
+		insertExpired(t, db, nil, backlog)
+		swept := make(chan replay.Event, 16)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Observer: func(e replay.Event) {
+			if e.Kind == replay.EventSwept && (e.Deleted != 0 || e.Reason != nil) {
+				select {
+				case swept <- e:
+				default:
+				}
+			}
+		}})
+		until := time.Now().Add(time.Hour)
+		claimAll(t, s, idList("live-", 5), until)
+		// The claims, until the backlog is gone: each answered first, and
+		// at least one while the backlog was partly swept.
+		stop, claimed := make(chan struct{}), make(chan [2]int, 1)
+		go func() {
+			n, mid := 0, 0
+			defer func() { claimed <- [2]int{n, mid} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if first, err := s.Claim(ctx, fmt.Sprint("during-", n), until); !first || err != nil {
+					t.Errorf("Claim(during-%d) while sweeping = %v, %v; want first", n, first, err)
+					return
+				}
+				n++
+				if left := expiredRows(t, db); left > 0 && left < backlog {
+					mid++
+				}
+			}
+		}()
+		select {
+		case e := <-swept:
+			if e.Deleted != backlog || e.Reason != nil {
+				t.Errorf("the first sweep that deleted rows: %d, %v; want the whole backlog of %d in one sweep", e.Deleted, e.Reason, backlog)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("no sweep deleted the backlog within a minute")
+		}
+		close(stop)
+		got := <-claimed
+		if rows := tableRows(t, db); rows != 1+5+got[0] {
+			t.Fatalf("%d rows after the sweep; want the marker, 5 live claims and the %d claimed during it", rows, got[0])
+		}
+		if got[1] == 0 {
+			t.Fatalf("none of the %d claims was answered while the backlog was partly swept", got[0])
+		}
+	}}, {"Close stops the sweeper mid-backlog", func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		const backlog = 20000
+		insertExpired(t, db, nil, backlog)
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Timeout: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Once the sweep has begun, a Work holds the writer: the sweep's
+		// next step waits behind it until Close.
+		for deadline := time.Now().Add(time.Minute); expiredRows(t, db) == backlog; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the sweeper deleted none of %d expired rows within a minute", backlog)
+			}
+		}
+		_, w, err := s.AcquireWork(ctx, "holds-the-writer", time.Hour, []byte("fp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := expiredRows(t, db)
+		if left == 0 {
+			t.Fatalf("the sweep of %d rows ended before a Work could stop it (the machine stalled the test)", backlog)
+		}
+		closed := make(chan struct{})
+		go func() { s.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(time.Minute):
+			t.Fatalf("Close did not return within a minute while the sweep waited for the writer")
+		}
+		if err := w.Rollback(ctx); err != nil {
+			t.Logf("Rollback after Close: %v", err)
+		}
+		if after := expiredRows(t, db); after != left {
+			t.Fatalf("%d expired rows after Close, %d when it was called; want the sweep stopped", after, left)
+		}
+	}}, {"the sweeper reports each sweep to the Observer", func(t *testing.T, d Driver) {
 		db, _ := openMigrated(t, d)
 		swept := make(chan replay.Event, 16)
 		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 20 * time.Millisecond, Observer: func(e replay.Event) {
@@ -245,13 +341,7 @@ func TestSweep(t *testing.T) {
 				}
 			}
 		}})
-		for i := range 3 {
-			key := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
-			key = append(append(key, s.Prefix()...), fmt.Sprint("old-", i)...)
-			if _, err := db.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
-				t.Fatal(err)
-			}
-		}
+		insertExpired(t, db, s, 3)
 		var deleted int64
 		for deadline := time.After(10 * time.Second); deleted < 3; {
 			select {
@@ -268,6 +358,43 @@ func TestSweep(t *testing.T) {
 			t.Fatalf("the sweeper reported %d rows deleted; want 3", deleted)
 		}
 	}}})
+}
+
+// insertExpired writes n expired rows ("old-0" …) in one statement, as
+// the store writes a claim (its key: the prefix's length, the prefix, the
+// ID), until long past; s nil: DefaultPrefix.
+func insertExpired(t testing.TB, db *sql.DB, s *sqlitestore.Store, n int) {
+	t.Helper()
+	prefix := sqlitestore.DefaultPrefix
+	if s != nil {
+		prefix = s.Prefix()
+	}
+	key := binary.BigEndian.AppendUint16(nil, uint16(len(prefix)))
+	if _, err := db.Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)`+
+		` INSERT INTO ctoken_replay (key, state, token, until) SELECT unhex(? || hex('old-' || i)), 'c', '', 1 FROM n`,
+		n, hex.EncodeToString(append(key, prefix...))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expiredRows counts the rows insertExpired wrote that remain.
+func expiredRows(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay WHERE until = 1`).Scan(&n); err != nil {
+		t.Error(err)
+	}
+	return n
+}
+
+// tableRows counts the store's rows, the marker's included.
+func tableRows(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // sqliteEffects is replaytest.Effects on the app table of workStore: one
