@@ -440,14 +440,8 @@ type Store struct {
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
 
-	// noSetNXGet is set once the server refused SET NX GET (Redis 6.2):
-	// acquisitions then go to the script only (see acquire.go).
-	noSetNXGet atomic.Bool
-
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
-	// held keeps connections for confirmations without Lua (held.go).
-	held *heldConns
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
 }
@@ -563,9 +557,8 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
-	s.held = newHeldConns(d.single)
 	s.watched = make(chan struct{})
-	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched, s.held)
+	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
 	return s, nil
 }
 
@@ -614,7 +607,6 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
-	s.held.close()
 	if s.watched != nil {
 		<-s.watched // the watch ends at its next select: stop is closed
 	}
