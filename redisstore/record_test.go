@@ -1444,7 +1444,7 @@ func recordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t)
 	admin := srv.client()
-	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha",
+	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha",
 		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "+rename", "+pexpireat", "~aclrec:*"}
 	if err := admin.Do(ctx, rules...).Err(); err != nil {
 		t.Fatal(err)
