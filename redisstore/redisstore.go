@@ -469,10 +469,6 @@ var (
 // combine it with ReadTimeout -1: a hung Redis would then pin a goroutine
 // per timed-out claim, up to the pool size, for as long as it hangs.
 //
-// Of a *redis.Client's pool (of 4 connections or more) the Store keeps up
-// to a quarter, taking one only while under half of the pool is in use,
-// for the leases it confirms without Lua, until [Store.Close].
-//
 // A call under a context that can be cancelled (a request's) runs on a
 // goroutine of its own, so that it returns as soon as the context ends:
 // go-redis cannot interrupt a read. On the Intel Xeon VM of
@@ -601,9 +597,7 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // Close stops the store's background work (the server checks it runs
 // every [Options.RecheckInterval], and the releases of leases whose
 // acquisition had an unknown outcome; those leases then end by themselves)
-// and waits for it, and hands the connections it kept back to the
-// client's pool, each once its transaction is ended, in the background
-// (Close waits on no network I/O). It does not close the client. A closed Store keeps
+// and waits for it. It does not close the client. A closed Store keeps
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
