@@ -4,6 +4,7 @@ package bench
 
 import (
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -29,4 +30,11 @@ func processCPU() int64 {
 		return -1
 	}
 	return ts.Nano()
+}
+
+// pause sleeps for d in the calling thread (nanosleep: the runtime's
+// timers wake a short sleep a millisecond late on some machines).
+func pause(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Nanosleep(&ts, nil)
 }

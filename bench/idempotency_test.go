@@ -58,6 +58,11 @@ import (
 // the clock is unavailable), the redis-server's (-redis-cpu-us, INFO cpu)
 // and this process's allocations per request (-allocs); and ctoken's
 // ratios to Fiber's medians (x-fiber-first, x-fiber-replay).
+//
+// CTOKEN_BENCH_RTT (a duration, such as 200us) puts that round trip
+// between every Redis client and the server (see delayConn), as if
+// redis-server ran on another host: -delay-us reports the mean delay a
+// round trip paid.
 func BenchmarkIdempotency(b *testing.B) {
 	addr := os.Getenv("CTOKEN_REDIS_ADDR")
 	if addr == "" {
@@ -68,6 +73,37 @@ func BenchmarkIdempotency(b *testing.B) {
 	}
 	ctx := context.Background()
 	opts := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}
+	var d *delays
+	if v := os.Getenv("CTOKEN_BENCH_RTT"); v != "" {
+		rtt, err := time.ParseDuration(v)
+		if err != nil || rtt <= 0 {
+			b.Fatalf("CTOKEN_BENCH_RTT=%q: want a positive duration such as 200us", v)
+		}
+		d = &delays{sleep: calibrated(rtt)}
+		if d.sleep == 0 {
+			b.Fatalf("CTOKEN_BENCH_RTT=%v: a pause on this machine overshoots it", rtt)
+		}
+		var dialer net.Dialer
+		opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &delayConn{Conn: c, d: d}, nil
+		}
+	}
+	// reportDelay reports the mean delay a round trip paid during f.
+	reportDelay := func(b *testing.B, f func()) {
+		if d == nil {
+			f()
+			return
+		}
+		paid, slept := d.paid.Load(), d.slept.Load()
+		f()
+		if n := d.paid.Load() - paid; n > 0 {
+			b.ReportMetric(float64(d.slept.Load()-slept)/1e3/float64(n), "delay-us")
+		}
+	}
 	newClient := func() *redis.Client {
 		c := redis.NewClient(opts)
 		b.Cleanup(func() { c.Close() })
@@ -224,23 +260,27 @@ func BenchmarkIdempotency(b *testing.B) {
 		}
 	}
 	b.Run("http", func(b *testing.B) {
-		compare(b, admin, answer, newKey, []*peerKind{
-			{name: "ctoken-first", send: overHTTP(netURL + "/payments"), runs: &ctokenRuns},
-			{name: "fiber-first", send: overHTTP(fiberURL + "/payments"), fiber: true, runs: &fiberRuns},
-			{name: "ctoken-replay", send: overHTTP(netURL + "/payments"), replayOf: "ctoken-first", runs: &ctokenRuns},
-			{name: "fiber-replay", send: overHTTP(fiberURL + "/payments"), replayOf: "fiber-first", fiber: true, runs: &fiberRuns},
-			{name: "floor", send: overHTTP(netURL + "/floor")},
-			{name: "fiber-floor", send: overHTTP(fiberURL + "/floor"), fiber: true},
+		reportDelay(b, func() {
+			compare(b, admin, answer, newKey, []*peerKind{
+				{name: "ctoken-first", send: overHTTP(netURL + "/payments"), runs: &ctokenRuns},
+				{name: "fiber-first", send: overHTTP(fiberURL + "/payments"), fiber: true, runs: &fiberRuns},
+				{name: "ctoken-replay", send: overHTTP(netURL + "/payments"), replayOf: "ctoken-first", runs: &ctokenRuns},
+				{name: "fiber-replay", send: overHTTP(fiberURL + "/payments"), replayOf: "fiber-first", fiber: true, runs: &fiberRuns},
+				{name: "floor", send: overHTTP(netURL + "/floor")},
+				{name: "fiber-floor", send: overHTTP(fiberURL + "/floor"), fiber: true},
+			})
 		})
 	})
 	b.Run("handler", func(b *testing.B) {
-		compare(b, admin, answer, newKey, []*peerKind{
-			{name: "ctoken-first", send: netHandler("/payments"), runs: &ctokenRuns},
-			{name: "fiber-first", send: fiberCall("/payments"), fiber: true, runs: &fiberRuns},
-			{name: "ctoken-replay", send: netHandler("/payments"), replayOf: "ctoken-first", runs: &ctokenRuns},
-			{name: "fiber-replay", send: fiberCall("/payments"), replayOf: "fiber-first", fiber: true, runs: &fiberRuns},
-			{name: "floor", send: netHandler("/floor")},
-			{name: "fiber-floor", send: fiberCall("/floor"), fiber: true},
+		reportDelay(b, func() {
+			compare(b, admin, answer, newKey, []*peerKind{
+				{name: "ctoken-first", send: netHandler("/payments"), runs: &ctokenRuns},
+				{name: "fiber-first", send: fiberCall("/payments"), fiber: true, runs: &fiberRuns},
+				{name: "ctoken-replay", send: netHandler("/payments"), replayOf: "ctoken-first", runs: &ctokenRuns},
+				{name: "fiber-replay", send: fiberCall("/payments"), replayOf: "fiber-first", fiber: true, runs: &fiberRuns},
+				{name: "floor", send: netHandler("/floor")},
+				{name: "fiber-floor", send: fiberCall("/floor"), fiber: true},
+			})
 		})
 	})
 }
@@ -412,4 +452,50 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// delays is what the delayConns paid: paid delays of slept nanoseconds in
+// all, each a pause of sleep requested.
+type delays struct {
+	sleep       time.Duration
+	paid, slept atomic.Int64
+}
+
+// calibrated returns the pause that takes rtt: rtt less what a pause
+// overshoots by on this machine (the median of 50).
+func calibrated(rtt time.Duration) time.Duration {
+	var over []time.Duration
+	for range 50 {
+		start := time.Now()
+		pause(rtt)
+		over = append(over, time.Since(start)-rtt)
+	}
+	slices.Sort(over)
+	return max(rtt-over[len(over)/2], 0)
+}
+
+// delayConn delays the first read that returns bytes after each write by
+// its pause, after the bytes came: each round trip (go-redis writes a
+// command or a pipeline at once) waits once more, as pgstore's benchmarks
+// do. The network itself stays loopback: only the client waits.
+type delayConn struct {
+	net.Conn
+	d   *delays
+	due atomic.Bool // written since the last delayed read
+}
+
+func (c *delayConn) Write(p []byte) (int, error) {
+	c.due.Store(true) // before: the answer cannot come before the write
+	return c.Conn.Write(p)
+}
+
+func (c *delayConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.due.Swap(false) {
+		start := time.Now()
+		pause(c.d.sleep)
+		c.d.slept.Add(int64(time.Since(start)))
+		c.d.paid.Add(1)
+	}
+	return n, err
 }

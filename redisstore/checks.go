@@ -77,9 +77,8 @@ func (s *Store) recheckIfDue() time.Duration {
 // idle spell in which the loss counters were reset, could be outgrown by
 // the commands that followed the reset (issue 66), and a loss while idle
 // was found only once claims came again, racing them. It closes done
-// when it ends, and gives back the connections the Store kept (held,
-// which does not reference the Store) when the Store is gone.
-func watch(w weak.Pointer[Store], every time.Duration, stop <-chan struct{}, done chan<- struct{}, held *heldConns) {
+// when it ends.
+func watch(w weak.Pointer[Store], every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTimer(every)
 	defer t.Stop()
@@ -91,7 +90,6 @@ func watch(w weak.Pointer[Store], every time.Duration, stop <-chan struct{}, don
 		}
 		next, ok := watchTick(w, every)
 		if !ok {
-			held.close()
 			return
 		}
 		t.Reset(next)

@@ -939,7 +939,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			srv := newServer(t)
 			admin := srv.client()
 			user := fmt.Sprint("fleet", i)
-			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "+rename", "+pexpireat", "~acl:*"}, anySlice(tt.extra)...)
+			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "+rename", "+pexpireat", "~acl:*"}, anySlice(tt.extra)...)
 			if err := admin.Do(ctx, rules...).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -964,6 +964,18 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			recheckNow(t, s)
 			if first, err := s.Claim(ctx, "y", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim after a recheck under the ACL = %v, %v", first, err)
+			}
+			// A webhook delivery's lease steps: their scripts read the
+			// marker and the entry with MGET.
+			l, err := s.AcquireLease(ctx, "d", time.Minute)
+			if err != nil || l.State != replay.LeaseAcquired {
+				t.Fatalf("AcquireLease under the ACL = %+v, %v", l, err)
+			}
+			if err := s.RenewLease(ctx, "d", l.Token, time.Minute); err != nil {
+				t.Fatalf("RenewLease under the ACL: %v", err)
+			}
+			if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)); err != nil {
+				t.Fatalf("ConfirmLease under the ACL: %v", err)
 			}
 			n, err := admin.HLen(ctx, s.serversKey()).Result()
 			if err != nil {

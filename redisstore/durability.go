@@ -119,14 +119,14 @@ func (d *durability) probing() bool { return d.probe != nil && d.probe.on.Load()
 
 // probes reports whether the policy probe follows a step of sc now: the
 // steps that can take an ID because they found it free (a claim, an
-// acquisition; nil is the acquisition pipeline of acquire.go). A
+// acquisition). A
 // confirmation, a renewal or a release answers for the caller's own
 // lease, which eviction can only end (the lease is then lost, or the ID
 // recorded done), never give to another holder: an ID that eviction freed
 // is taken again only through an acquisition or a claim, and their probe
 // refuses it.
 func (d *durability) probes(sc *script) bool {
-	return d.probing() && (sc == nil || sc == &claimLua || sc == &acquireLua || sc == &acquireRecordLua)
+	return d.probing() && (sc == &claimLua || sc == &acquireLua || sc == &acquireRecordLua)
 }
 
 // aofWait returns the WAITAOF command a write sends now (nil for none)

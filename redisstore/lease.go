@@ -129,7 +129,6 @@ func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Dur
 	if !validToken(token) {
 		return replay.ErrLeaseLost
 	}
-	s.held.release(token) // the renewal writes the entry: a WATCH on it would only abort
 	code, _, err := s.run(ctx, &renewLua, id, ms, token, 0)
 	switch {
 	case err != nil:
@@ -156,7 +155,6 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 	if !validToken(token) {
 		return nil
 	}
-	s.held.release(token)
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
 	v, err := s.eval(ctx, &releaseLua, command(releaseLua, []string{s.key(id)}, token))

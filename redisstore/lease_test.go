@@ -89,6 +89,9 @@ func TestLease(t *testing.T) {
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 		{"renew with a stopped replica is not durable", renewWithStoppedReplicaIsNotDurable},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
+		{"acquire refused for a lagging clock keeps nothing", acquireRefusedForALaggingClockKeepsNothing},
+		{"acquire on a missing marker raises the fence", acquireOnAMissingMarkerRaisesTheFence},
+		{"acquire of another holder's lease is busy", acquireRecordOfALeasedIDIsBusy},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -595,5 +598,59 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl <= 0 || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the failed renewal = %v, %v; want the lease as it was", pttl, err)
+	}
+}
+
+func acquireRefusedForALaggingClockKeepsNothing(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	lag, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(),
+		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lag.Close() })
+	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
+	if l, err := lag.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrClockSkew) || l.State != 0 {
+		t.Fatalf("AcquireLease from a lagging instance = %+v, %v; want ErrClockSkew", l, err)
+	}
+	if r, err := lag.AcquireRecord(ctx, "b", time.Minute, []byte("fp")); !errors.Is(err, ErrClockSkew) || r.State != 0 {
+		t.Fatalf("AcquireRecord from a lagging instance = %+v, %v; want ErrClockSkew", r, err)
+	}
+	if n, err := c.Exists(ctx, s.key("a"), s.key("b")).Result(); err != nil || n != 0 {
+		t.Fatalf("entries left by the refused acquisitions: %d, %v; want none", n, err)
+	}
+	if l, err := s.AcquireLease(ctx, "a", time.Minute); err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease after the refusal = %+v, %v; want acquired", l, err)
+	}
+}
+
+func acquireOnAMissingMarkerRaisesTheFence(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	if err := c.Del(ctx, s.tags[shardOf("lost")]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireLease(ctx, "lost", time.Minute)
+	if !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || l.State != 0 {
+		t.Fatalf("AcquireLease on a shard without its marker = %+v, %v; want ErrFenced (%q)", l, err, whyFenceRaised)
+	}
+	if n, err := c.Exists(ctx, s.key("lost")).Result(); err != nil || n != 0 {
+		t.Fatalf("entry left by the refused acquisition: %d, %v; want none", n, err)
+	}
+	if m, err := c.Get(ctx, s.tags[shardOf("lost")]).Result(); err != nil || !strings.HasPrefix(m, "F") {
+		t.Fatalf("marker after the refusal = %q, %v; want a fence", m, err)
+	}
+}
+
+func acquireRecordOfALeasedIDIsBusy(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	if _, err := s.AcquireRecord(ctx, "held", time.Minute, []byte("fp")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.AcquireRecord(ctx, "held", time.Minute, []byte("fp"))
+	if err != nil || r.State != replay.LeaseBusy || string(r.Fingerprint) != "fp" || r.Wait <= 50*time.Second || r.Wait > time.Minute {
+		t.Fatalf("AcquireRecord of a leased ID = %+v, %v; want busy, its fingerprint, about a minute to wait", r, err)
 	}
 }

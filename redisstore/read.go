@@ -58,9 +58,9 @@ var readRecordLua = script{readRecordScript, "786f1d1592d831b51c764dbf367f82dacd
 // [Store.AcquireRecord] of id would find, by Redis's clock (a lapsed lease
 // or an expired entry has expired in Redis, and reads free), in one round
 // trip that sends no write command, so a Redis at maxmemory answers it.
-// It needs none of the Durability waits, the policy probe or a kept
-// connection. Like AcquireRecord it refuses while the server checks refuse
-// and while the ID's shard is fenced or its marker is missing
+// It needs none of the Durability waits or the policy probe. Like
+// AcquireRecord it refuses while the server checks refuse and while the
+// ID's shard is fenced or its marker is missing
 // ([ErrFenced], with [replay.RetryAt]): a free read of a key space that
 // lost data would be a claim forgotten. An entry that does not decode, or
 // a done entry whose side key is missing or another lease's, is refused
@@ -86,10 +86,10 @@ func (s *Store) ReadRecord(ctx context.Context, id string) (replay.Record, error
 	if direct {
 		replies, err = s.readOnce(ctx, cmds)
 	} else {
-		replies, _, err, _ = awaitExchange(ctx, func() ([]any, error, error) {
+		replies, _, err = awaitExchange(ctx, func() ([]any, error, error) {
 			r, err := s.readOnce(ctx, cmds)
 			return r, nil, err
-		}, nil)
+		})
 	}
 	if err != nil {
 		return replay.Record{}, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -293,28 +292,10 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	if err != nil {
 		return 0, 0, "", nil, err
 	}
-	sideK := sideKey(*marker, id)
-	wrote := false
-	if s.fastAcquirable() {
-		f, ok, err := s.acquireFast(ctx, marker, key, sideK, "L"+token+string(fingerprint), ms, direct)
-		if err != nil {
-			return 0, 0, "", nil, err
-		}
-		if ok {
-			code = 3
-			if f.wrote {
-				code = 1
-			}
-			code, val, err = s.verdict(&acquireRecordLua, shard, code, 0, 0, f.durErr)
-			s.keep(&f, code, err, key, token, ms)
-			return code, val, f.entry, f.side, err
-		}
-		wrote = f.wrote
-	}
 	sent := s.now().UnixMilli()
 	cmds := [][]any{
 		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, sent, &s.skewArg, bound, ms, token, fingerprint},
-		{"GET", sideK},
+		{"GET", sideKey(*marker, id)},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &acquireRecordLua, *marker, cmds, 0, direct)
 	if err != nil {
@@ -340,9 +321,6 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 		return 0, 0, "", nil, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
 	code, val, err = s.verdict(&acquireRecordLua, shard, code, val, sent, durErr)
-	if code < 0 && wrote {
-		s.dropOwn(ctx, id, key, token, ms)
-	}
 	return code, val, entry, replies[1], err
 }
 
@@ -364,9 +342,6 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 		return 0, err
 	}
 	key := *marker + ":" + id
-	if code, err, ok := s.confirmHeld(ctx, &confirmRecordLua, shard, key, token, header, sideKey(*marker, id), side, ms, bound, direct); ok {
-		return code, err
-	}
 	cmds := [][]any{
 		{"SET", staging, side, "PXAT", ms},
 		{"EVALSHA", &confirmRecordLua.sha, 4, marker, key, staging, sideKey(*marker, id),
@@ -395,8 +370,7 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	return code, err
 }
 
-// sendRecord sends cmds, one of which (cmds[at]) is a script of sc (or,
-// with sc nil, the write of [Store.acquireFast], always on one connection), on
+// sendRecord sends cmds, one of which (cmds[at]) is a script of sc, on
 // marker's shard within ctx, on the caller's goroutine when direct is set
 // (see [Store.direct]): in one pipeline on one connection, followed by the
 // Durability wait when one is set (on the master serving marker, as
@@ -413,57 +387,36 @@ func (s *Store) sendRecord(ctx context.Context, sc *script, marker string, cmds 
 		}
 		return s.sendRecordOnce(ctx, sc, marker, cmds, at)
 	}
-	r, d, err, _ := awaitExchange(ctx, func() ([]any, error, error) {
+	return awaitExchange(ctx, func() ([]any, error, error) {
 		return s.sendRecordOnce(ctx, sc, marker, cmds, at)
-	}, nil)
-	return r, d, err
+	})
 }
 
 // awaitExchange runs f (a pipeline's exchange) on a goroutine of its own
-// and waits for it until ctx ends; stayed is false when the caller left
-// first (the error then wraps ctx's in ErrUnavailable), and left, when
-// not nil, gets f's error on that goroutine once f returns.
-func awaitExchange(ctx context.Context, f func() ([]any, error, error), left func(error)) (replies []any, durErr, err error, stayed bool) {
+// and waits for it until ctx ends (the error then wraps ctx's in
+// ErrUnavailable).
+func awaitExchange(ctx context.Context, f func() ([]any, error, error)) (replies []any, durErr, err error) {
 	type result struct {
 		replies     []any
 		durErr, err error
 	}
-	var mu sync.Mutex
-	gone := false
 	done := make(chan result, 1) // buffered: the sender never blocks
 	go func() {
 		r, d, err := f()
-		mu.Lock()
-		if gone {
-			mu.Unlock()
-			if left != nil {
-				left(err)
-			}
-			return
-		}
 		done <- result{r, d, err}
-		mu.Unlock()
 	}()
 	select {
 	case r := <-done:
-		return r.replies, r.durErr, r.err, true
+		return r.replies, r.durErr, r.err
 	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case r := <-done:
-			return r.replies, r.durErr, r.err, true
-		default:
-		}
-		gone = true
-		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()), false
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
 
 // sendRecordOnce is sendRecord on the calling goroutine.
 func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, cmds [][]any, at int) ([]any, error, error) {
 	var p pipeliner
-	if sc == nil || s.dur.pipelines(sc) { // the fast path, the policy probe and the waits run on the connection that wrote
+	if s.dur.pipelines(sc) { // the policy probe and the waits run on the connection that wrote
 		c, err := s.dur.pinned(ctx, marker)
 		if err != nil {
 			return nil, nil, err
@@ -472,9 +425,9 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 	} else if c, ok := s.client.(pipeliner); ok {
 		p = c
 	}
-	replies, durErr, err := s.exchange(ctx, p, sc, cmds, at, false, nil)
-	if err != nil && sc != nil && isNoScript(err) {
-		replies, durErr, err = s.exchange(ctx, p, sc, cmds, at, true, nil)
+	replies, durErr, err := s.exchange(ctx, p, sc, cmds, at, false)
+	if err != nil && isNoScript(err) {
+		replies, durErr, err = s.exchange(ctx, p, sc, cmds, at, true)
 	}
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
@@ -491,10 +444,8 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 // exchange sends cmds (the script as EVAL when eval is set, followed by
 // the policy probe when it is on) through p, or one by one through the
 // client when p is nil, and reads their replies.
-// A nil reply is nil; any other error ends the exchange. tail, when not
-// nil, is sent last, after the waits, on a pipeline p only; its reply is
-// read into it and decides nothing here.
-func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]any, at int, eval bool, tail *redis.Cmd) ([]any, error, error) {
+// A nil reply is nil; any other error ends the exchange.
+func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]any, at int, eval bool) ([]any, error, error) {
 	replies := make([]any, len(cmds))
 	if p == nil {
 		for i, cmd := range cmds {
@@ -516,11 +467,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	// connection (the pinned master, or the client's one server), never
 	// through a Cluster client that would send them to a node of its
 	// choosing (a recheck may turn them on after sendRecordOnce chose p).
-	one := false
-	switch p.(type) {
-	case *redis.Client, *keptConn:
-		one = true
-	}
+	_, one := p.(*redis.Client)
 	if !one && s.dur.on() {
 		return nil, nil, fmt.Errorf("%w: a Durability wait needs the connection that wrote", ErrUnavailable)
 	}
@@ -544,16 +491,13 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	if one && waitAOF != nil {
 		wa = pipe.Do(ctx, waitAOF...)
 	}
-	if tail != nil {
-		_ = pipe.Process(ctx, tail) // a pipeline only queues it
-	}
 	pipe.Exec(ctx) // errors are read per command
 	// The script's error first: NOSCRIPT sends the pipeline again.
 	probeErr := probed(pc)
 	if Reason(probeErr) == whyEvictionOn {
 		s.holdForCheck(probeErr)
 	}
-	if err := sent[at].Err(); err != nil && (sc != nil || !errors.Is(err, redis.Nil)) {
+	if err := sent[at].Err(); err != nil {
 		return nil, nil, err
 	}
 	if probeErr != nil {

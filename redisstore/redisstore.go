@@ -440,14 +440,8 @@ type Store struct {
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
 
-	// noSetNXGet is set once the server refused SET NX GET (Redis 6.2):
-	// acquisitions then go to the script only (see acquire.go).
-	noSetNXGet atomic.Bool
-
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
-	// held keeps connections for confirmations without Lua (held.go).
-	held *heldConns
 	// watched is closed when the store's watch ends (see [watch]).
 	watched chan struct{}
 }
@@ -474,10 +468,6 @@ var (
 // and pool connection until the client's own ReadTimeout ends it, so never
 // combine it with ReadTimeout -1: a hung Redis would then pin a goroutine
 // per timed-out claim, up to the pool size, for as long as it hangs.
-//
-// Of a *redis.Client's pool (of 4 connections or more) the Store keeps up
-// to a quarter, taking one only while under half of the pool is in use,
-// for the leases it confirms without Lua, until [Store.Close].
 //
 // A call under a context that can be cancelled (a request's) runs on a
 // goroutine of its own, so that it returns as soon as the context ends:
@@ -563,9 +553,8 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
-	s.held = newHeldConns(d.single)
 	s.watched = make(chan struct{})
-	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched, s.held)
+	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
 	return s, nil
 }
 
@@ -608,13 +597,10 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // Close stops the store's background work (the server checks it runs
 // every [Options.RecheckInterval], and the releases of leases whose
 // acquisition had an unknown outcome; those leases then end by themselves)
-// and waits for it, and hands the connections it kept back to the
-// client's pool, each once its transaction is ended, in the background
-// (Close waits on no network I/O). It does not close the client. A closed Store keeps
+// and waits for it. It does not close the client. A closed Store keeps
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
-	s.held.close()
 	if s.watched != nil {
 		<-s.watched // the watch ends at its next select: stop is closed
 	}

@@ -74,35 +74,6 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err != nil {
 		return 0, 0, err
 	}
-	wrote := false
-	if sc == &acquireLua && s.fastAcquirable() {
-		// See acquire.go: the script decides only what the pipeline cannot.
-		f, ok, err := s.acquireFast(ctx, marker, string(c.entry), "", "L"+arg, ms, direct)
-		if err != nil {
-			return 0, 0, err
-		}
-		if ok {
-			code := int64(3)
-			if f.wrote {
-				code = 1
-			}
-			code, val, err := s.verdict(sc, shard, code, 0, 0, f.durErr)
-			s.keep(&f, code, err, string(c.entry), arg, ms)
-			return code, val, err
-		}
-		wrote = f.wrote
-		defer func() {
-			if code < 0 && wrote {
-				s.dropOwn(ctx, id, string(c.entry), arg, ms)
-			}
-		}()
-	}
-	if sc == &confirmLua {
-		// See held.go: the script decides only what the transaction cannot.
-		if code, err, ok := s.confirmHeld(ctx, sc, shard, string(c.entry), arg, append([]byte{'D'}, arg...), "", nil, ms, bound, direct); ok {
-			return code, 0, err
-		}
-	}
 	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
 	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)
 	if err != nil {
