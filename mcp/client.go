@@ -2,8 +2,6 @@ package ctokenmcp
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -205,40 +202,11 @@ func taskVerdict(err error) verdict {
 func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedParams returns a copy of params whose _meta holds the call's key,
-// and the key: the argument keyArg's, when keyArg is set.
+// and the key ([mcptoken.CallKey]).
 func keyedParams(params *mcp.CallToolParams, key, keyArg string) (*mcp.CallToolParams, string, error) {
-	bad := func(msg string) error {
-		return fmt.Errorf("ctokenmcp: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
-	}
-	if keyArg != "" {
-		s, ok := argumentKey(params.Arguments, keyArg)
-		switch {
-		case !ok || s == "":
-			return nil, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
-		case key != "" && s != key:
-			return nil, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
-		}
-		key = s
-	}
-	v := mcptoken.MetaKeyOf(params.Meta)
-	if v != nil {
-		s, ok := v.(string)
-		switch {
-		case !ok:
-			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
-		case key != "" && s != key:
-			return nil, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key or KeyArgument")
-		}
-		key = s
-	} else if key == "" {
-		var b [16]byte
-		rand.Read(b[:]) // never fails (crypto/rand)
-		key = base64.RawURLEncoding.EncodeToString(b[:])
-	}
-	// A bare key is one idempotency.ParseKey returns as it is: the
-	// server's keys (a quoted or space-padded one comes back changed).
-	if k, err := idempotency.ParseKey(key, mcptoken.DefaultMaxIdempotencyKeyBytes); err != nil || k != key {
-		return nil, "", bad("the key is empty, over 255 bytes, or holds a byte outside visible ASCII, or one of \" \\ , ;")
+	key, err := mcptoken.CallKey(key, keyArg, params.Arguments, mcptoken.MetaKeyOf(params.Meta))
+	if err != nil {
+		return nil, "", fmt.Errorf("ctokenmcp: CallTool: %w", err)
 	}
 	p := *params
 	p.Meta = make(mcp.Meta, len(params.Meta)+4) // and the SDK's own three members
@@ -246,21 +214,6 @@ func keyedParams(params *mcp.CallToolParams, key, keyArg string) (*mcp.CallToolP
 	delete(p.Meta, mcptoken.LegacyMetaIdempotencyKey)
 	p.Meta[mcptoken.MetaIdempotencyKey] = key
 	return &p, key, nil
-}
-
-// argumentKey returns the string args (an object, as JSON) holds in
-// member name, and whether it holds one.
-func argumentKey(args any, name string) (string, bool) {
-	b, err := json.Marshal(args)
-	if err != nil {
-		return "", false
-	}
-	var m map[string]json.RawMessage
-	var s string
-	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
-		return "", false
-	}
-	return s, true
 }
 
 // verdict is what one failed attempt tells CallTool.

@@ -2,9 +2,6 @@ package ctokenmcpgo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -226,66 +222,22 @@ func reconnectVerdict(err error) verdict { return verdict{Retry: classify(err).R
 func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedRequest returns req with a copy of its _meta that holds the call's
-// key, and the key: the argument keyArg's, when keyArg is set. The key is
-// chosen and checked as ctokenmcp.CallTool does.
+// key, and the key ([mcptoken.CallKey]).
 func keyedRequest(req mcp.CallToolRequest, key, keyArg string) (mcp.CallToolRequest, string, error) {
-	bad := func(msg string) error {
-		return fmt.Errorf("ctokenmcpgo: CallTool: %w: %s", mcptoken.ErrIdempotencyKey, msg)
-	}
-	if keyArg != "" {
-		s, ok := argumentKey(req.Params.Arguments, keyArg)
-		switch {
-		case !ok || s == "":
-			return req, "", bad("the arguments hold no string " + keyArg + ", or an empty one (CallOptions.KeyArgument)")
-		case key != "" && s != key:
-			return req, "", bad("the argument " + keyArg + " holds another key than CallOptions.Key")
-		}
-		key = s
-	}
 	meta := &mcp.Meta{AdditionalFields: map[string]any{}}
 	if req.Params.Meta != nil {
 		meta.ProgressToken = req.Params.Meta.ProgressToken
 		meta.AdditionalFields = make(map[string]any, len(req.Params.Meta.AdditionalFields)+1)
 		maps.Copy(meta.AdditionalFields, req.Params.Meta.AdditionalFields)
 	}
-	if v := mcptoken.MetaKeyOf(meta.AdditionalFields); v != nil {
-		s, ok := v.(string)
-		switch {
-		case !ok:
-			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " is not a string, or differs from " + mcptoken.LegacyMetaIdempotencyKey)
-		case key != "" && s != key:
-			return req, "", bad("_meta " + mcptoken.MetaIdempotencyKey + " holds another key than CallOptions.Key or KeyArgument")
-		}
-		key = s
-	} else if key == "" {
-		var b [16]byte
-		rand.Read(b[:]) // never fails (crypto/rand)
-		key = base64.RawURLEncoding.EncodeToString(b[:])
-	}
-	// A bare key is one idempotency.ParseKey returns as it is: the
-	// server's keys (a quoted or space-padded one comes back changed).
-	if k, err := idempotency.ParseKey(key, mcptoken.DefaultMaxIdempotencyKeyBytes); err != nil || k != key {
-		return req, "", bad("the key is empty, over 255 bytes, or holds a byte outside visible ASCII, or one of \" \\ , ;")
+	key, err := mcptoken.CallKey(key, keyArg, req.Params.Arguments, mcptoken.MetaKeyOf(meta.AdditionalFields))
+	if err != nil {
+		return req, "", fmt.Errorf("ctokenmcpgo: CallTool: %w", err)
 	}
 	delete(meta.AdditionalFields, mcptoken.LegacyMetaIdempotencyKey)
 	meta.AdditionalFields[mcptoken.MetaIdempotencyKey] = key
 	req.Params.Meta = meta
 	return req, key, nil
-}
-
-// argumentKey returns the string args (an object, as JSON) holds in
-// member name, and whether it holds one.
-func argumentKey(args any, name string) (string, bool) {
-	b, err := json.Marshal(args)
-	if err != nil {
-		return "", false
-	}
-	var m map[string]json.RawMessage
-	var s string
-	if json.Unmarshal(b, &m) != nil || len(m[name]) == 0 || m[name][0] != '"' || json.Unmarshal(m[name], &s) != nil {
-		return "", false
-	}
-	return s, true
 }
 
 // verdict is what one failed attempt tells CallTool.
