@@ -159,6 +159,25 @@ func (d *down) ReadRecord(ctx context.Context, id string) (replay.Record, error)
 	return d.MemoryStore.ReadRecord(ctx, id)
 }
 
+
+// serverOfAStoreGoneDown returns a task server whose store went down once
+// it had created a task of tool "quick" for alice, and that task's ID.
+func serverOfAStoreGoneDown(t *testing.T) (*taskServer, string) {
+	t.Helper()
+	store := &down{MemoryStore: replay.NewMemoryStore(0)}
+	s := newTaskServer(t)
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+	must(t, err)
+	must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
+		return json.RawMessage(`{"content":[]}`), nil
+	}}))
+	s.h = s.tasks.Handler(http.NotFoundHandler())
+	id := s.create("quick")
+	store.down.Store(true)
+	return s, id
+}
 func TestTaskStoreFaults(t *testing.T) {
 	t.Run("never answers from a record that does not open", func(t *testing.T) {
 		ts := newCoreTasks(t, mangler{replay.NewMemoryStore(0)})
@@ -180,18 +199,7 @@ func TestTaskStoreFaults(t *testing.T) {
 		}
 	})
 	t.Run("tells the client the store could not answer", func(t *testing.T) {
-		store := &down{MemoryStore: replay.NewMemoryStore(0)}
-		s := newTaskServer(t)
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		must(t, err)
-		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
-		must(t, err)
-		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
-			return json.RawMessage(`{"content":[]}`), nil
-		}}))
-		s.h = s.tasks.Handler(http.NotFoundHandler())
-		id := s.create("quick")
-		store.down.Store(true)
+		s, id := serverOfAStoreGoneDown(t)
 		_, out := s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
 		_, out2 := s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
 		if errCode(out) != codeInternal || errCode(out2) != codeInternal {
@@ -203,18 +211,7 @@ func TestTaskStoreFaults(t *testing.T) {
 		prev := slog.Default()
 		slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
 		t.Cleanup(func() { slog.SetDefault(prev) })
-		store := &down{MemoryStore: replay.NewMemoryStore(0)}
-		s := newTaskServer(t)
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		must(t, err)
-		s.tasks, err = NewTasks(TasksConfig{Keys: keys, Store: store, Hold: time.Second, Caller: func(*http.Request) (string, error) { return "alice", nil }})
-		must(t, err)
-		must(t, s.tasks.Add(TaskTool{Name: "quick", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
-			return json.RawMessage(`{"content":[]}`), nil
-		}}))
-		s.h = s.tasks.Handler(http.NotFoundHandler())
-		id := s.create("quick")
-		store.down.Store(true)
+		s, id := serverOfAStoreGoneDown(t)
 		s.rpc("tasks/get", with(map[string]any{"taskId": id}, declared), nil)
 		s.rpc("tasks/cancel", with(map[string]any{"taskId": id}, declared), nil)
 		s.rpc("tools/call", with(map[string]any{"name": "quick"}, declared), nil)
@@ -595,29 +592,7 @@ func TestKeyedTaskRuns(t *testing.T) {
 		}
 	})
 
-	t.Run("a task whose tool had no effect runs again under its key", func(t *testing.T) {
-		ts := newCoreTasks(t, replay.NewMemoryStore(0))
-		var runs atomic.Int32
-		tool := TaskTool{Name: "pay", Run: func(context.Context, *TaskCall) (json.RawMessage, error) {
-			if runs.Add(1) == 1 {
-				return nil, fmt.Errorf("%w: the bank refused the connection", ErrNoEffect)
-			}
-			return ok, nil
-		}}
-		must(t, ts.Add(tool))
-		first, err := ts.Create(context.Background(), tool, keyedCall("alice", "k5"))
-		must(t, err)
-		if st := settled(t, ts, first.ID, nil); st.Status != taskFailed || st.effect != effectNone {
-			t.Fatalf("the run without effect: %+v", st)
-		}
-		second, err := ts.Create(context.Background(), tool, keyedCall("alice", "k5"))
-		must(t, err)
-		if st := settled(t, ts, second.ID, nil); st.Status != taskCompleted || runs.Load() != 2 {
-			t.Fatalf("the next call under the key: %+v after %d runs; want completed after 2", st, runs.Load())
-		}
-	})
-
-	t.Run("a key goes on after an outage of many calls", func(t *testing.T) {
+	t.Run("a tool without effect runs again under its key, through an outage of many calls", func(t *testing.T) {
 		ts := newCoreTasks(t, replay.NewMemoryStore(0))
 		var runs atomic.Int32
 		var down atomic.Bool
@@ -633,7 +608,9 @@ func TestKeyedTaskRuns(t *testing.T) {
 		for range 20 { // the client retries through the outage
 			st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k-out"))
 			must(t, err)
-			settled(t, ts, st.ID, nil)
+			if st = settled(t, ts, st.ID, nil); st.Status != taskFailed || st.effect != effectNone {
+				t.Fatalf("a run without effect: %+v", st)
+			}
 		}
 		down.Store(false)
 		st, err := ts.Create(context.Background(), tool, keyedCall("alice", "k-out"))
