@@ -42,8 +42,16 @@ type keptLease struct {
 // runs at the same rate it is lost before the store can find it lapsed and
 // give it to another caller. stop returns once the renewals have stopped,
 // with the time the last accepted one was sent (l.held if none was): the
-// lease lasts until then plus the hold at least, unless it was lost.
+// lease lasts until then plus the hold at least, unless it was lost. A
+// lease granted five sixths of its hold or more after it was taken is
+// lost before keep returns.
 func keep(ctx context.Context, l keptLease) (stop func() (held time.Time)) {
+	if !time.Now().Before(l.held.Add(l.hold - l.hold/6)) {
+		// Granted so late that it may lapse before a renewal: lost
+		// before the work begins.
+		l.lost(errors.New("mcptoken: the lease was granted too late to be kept"))
+		return func() time.Time { return l.held }
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	held := l.held

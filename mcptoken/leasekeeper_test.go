@@ -196,6 +196,20 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 		}
 	})
 
+	t.Run("a grant too late to keep runs nothing and frees the key", func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		store := &slowGrant{MemoryStore: replay.NewMemoryStore(100), delay: lease * 9 / 10}
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, lease })
+		runs := 0
+		run := func(context.Context) ([]byte, error) { runs++; return []byte(`{"content":[]}`), nil }
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-late"}`), nil, run); !errors.Is(err, ErrIdempotencyStore) || runs != 0 {
+			t.Fatalf("a late grant: %v after %d runs; want ErrIdempotencyStore, no run", err, runs)
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k-late"}`), nil, run); err != nil || runs != 1 {
+			t.Fatalf("the retry: %v after %d runs; want the tool run once", err, runs)
+		}
+	})
+
 	t.Run("a cancelled round's tool keeps its key while it winds down", func(t *testing.T) {
 		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100)}
 		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })

@@ -219,12 +219,6 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 	// key, and when the call's record could no longer outlive it (Window
 	// after the key was taken, less a Lease to record it, or three
 	// quarters of the Lease if that is later).
-	if !time.Now().Before(start.Add(e.lease - e.lease/6)) {
-		// The store answered so late that the lease may lapse before
-		// the first renewal: the tool must not start.
-		e.release(ctx, id, token, "the store's lease came too late to run the work")
-		return nil, fmt.Errorf("%w: the lease was granted too late to run the tool", errEngineStore)
-	}
 	end := start.Add(e.window - e.lease)
 	if late := start.Add(e.lease / 4 * 3); end.Before(late) {
 		end = late
@@ -246,6 +240,13 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 			e.logf(ctx, slog.LevelWarn, "renewing the call's lease failed; trying again", err)
 		},
 	})
+	if err := context.Cause(hctx); err != nil {
+		// Lost before the tool began (granted too late, or the round or
+		// task that runs the call ended): nothing runs.
+		stop()
+		e.release(ctx, id, token, "the tool's context ended before it began")
+		return nil, fmt.Errorf("%w: the tool's context ended before it began: %w", errEngineStore, err)
+	}
 	return e.settle(ctx, id, token, fp, stop, func() ([]byte, error) { return run(hctx) })
 }
 
