@@ -159,7 +159,6 @@ func (d *down) ReadRecord(ctx context.Context, id string) (replay.Record, error)
 	return d.MemoryStore.ReadRecord(ctx, id)
 }
 
-
 // serverOfAStoreGoneDown returns a task server whose store went down once
 // it had created a task of tool "quick" for alice, and that task's ID.
 func serverOfAStoreGoneDown(t *testing.T) (*taskServer, string) {
