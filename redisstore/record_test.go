@@ -879,18 +879,31 @@ func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 30 * time.Second
-	busy := busyRedis(t, 2*time.Second) // long enough to outlast a descheduled caller
-	start := time.Now()
-	if r, err := s.AcquireRecord(ctx, "d", lease, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
-		t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)
+	var id string
+	var start time.Time
+	for try := 0; ; try++ {
+		id = fmt.Sprint("d", try)
+		// Long enough to outlast a descheduled caller; when this one was
+		// descheduled longer (the busy spell ended before its acquire was
+		// answered), again with a spell twice as long and another ID.
+		busy := busyRedis(t, (2*time.Second)<<try)
+		start = time.Now()
+		r, err := s.AcquireRecord(ctx, id, lease, []byte("fp"))
+		<-busy
+		if err == nil && try < 3 {
+			continue // answered after the spell: Redis was not busy for it
+		}
+		if !errors.Is(err, ErrUnavailable) || r.State != 0 {
+			t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)
+		}
+		break
 	}
-	<-busy
 	select {
 	case <-released:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the timed-out acquire was not released")
 	}
-	if r, err := s.AcquireRecord(ctx, "d", lease, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
+	if r, err := s.AcquireRecord(ctx, id, lease, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
 		t.Fatalf("AcquireRecord after the release = %+v, %v; want acquired", r, err)
 	}
 	if el := time.Since(start); el >= lease {
