@@ -174,7 +174,7 @@ func TestLayeringOnlyTheRootPackageImportsTheCanonicalizer(t *testing.T) {
 // internal/xaes, as the idempotency middleware seals its responses), so
 // that the nested modules can share it without reaching into internal/
 // themselves, and nothing below it imports it (but its own test support,
-// mcptoken/mcptokentest, the contract every store runs).
+// mcptoken/mcptokentest, and storetest, the suite every store runs).
 func TestLayeringMCPTokenSitsOnRootReplayAndSealing(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	allowed := map[string]bool{
@@ -190,15 +190,16 @@ func TestLayeringMCPTokenSitsOnRootReplayAndSealing(t *testing.T) {
 		}
 	}
 	for path, p := range pkgs {
-		if !strings.HasPrefix(path, modulePath+"/mcptoken/") && slices.Contains(p.Deps, modulePath+"/mcptoken") {
-			t.Errorf("%s imports mcptoken: only the MCP integrations (nested modules) and mcptoken's own test support build on it", path)
+		if !strings.HasPrefix(path, modulePath+"/mcptoken/") && path != modulePath+"/storetest" && slices.Contains(p.Deps, modulePath+"/mcptoken") {
+			t.Errorf("%s imports mcptoken: only the MCP integrations (nested modules), mcptoken's own test support and storetest build on it", path)
 		}
 	}
 }
 
 // idempotency is an HTTP middleware over the root package, replay and
 // observe: nothing of the library builds on it (the examples do, and its
-// own test support, idempotency/idempotencytest).
+// own test support, idempotency/idempotencytest, and storetest, the suite
+// every store runs).
 func TestLayeringOnlyExamplesImportIdempotency(t *testing.T) {
 	pkgs, _ := modulePackages(t)
 	const idem = modulePath + "/idempotency"
@@ -206,7 +207,7 @@ func TestLayeringOnlyExamplesImportIdempotency(t *testing.T) {
 		t.Fatalf("go list did not report %s", idem)
 	}
 	for path, p := range pkgs {
-		if path != idem && !strings.HasPrefix(path, idem+"/") && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(p.Deps, idem) {
+		if path != idem && !strings.HasPrefix(path, idem+"/") && path != modulePath+"/storetest" && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(p.Deps, idem) {
 			t.Errorf("%s imports %s", path, idem)
 		}
 	}
@@ -273,7 +274,8 @@ func TestLayeringNestedModulesNeverImportInternal(t *testing.T) {
 // exchange (the RFC 8693 endpoint) and keyfile (key file reloading) are
 // built on the root package: they import it, observe, internal/reason and
 // the standard library only, and nothing of the library imports them (the
-// examples do, and exchange's own test support, exchange/exchangetest).
+// examples do, exchange's own test support, exchange/exchangetest, and
+// storetest, the suite every store runs).
 func TestLayeringExchangeAndKeyfileSitOnTheRootPackage(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	for _, pkg := range []string{modulePath + "/exchange", modulePath + "/keyfile"} {
@@ -289,7 +291,7 @@ func TestLayeringExchangeAndKeyfileSitOnTheRootPackage(t *testing.T) {
 			}
 		}
 		for path, q := range pkgs {
-			if path != pkg && !strings.HasPrefix(path, pkg+"/") && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(q.Deps, pkg) {
+			if path != pkg && !strings.HasPrefix(path, pkg+"/") && path != modulePath+"/storetest" && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(q.Deps, pkg) {
 				t.Errorf("%s imports %s", path, pkg)
 			}
 		}

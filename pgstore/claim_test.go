@@ -16,7 +16,7 @@ import (
 )
 
 // TestClaim pins what PostgreSQL adds to the claim contract
-// (TestClaimContract: first once, refused after, racing claims, release):
+// (TestStore: first once, refused after, racing claims, release):
 // racing claims at every isolation level, expiry by the database's clock,
 // and refusals that write nothing.
 func TestClaim(t *testing.T) {

@@ -6,7 +6,7 @@ package pgstore
 // (ctoken.NewOneTimeIssuer) and single-use request states redeemed over
 // HTTP and webhook deliveries through the webhook middleware's leases:
 // nothing is accepted while the database is down. (Exactly once across
-// instances: TestExchangeContract, TestWebhookContract.)
+// instances: TestStore.)
 
 import (
 	"crypto/rand"
@@ -170,8 +170,8 @@ var singleUseKinds = []string{"onetime", "state"}
 
 // TestFleet pins several instances on one database: refusals while the
 // database is down, and what a crash and restart keep (one-time tokens
-// across instances: TestExchangeContract; webhook deliveries:
-// TestWebhookContract).
+// across instances and webhook deliveries:
+// TestStore).
 func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name string

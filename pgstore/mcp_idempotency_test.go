@@ -67,7 +67,7 @@ func paymentRows(t testing.TB, pool *pgxpool.Pool, table string) int {
 
 // TestMCPIdempotencyOnPostgreSQL runs the tool in the store's transaction
 // (Transactional), its write a row: what the store adds to the contract
-// every store runs (TestMCPIdempotencyContract), which covers the calls
+// every store runs (TestStore), which covers the calls
 // without a transaction.
 func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 	t.Run("transactional true", func(t *testing.T) {

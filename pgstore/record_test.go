@@ -22,37 +22,8 @@ import (
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// TestRecordContract: replaytest.RunRecordContract (fingerprints kept
-// with leases, records written with the done row and returned byte for
-// byte up to replay.MaxResultBytes, resends, takeovers, limits, 32
-// concurrent acquires) against real PostgreSQL.
-func TestRecordContract(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return storeOn(t, pool) })
-}
-
-// TestRenewContract: replaytest.RunRenewContract (a renewed lease
-// outlives its first end and keeps its fingerprint and token; only the
-// holder of a live lease renews) against real PostgreSQL.
-func TestRenewContract(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return storeOn(t, pool) })
-}
-
-// TestReadContract: replaytest.RunReadContract (a read reports free, busy
-// or done as AcquireRecord finds the ID, the lapse by the database's
-// clock, and changes nothing) against real PostgreSQL.
-func TestReadContract(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	replaytest.RunReadContract(t, func(t *testing.T) replaytest.ReadStore { return storeOn(t, pool) })
-}
 
 // TestReadRecord pins what the Reader contract leaves to pgstore: the
 // read writes nothing and locks no row, reads a Work's ID busy, and

@@ -10,21 +10,10 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
 
-// TestRequestStateContract: no refusal (caller, tool, arguments, audience)
-// consumes a single-use request state held in Redis; the right request
-// opens it afterwards exactly once (replaytest.RunRequestStateContract).
-func TestRequestStateContract(t *testing.T) {
-	replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store {
-		s, _ := newTestStore(t)
-		return s
-	})
-}
-
-// TestClaim pins what Redis adds to the claim contract (TestClaimContract:
+// TestClaim pins what Redis adds to the claim contract (TestStore:
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
 func TestClaim(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/exchange"
-	"github.com/ctoken/ctoken/exchange/exchangetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -100,13 +99,6 @@ func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 		return -1, "200 without a credential"
 	}
 	return res.StatusCode, body.Error
-}
-
-// TestExchangeContract: two exchange endpoints, each with its own issuer
-// and Store on the test Redis (one prefix).
-func TestExchangeContract(t *testing.T) {
-	c := newTestClient(t)
-	exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, c) })
 }
 
 // TestFleetExchange pins what Redis adds to the contract: a Redis that

@@ -10,54 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
-	"github.com/ctoken/ctoken/webhook/webhooktest"
 	"github.com/redis/go-redis/v9"
 )
-
-func TestLeaseContract(t *testing.T) {
-	c := newTestClient(t)
-	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	})
-}
-
-// TestIdempotencyContract: two instances of a service, each with its own
-// Store on the test Redis (one prefix).
-func TestIdempotencyContract(t *testing.T) {
-	c := newTestClient(t)
-	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, c) })
-}
-
-// twoInstances returns two Stores on one provisioned key space, as two
-// instances of a service have.
-func twoInstances(t *testing.T, c *redis.Client) (*Store, *Store) {
-	t.Helper()
-	prefix := uniquePrefix(t, c)
-	a := provisioned(t, c, Options{Prefix: prefix})
-	b, err := New(c, Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return a, b
-}
-
-// TestWebhookContract: two receivers, each with its own Store on the test
-// Redis (one prefix).
-func TestWebhookContract(t *testing.T) {
-	c := newTestClient(t)
-	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, c) })
-}
-
-func TestClaimContract(t *testing.T) {
-	c := newTestClient(t)
-	replaytest.RunClaimContract(t, func(t *testing.T) replay.Store {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	})
-}
 
 // replayingClient sends every command to Redis twice and answers with the
 // second reply, as a client does that resends a command whose first reply

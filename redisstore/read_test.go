@@ -10,19 +10,8 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
-
-// TestReadContract: replaytest.RunReadContract (a read reports free, busy
-// or done as AcquireRecord finds the ID, the lapse by Redis's clock, and
-// changes nothing) against the test Redis.
-func TestReadContract(t *testing.T) {
-	c := newTestClient(t)
-	replaytest.RunReadContract(t, func(t *testing.T) replaytest.ReadStore {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	})
-}
 
 // TestReadRecord pins what the Reader contract leaves to redisstore: one
 // round trip of read commands, an answer from a Redis at maxmemory, and

@@ -20,26 +20,8 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
-
-func TestRecordContract(t *testing.T) {
-	c := newTestClient(t)
-	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	})
-}
-
-// TestRenewContract: replaytest.RunRenewContract (a renewed lease
-// outlives its first end and keeps its fingerprint and token; only the
-// holder of a live lease renews) against the test Redis.
-func TestRenewContract(t *testing.T) {
-	c := newTestClient(t)
-	replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	})
-}
 
 // acquireRecord is AcquireRecord failing the test on an error or a state
 // other than want.

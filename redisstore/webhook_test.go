@@ -17,7 +17,7 @@ import (
 )
 
 // TestWebhook pins what Redis adds to the webhook contract
-// (TestWebhookContract: copies across instances handled once, a failed
+// (TestStore: copies across instances handled once, a failed
 // delivery handled again on the other): a busy Redis and a lost lease
 // release the delivery for its retry, and a Redis that is down processes
 // nothing.

@@ -8,16 +8,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/clocktest"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/ctoken/ctoken/replay/replaytest"
 )
-
-func TestMemoryStoreLeaseContract(t *testing.T) {
-	replaytest.RunLeaseContract(t, func(*testing.T) replaytest.Store { return replay.NewMemoryStore(1000) })
-}
-
-func TestMemoryStoreClaimContract(t *testing.T) {
-	replaytest.RunClaimContract(t, func(*testing.T) replay.Store { return replay.NewMemoryStore(1000) })
-}
 
 // TestMemoryStoreLease pins MemoryStore's leases beyond the shared contract.
 func TestMemoryStoreLease(t *testing.T) {
@@ -194,23 +185,4 @@ func TestMemoryStoreLease(t *testing.T) {
 			t.Fatalf("AcquireLease of the live long lease = %+v, %v; want busy with a positive wait", got, err)
 		}
 	})
-}
-
-// TestMemoryStoreRequestStateContract: no refusal consumes a single-use
-// request state held in a MemoryStore (replaytest.RunRequestStateContract;
-// redisstore and pgstore run it against real servers).
-func TestMemoryStoreRequestStateContract(t *testing.T) {
-	replaytest.RunRequestStateContract(t, func(*testing.T) replay.Store { return replay.NewMemoryStore(0) })
-}
-
-func TestMemoryStoreRecordContract(t *testing.T) {
-	replaytest.RunRecordContract(t, func(*testing.T) replaytest.RecordStore { return replay.NewMemoryStore(1000) })
-}
-
-func TestMemoryStoreRenewContract(t *testing.T) {
-	replaytest.RunRenewContract(t, func(*testing.T) replaytest.RenewStore { return replay.NewMemoryStore(1000) })
-}
-
-func TestMemoryStoreReadContract(t *testing.T) {
-	replaytest.RunReadContract(t, func(*testing.T) replaytest.ReadStore { return replay.NewMemoryStore(1000) })
 }

@@ -14,14 +14,11 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/exchange/exchangetest"
-	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/mcptoken"
-	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/ctoken/ctoken/sqlitestore"
-	"github.com/ctoken/ctoken/webhook/webhooktest"
+	"github.com/ctoken/ctoken/storetest"
 )
 
 // openMigrated opens a new database file in a temporary directory with
@@ -48,10 +45,11 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs idempotencytest's, mcptokentest's, exchangetest's,
-// webhooktest's and replaytest's claim, work, lease, record, renew, read and request-state
-// contracts on a store over a real file, on the test binary's driver.
-func TestContracts(t *testing.T) {
+// TestStore runs storetest's suite on a store over a real file, on each
+// of the test binary's drivers, and pins the one refusal of the suite's
+// kits that SQLite makes: a Work holds the database's only writer, so
+// Transactional MCP tasks are refused, not stalled.
+func TestStore(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -59,29 +57,7 @@ func TestContracts(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				return mustStore(t, db, sqlitestore.Options{})
 			}
-			t.Run("work", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
-					s, db := workStore(t, d, sqlitestore.Options{})
-					return s, sqliteEffects{db}
-				})
-			})
-			t.Run("idempotency", func(t *testing.T) {
-				t.Parallel()
-				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
-			})
-			t.Run("mcp idempotency", func(t *testing.T) {
-				t.Parallel()
-				mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
-			})
-			t.Run("mcp tasks", func(t *testing.T) {
-				t.Parallel()
-				mcptokentest.RunTasksContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
-			})
 			t.Run("mcp tasks work refused", func(t *testing.T) {
-				// A Work holds SQLite's only writer for a task's whole
-				// run: Transactional tasks are refused, not stalled.
-				t.Parallel()
 				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 				if err != nil {
 					t.Fatal(err)
@@ -95,37 +71,13 @@ func TestContracts(t *testing.T) {
 					t.Fatalf("Add of a Transactional task tool = %v; want ctoken.ErrConfig", err)
 				}
 			})
-			t.Run("exchange", func(t *testing.T) {
-				t.Parallel()
-				exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })
-			})
-			t.Run("webhook", func(t *testing.T) {
-				t.Parallel()
-				webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })
-			})
-			t.Run("claim", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunClaimContract(t, func(t *testing.T) replay.Store { return store(t) })
-			})
-			t.Run("lease", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store { return store(t) })
-			})
-			t.Run("record", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return store(t) })
-			})
-			t.Run("renew", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return store(t) })
-			})
-			t.Run("read", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunReadContract(t, func(t *testing.T) replaytest.ReadStore { return store(t) })
-			})
-			t.Run("request state", func(t *testing.T) {
-				t.Parallel()
-				replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store { return store(t) })
+			storetest.Exercise(t, storetest.Harness{
+				NewStore:     func(t *testing.T) replay.Store { return store(t) },
+				NewInstances: func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) },
+				NewWork: func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+					s, db := workStore(t, d, sqlitestore.Options{})
+					return s, sqliteEffects{db}
+				},
 			})
 		})
 	}

@@ -7,7 +7,7 @@ package drivertest
 // the transactional mode, writing through sqlitestore.TxFrom: the
 // client's retry gets the first result, the payments table holds one
 // row, and a tool that fails after its write keeps neither the write nor
-// a record. (The plain mode: mcptokentest.RunContract, in TestContracts.)
+// a record. (The plain mode: mcptokentest.RunContract, in TestStore.)
 
 import (
 	"bytes"

@@ -292,7 +292,7 @@ func TestMiddlewares(t *testing.T) {
 // binary's driver: every case in the transactional mode, the one-time
 // token in the plain mode too (the plain mode's concurrent retries and
 // failed attempts: idempotencytest.RunContract and webhooktest.RunContract,
-// in TestContracts).
+// in TestStore).
 func middlewaresOnSQLite(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -78,7 +78,7 @@ func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
 }
 
 // TestWork: the transactional mode used directly, as the middlewares use
-// it, beyond replaytest.RunWorkContract (TestContracts): the single
+// it, beyond replaytest.RunWorkContract (TestStore): the single
 // writer, claims in a Work or WithTx, the handler's escapes and settings.
 func TestWork(t *testing.T) {
 	runOnEveryDriver(t, []driverCase{
