@@ -30,7 +30,7 @@ import (
 func TestClassifyReadsWhatGoSDKReturns(t *testing.T) {
 	stateful, stateless := &mcp.StreamableHTTPOptions{}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}
 	callOnce := func(t *testing.T, opts *mcp.StreamableHTTPOptions, mode dropMode, rt http.RoundTripper) error {
-		url, _ := serveDropping(t, idemDeployServer(t, &deployTool{}, false), opts, func(int) dropMode { return mode })
+		url, _ := serveDropping(t, idemDeployServer(t, &deployTool{}, true), opts, func(int) dropMode { return mode })
 		_, err := clientFor(t, url, nil, rt).CallTool(context.Background(), deployParams("api"))
 		if err == nil {
 			t.Fatal("the call succeeded")
@@ -71,7 +71,7 @@ func TestClassifyReadsWhatGoSDKReturns(t *testing.T) {
 			}
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}}
-		url, _ := serveDropping(t, idemDeployServer(t, &deployTool{}, false), nil, nil)
+		url, _ := serveDropping(t, idemDeployServer(t, &deployTool{}, true), nil, nil)
 		cs := clientFor(t, url, nil, rt)
 		refuse.Store(true)
 		_, err := cs.CallTool(context.Background(), deployParams("api"))
