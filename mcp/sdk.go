@@ -79,8 +79,10 @@ func sdkInputFailed(err error) bool {
 	return strings.HasPrefix(err.Error(), sdkMRTRPrefix)
 }
 
-// sdkInputCapability is the one capability go-sdk asks an older client for
-// when it fulfils input requests in process: elicitation.
+// sdkInputCapability is the capability a refusal names when go-sdk's
+// in-process fulfilment of input requests fails for an older client:
+// elicitation. go-sdk fulfils sampling and roots requests there too, which
+// its error does not tell apart (see the hooks above).
 const sdkInputCapability = mcptoken.CapElicitation
 
 // sdkDeclared is what caps declares of [sdkInputCapability]; nil (no

@@ -112,7 +112,7 @@ func TestGoSDKFailsOlderClientsInputWithCodeZero(t *testing.T) {
 	t.Cleanup(func() { cs.Close() })
 	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask", Arguments: stepIn{}})
 	var we *jsonrpc.Error
-	if !errors.As(err, &we) || we.Code != 0 || !strings.HasPrefix(we.Message, sdkMRTRPrefix) {
+	if !errors.As(err, &we) || we.Code != 0 || !sdkInputFailed(errors.New(we.Message)) {
 		t.Errorf("go-sdk now answers %v; revisit olderClientError", err)
 	}
 }
