@@ -8,8 +8,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken"
@@ -61,12 +59,6 @@ type CallOptions struct {
 
 // defaultCallElapsed is CallOptions.MaxElapsed's default.
 const defaultCallElapsed = 30 * time.Second
-
-// codeRejected is the JSON-RPC code of go-sdk's jsonrpc2.ErrRejected
-// ("rejected by transport"), an internal package's error: a request the
-// client's transport could not deliver or whose answer it did not get,
-// never a code a ctoken server sends.
-const codeRejected = -32005
 
 // msgStoreUnavailable is the message of [Idempotency.Wrap]'s -32603 for a
 // store that could not answer, which carries no ctoken code.
@@ -250,35 +242,20 @@ func classify(err error) verdict {
 		// A connection (in-memory, stdio) that ended while the call
 		// was in flight: closed for good.
 		return verdict{Reached: true, Closed: true}
-	case strings.HasSuffix(err.Error(), "request terminated without response"):
-		// go-sdk v1.8.0's error, without a type, of a response stream
-		// (SSE) that ended before the call's response: the session
-		// lives on.
+	case sdkStreamEnded(err):
+		// A response stream (SSE) that ended before the call's
+		// response: the session lives on.
 		return verdict{Retry: true, Reached: true}
-	case strings.Contains(err.Error(), ": failed to read body: "):
-		// go-sdk v1.8.0's error, without a type, of a JSON response
-		// cut off: the connection has failed.
+	case sdkBodyCut(err):
+		// A JSON response cut off: the connection has failed.
 		return verdict{Reached: true, Closed: true}
-	case httpRefused(err):
+	case sdkHTTPRefused(err):
 		// A 4xx without a JSON-RPC body (401, 403, 400 of a proxy or
 		// of the server's own middleware): refused before any tool
 		// ran, and go-sdk fails the connection.
 		return verdict{Closed: true}
 	}
 	return verdict{Reached: true}
-}
-
-// httpRefused reports whether err is go-sdk v1.8.0's error, without a
-// type, of an HTTP answer 4xx other than 408 and 429: its text ends with
-// the status text.
-func httpRefused(err error) bool {
-	msg := err.Error()
-	for code := 400; code < 500; code++ {
-		if t := http.StatusText(code); t != "" && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests && strings.HasSuffix(msg, ": "+t) {
-			return true
-		}
-	}
-	return false
 }
 
 // refusal returns the verdict on we, a JSON-RPC error the server sent:

@@ -917,7 +917,6 @@ func TestCallToolClassify(t *testing.T) {
 	}{
 		{"a connection closed, perhaps mid-call", fmt.Errorf("calling tools/call: %w", mcp.ErrConnectionClosed), verdict{Reached: true, Closed: true}},
 		{"the server's 404 for a lost session", fmt.Errorf("calling tools/call: %w", mcp.ErrSessionMissing), verdict{Closed: true}},
-		{"a 401 without a JSON-RPC body", errors.New(`calling "tools/call": Unauthorized`), verdict{Closed: true}},
 		{"a 408", errors.New(`calling "tools/call": Request Timeout`), verdict{Reached: true}},
 		{"an error of unknown origin", errors.New("output does not match the schema"), verdict{Reached: true}},
 		{"an application's JSON-RPC code", &jsonrpc.Error{Code: -32000, Message: "failed"}, verdict{Reached: true}},

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -316,11 +315,6 @@ func toolResultOf(b []byte) (*mcp.CallToolResult, error) {
 	return &res, nil
 }
 
-// sdkMRTRPrefix begins every error of go-sdk's own (v1.8.0) multi
-// round-trip handling for clients before protocol 2026-07-28, which fulfils
-// a handler's input requests in process.
-const sdkMRTRPrefix = "multi-round-trip: "
-
 // olderClientError replaces the error go-sdk returns (as JSON-RPC code 0)
 // when it cannot fulfil a handler's input requests in process for a client
 // on a protocol before 2026-07-28: a client without the elicitation
@@ -329,7 +323,7 @@ const sdkMRTRPrefix = "multi-round-trip: "
 // that declared it but whose answer failed gets -32603. Every other error is
 // returned as is.
 func (s *States) olderClientError(ctx context.Context, method, name string, req mcp.Request, err error) error {
-	if _, ok := err.(*jsonrpc.Error); ok || !strings.HasPrefix(err.Error(), sdkMRTRPrefix) {
+	if !sdkInputFailed(err) {
 		return err
 	}
 	ss, ok := req.GetSession().(*mcp.ServerSession)
@@ -345,22 +339,11 @@ func (s *States) olderClientError(ctx context.Context, method, name string, req 
 	}
 	s.core.Integration().Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
 		mcptoken.NameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
-	// go-sdk v1.8.0 fulfils input requests in process by elicitation only.
-	refusal := mcptoken.CannotAnswer(version, declared(caps), mcptoken.CapElicitation)
+	refusal := mcptoken.CannotAnswer(version, sdkDeclared(caps), sdkInputCapability)
 	if refusal == nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "input required: asking the client for input failed"}
 	}
 	return clientLacksInput(refusal)
-}
-
-// declared is what caps declares of the one capability go-sdk v1.8.0 asks
-// an older client for in process, elicitation; nil (no declaration seen: a
-// stateless HTTP session of an older client) is nil.
-func declared(caps *mcp.ClientCapabilities) *mcptoken.Declared {
-	if caps == nil {
-		return nil
-	}
-	return &mcptoken.Declared{Elicitation: caps.Elicitation != nil}
 }
 
 // clientLacksInput is the -32021 error of r: its message, and data

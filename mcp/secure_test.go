@@ -695,7 +695,6 @@ func TestSecuredOlderClients(t *testing.T) {
 		{"without elicitation it gets a clear error", securedOlderClientWithoutElicitationGetsClearError},
 		{"with elicitation it is asked in process", securedOlderClientWithElicitationIsAskedInProcess},
 		{"when its answer fails it gets an internal error", securedOlderClientWhoseAnswerFailsGetsInternalError},
-		{"go-sdk alone fails them with code 0", sdkFailsOlderClientsWithCodeZero},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -1087,33 +1086,6 @@ func securedOlderClientWhoseAnswerFailsGetsInternalError(t *testing.T) {
 	t.Cleanup(func() { cs.Close() })
 	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "steps", Arguments: stepIn{Target: "prod"}})
 	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
-}
-
-// sdkFailsOlderClientsWithCodeZero pins the go-sdk behaviour the
-// middleware corrects: without it, a 2025-11-25 client without elicitation
-// gets code 0 and a message beginning with sdkMRTRPrefix. If a go-sdk
-// upgrade changes that, this test says the mapping needs another look.
-func sdkFailsOlderClientsWithCodeZero(t *testing.T) {
-	s := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "v0"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(context.Context, *mcp.CallToolRequest, stepIn) (*mcp.CallToolResult, stepOut, error) {
-		return &mcp.CallToolResult{InputRequests: question("q"), RequestState: "s"}, stepOut{}, nil
-	})
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := s.Connect(context.Background(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "old", Version: "v0"}, nil).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask", Arguments: stepIn{}})
-	var we *jsonrpc.Error
-	if !errors.As(err, &we) || we.Code != 0 || !strings.HasPrefix(we.Message, sdkMRTRPrefix) {
-		t.Errorf("go-sdk now answers %v; revisit olderClientError", err)
-	}
 }
 
 // A two-round tool with an effect in its second round, for the retry of a

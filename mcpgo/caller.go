@@ -201,7 +201,7 @@ func StateRetryAfter(err error) (time.Duration, bool) {
 	if err == nil {
 		return 0, false
 	}
-	rest, ok := strings.CutSuffix(err.Error(), ") (ctokenCode "+strconv.Itoa(StateBusy)+")")
+	rest, ok := sdkCutMessageEnd(err, ") (ctokenCode "+strconv.Itoa(StateBusy)+")")
 	if !ok {
 		return 0, false
 	}

@@ -243,10 +243,6 @@ func keyedRequest(req mcp.CallToolRequest, key, keyArg string) (mcp.CallToolRequ
 // verdict is what one failed attempt tells CallTool.
 type verdict = mcptoken.RetryVerdict
 
-// errNilResponse is the text of mcp-go v1.2.1's error, without a type, of
-// a response stream (SSE) that ended before the call's response.
-const errNilResponse = "unexpected nil response"
-
 // classify returns the verdict on err, the error of an attempt made while
 // its context was live. What it cannot prove did not run is Reached.
 func classify(err error) verdict {
@@ -258,7 +254,7 @@ func classify(err error) verdict {
 			if hint, ok := StateRetryAfter(err); ok {
 				return verdict{Retry: true, Reached: true, Hint: hint}
 			}
-			switch msg := strings.TrimPrefix(err.Error(), mcp.ErrInternalError.Error()+": "); {
+			switch msg := sdkInternalMessage(err); {
 			case msg == ErrIdempotencyStore.Error():
 				return verdict{Retry: true, Reached: true}
 			case msg == ErrNoCaller.Error(), msg == ErrStoreUnavailable.Error(), refusedState(msg):
@@ -271,7 +267,7 @@ func classify(err error) verdict {
 		case errors.Is(err, mcp.ErrParseError), errors.Is(err, mcp.ErrInvalidRequest),
 			errors.Is(err, mcp.ErrMethodNotFound), errors.Is(err, mcp.ErrInvalidParams),
 			errors.As(err, new(mcp.HeaderMismatchError)), errors.As(err, new(mcp.MissingRequiredClientCapabilityError)),
-			errors.As(err, new(mcp.UnsupportedProtocolVersionError)), err.Error() == "client not initialized":
+			errors.As(err, new(mcp.UnsupportedProtocolVersionError)), sdkNotInitialized(err):
 			// Refused before any tool ran, or never sent.
 			return verdict{}
 		}
@@ -283,7 +279,7 @@ func classify(err error) verdict {
 	var op *net.OpError
 	var auth *transport.AuthorizationRequiredError
 	var oauth *transport.OAuthAuthorizationRequiredError
-	switch status := httpStatus(err); {
+	switch status := sdkHTTPStatus(err); {
 	case errors.Is(err, transport.ErrSessionTerminated):
 		// The server's 404 for a session it no longer has: not run,
 		// and the transport sends nothing more.
@@ -314,28 +310,6 @@ func refusedState(msg string) bool {
 		}
 	}
 	return false
-}
-
-// httpStatus returns the status of mcp-go v1.2.1's error, without a
-// type, of an HTTP answer other than 200 and 202 ("request failed with
-// status N: body"), and 0 for any other error.
-func httpStatus(err error) int {
-	const prefix = "request failed with status "
-	msg := err.Error()
-	i := strings.Index(msg, prefix)
-	if i < 0 {
-		return 0
-	}
-	rest := msg[i+len(prefix):]
-	j := strings.IndexByte(rest, ':')
-	if j < 0 {
-		return 0
-	}
-	n, err := strconv.Atoi(rest[:j])
-	if err != nil || n < 100 || n > 599 {
-		return 0
-	}
-	return n
 }
 
 // refusedResult is the error CallTool keeps for an attempt answered with

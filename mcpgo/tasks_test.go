@@ -285,68 +285,6 @@ func TestTasksRefusals(t *testing.T) {
 	}
 }
 
-// TestRequiredTaskToolBehindMcpGo: a Required task tool never runs through
-// mcp-go for a client that did not declare the Tasks extension, however
-// the request spells its keys: mcp-go decodes with encoding/json, which
-// matches keys case-insensitively and keeps the last of duplicates.
-func TestRequiredTaskToolBehindMcpGo(t *testing.T) {
-	tasks, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keyring(t, 9), Store: replay.NewMemoryStore(0),
-		Caller: func(*http.Request) (string, error) { return "alice", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ran []string
-	h := func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		ran = append(ran, req.Params.Name)
-		return mcp.NewToolResultText("ran"), nil
-	}
-	s := server.NewMCPServer("t", "v0", server.WithToolCapabilities(true))
-	s.AddTool(mcp.NewTool("job"), h)
-	s.AddTool(mcp.NewTool("plain"), h)
-	if err := tasks.Add(TaskTool("job", h, true)); err != nil {
-		t.Fatal(err)
-	}
-	handler := tasks.Handler(server.NewStreamableHTTPServer(s))
-	// Stateless 2026-07-28 requests, each with the headers mcp-go checks
-	// against the body as mcp-go reads the body.
-	post := func(body string) string {
-		body = strings.Replace(body, `"arguments":{}`, `"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`, -1)
-		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Accept", "application/json, text/event-stream")
-		r.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-		var m struct {
-			Method string
-			Params struct{ Name string }
-		}
-		json.Unmarshal([]byte(body), &m)
-		r.Header.Set("Mcp-Method", m.Method)
-		r.Header.Set("Mcp-Name", m.Params.Name)
-		w := httptest.NewRecorder()
-		handler.ServeHTTP(w, r)
-		return w.Body.String()
-	}
-	if out := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"plain","arguments":{}}}`); len(ran) != 1 {
-		t.Fatalf("the plain tool did not run: %s", out)
-	}
-	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"job","arguments":{}}}`
-	for _, body := range []string{
-		call,
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"NAME":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"plain","Name":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"METHOD":"tools/call","params":{"name":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","PARAMS":{"name":"job","arguments":{}}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"plain","arguments":{}},"Params":{"name":"job","arguments":{}}}`,
-	} {
-		ran = nil
-		if out := post(body); len(ran) != 0 {
-			t.Errorf("%s: mcp-go ran %q for a client without the extension: %.300s", body, ran, out)
-		}
-	}
-}
-
 // taskFleet is one mcp-go server behind two instances' Tasks (a, then b
 // once toB is called) at one endpoint, as a proxy in front of a fleet;
 // "Bearer <user>" names the caller.

@@ -22,6 +22,10 @@ import (
 // tasks/cancel) to application code, nor lets a tools/call answer with a
 // CreateTaskResult (resultType "task"), so [Tasks.Handler] answers those
 // requests itself and hands every other request to the SDK unchanged.
+// Every body rule below mirrors how go-sdk or mcp-go reads a body; this
+// package imports neither, so the tests that provoke each SDK's reading
+// are in mcp/sdk_test.go and mcpgo/sdk_test.go, and the hooks that would
+// end the mirroring are listed in mcp/sdk.go and mcpgo/sdk.go.
 
 // maxTaskRequestBytes caps the body [Tasks.Handler] reads, as go-sdk's
 // DefaultMaxRequestBodyBytes does; a longer one is refused.
