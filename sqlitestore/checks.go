@@ -298,9 +298,10 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 		return false, err
 	}
 	if !haveSide {
-		// A table no store ran on (judgeFiles): its sidecar before its first write.
+		// A table no store ran on (judgeFiles): its sidecar before its
+		// first write, merged with another New's meanwhile.
 		side = sidecar{Incarnation: inc, Seq: seq}
-		if err := writeSidecar(sidecarFile(s.path, s.table), side, true); err != nil {
+		if err := writeSidecar(sidecarFile(s.path, s.table), side, false); err != nil {
 			return false, fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
 		}
 	}
