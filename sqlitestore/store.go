@@ -50,7 +50,8 @@ var (
 	// matches [replay.ErrExpired]). It matches [replay.ErrInvalidClaim].
 	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
 	// ErrForgotten reports that the database no longer holds claims it
-	// acknowledged: every call refuses until an operator runs [Rearm]. Its
+	// acknowledged, or may not (its history cannot be judged): every call
+	// refuses until an operator runs [Rearm]. Its
 	// message names the hidden files found and the command line of
 	// ctoken-sqlite (cmd/ctoken-sqlite) that does.
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
