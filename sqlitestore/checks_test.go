@@ -258,9 +258,10 @@ func newRefusesNilDB(t *testing.T) {
 	}
 }
 
-// FuzzLastSeq: no WAL file, however malformed, panics the judgement of a
-// kept WAL, and a file shorter than a WAL header holds no sequence.
-func FuzzLastSeq(f *testing.F) {
+// FuzzWALRows: no WAL file, however malformed (its freelist too), panics
+// the judgement of a kept WAL, and a file shorter than a WAL header holds
+// no sequence and no row.
+func FuzzWALRows(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 0x10, 0}, make([]byte, 4096)...))
 	link := filepath.Join(f.TempDir(), "wal")
@@ -268,9 +269,9 @@ func FuzzLastSeq(f *testing.F) {
 		if err := os.WriteFile(link, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		seq, _, err := lastSeq(link, link, "inc", nil)
-		if len(b) < 32 && (seq != 0 || err != nil) {
-			t.Fatalf("lastSeq of %d bytes = %d, %v; want 0, nil (shorter than a header)", len(b), seq, err)
+		seq, pages, err := walRows(link, "inc", 0)
+		if len(b) < 32 && (seq != 0 || pages != nil || err != nil) {
+			t.Fatalf("walRows of %d bytes = %d, %d pages, %v; want 0, none, nil (shorter than a header)", len(b), seq, len(pages), err)
 		}
 	})
 }

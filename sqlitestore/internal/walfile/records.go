@@ -147,3 +147,32 @@ func sqliteVarint(b []byte) (uint64, int) {
 	}
 	return 0, 0
 }
+
+// Free returns the pages on the freelist of the database whose page 1 and
+// trunk pages image returns (nil when it has none of the page), as far as
+// it has the trunks: a page freed stays as it was last written, which the
+// database no longer reads.
+func Free(image func(pgno uint32) []byte) map[uint32]bool {
+	be := binary.BigEndian
+	free := map[uint32]bool{}
+	p1 := image(1)
+	if len(p1) < 100 {
+		return free
+	}
+	for trunk := be.Uint32(p1[32:]); trunk != 0 && !free[trunk]; {
+		b := image(trunk)
+		if len(b) < 8 {
+			break
+		}
+		free[trunk] = true
+		n := int(be.Uint32(b[4:]))
+		if n > (len(b)-8)/4 {
+			break
+		}
+		for i := range n {
+			free[be.Uint32(b[8+4*i:])] = true
+		}
+		trunk = be.Uint32(b[0:])
+	}
+	return free
+}

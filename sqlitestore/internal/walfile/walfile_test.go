@@ -193,3 +193,50 @@ func TestRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestFree: the freelist is read from page 1's first trunk through the
+// trunks image has, each trunk and its leaves free; a trunk image lacks,
+// a leaf count past the page and a cycle of trunks end the walk.
+func TestFree(t *testing.T) {
+	be := binary.BigEndian
+	trunk := func(next uint32, leaves ...uint32) []byte {
+		b := make([]byte, 512)
+		be.PutUint32(b[0:], next)
+		be.PutUint32(b[4:], uint32(len(leaves)))
+		for i, l := range leaves {
+			be.PutUint32(b[8+4*i:], l)
+		}
+		return b
+	}
+	page1 := func(first uint32) []byte {
+		b := make([]byte, 512)
+		be.PutUint32(b[32:], first)
+		return b
+	}
+	tooMany := trunk(0, 9)
+	be.PutUint32(tooMany[4:], 200)
+	for _, tc := range []struct {
+		name  string
+		pages map[uint32][]byte
+		want  []uint32
+	}{
+		{"no page 1", map[uint32][]byte{3: trunk(0, 4)}, nil},
+		{"an empty freelist", map[uint32][]byte{1: page1(0)}, nil},
+		{"two trunks", map[uint32][]byte{1: page1(3), 3: trunk(6, 4, 5), 6: trunk(0, 7)}, []uint32{3, 4, 5, 6, 7}},
+		{"a trunk missing ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(6, 4)}, []uint32{3, 4}},
+		{"a leaf count past the page ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(8, 4), 8: tooMany}, []uint32{3, 4, 8}},
+		{"a cycle of trunks ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(6, 4), 6: trunk(3, 5)}, []uint32{3, 4, 5, 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := Free(func(pgno uint32) []byte { return tc.pages[pgno] })
+			if len(free) != len(tc.want) {
+				t.Fatalf("Free = %v; want %v", free, tc.want)
+			}
+			for _, p := range tc.want {
+				if !free[p] {
+					t.Fatalf("Free = %v; want %v", free, tc.want)
+				}
+			}
+		})
+	}
+}
