@@ -128,10 +128,11 @@ func BenchmarkMiddlewareTransactionalVsFloor(b *testing.B) {
 }
 
 // benchOwnWork runs next as the middleware runs a first request on s,
-// without the middleware's own work (its fingerprint, seal, contexts and
-// buffer), writing the same row: AcquireWork of the request's store ID
-// (idempotency.StoreID of the caller, the middleware's route and the key)
-// with a fingerprint's worth of bytes, next under a context with the
+// without the middleware's own work (the key's parsing, the
+// fingerprint, the seal, its contexts), writing the same row:
+// AcquireWork of the request's store ID (idempotency.StoreID of the
+// caller, the middleware's route and the key) with a fingerprint's
+// worth of bytes, next under a context with the
 // Work and the middleware's deadline (three quarters of its default
 // lease), Commit with a record of the sealed record's length (the
 // encoded response and benchSealOverhead), then next's response.
