@@ -21,16 +21,16 @@ import (
 // before the commit succeeded.
 func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.Handler, body []byte) {
 	p := a.p
-	// The transaction may live as long as the lease can still be
-	// committed (confirmDeadline), however the client's request ends.
-	wctx, wcancel := replay.WithDeadlineOnly(a.r.Context(), a.start.Add(p.lease+p.lease/4))
-	defer wcancel()
 	start := time.Now()
 	var work replay.Work
 	var err error
 	if a.held != nil {
 		work = a.held // AcquireWork began it, holding the lease
 	} else {
+		// The transaction may live as long as the lease can still be
+		// committed (confirmDeadline), however the client's request ends.
+		wctx, wcancel := replay.WithDeadlineOnly(a.r.Context(), a.start.Add(p.lease+p.lease/4))
+		defer wcancel()
 		work, err = p.transactor.BeginWork(wctx, a.id, a.token)
 	}
 	a.work = max(time.Since(start), 1)

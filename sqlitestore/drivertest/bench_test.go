@@ -33,6 +33,7 @@ import (
 //	BenchmarkTransactionalFloor    the handler's own transaction: BEGIN IMMEDIATE; the same INSERT; COMMIT
 //	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
+//	BenchmarkMiddlewareTransactionalVsFloor  the same through the idempotency middleware and an HTTP path (bench_middleware_test.go)
 //	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
 //	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working or a completed task, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
 //	BenchmarkClaimWhileSweeping    claims on an idle store, then claims while one Sweep drains 100 000 expired rows: latency percentiles of each
