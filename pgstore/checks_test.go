@@ -78,7 +78,10 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 				t.Fatalf("Rearm with a negative fence: %v; want ErrConfig", err)
 			}
 			// Rearmed with a fence: refused until it passes, then served.
-			const fence = 700 * time.Millisecond
+			// A claim that returned before rearmed+fence ran within the
+			// fence (which Rearm started after rearmed): it must be
+			// refused, however long the machine made it take.
+			const fence = 3 * time.Second
 			rearmed := time.Now()
 			if err := Rearm(bg(), pool, name, fence); err != nil {
 				t.Fatal(err)
@@ -86,11 +89,20 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
 				t.Fatalf("New on a rearmed, fenced table: %v", err)
 			}
-			for time.Since(rearmed) < fence-200*time.Millisecond {
-				if first, err := s.Claim(bg(), "claimed", until); first || !errors.Is(err, ErrForgotten) {
+			within := 0
+			for {
+				first, err := s.Claim(bg(), "claimed", until)
+				if time.Since(rearmed) >= fence {
+					break
+				}
+				if first || !errors.Is(err, ErrForgotten) {
 					t.Fatalf("Claim within the fence = %v, %v; want ErrForgotten", first, err)
 				}
+				within++
 				time.Sleep(50 * time.Millisecond)
+			}
+			if within == 0 {
+				t.Fatalf("no claim returned within the %v fence", fence)
 			}
 			time.Sleep(time.Until(rearmed.Add(fence + 100*time.Millisecond)))
 			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {

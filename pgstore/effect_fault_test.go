@@ -407,32 +407,40 @@ func busyApp(table string, d time.Duration) *effectApp {
 // effectsOnceAroundAFault serves a busyApp on s (a 2 s lease; its effect
 // table on admin) to the load of 40 keys of each kind, first attempts
 // spread over 2 s, and runs fault one second in (it returns once the
-// fault is over). Keys must see success before the fault and after it,
-// some attempts must fail, and every key ends with exactly one committed
-// effect.
+// fault is over). Every key must end with exactly one committed effect
+// and see success, those whose attempts failed in the fault too. The
+// fault must land mid-load (keys see success before it, and some attempts
+// fail in it): on a loaded machine the load can miss a fault, so the
+// scenario runs again, up to three times in all, on a new table and new
+// keys until it lands.
 func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what string, fault func()) {
 	t.Helper()
-	app := busyApp(newChargeTable(t, admin), 50*time.Millisecond)
-	base := serveApp(t, app.handler(t, s, 2*time.Second))
-	keys := effectKeyNames(40)
-	var from, to time.Time
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(time.Second)
-		from = time.Now()
-		fault()
-		to = time.Now()
-	}()
-	seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
-	<-done
-	before, after := seenBetween(seen, time.Time{}, from), seenBetween(seen, to, time.Now())
-	t.Logf("%d keys saw success before %s, %d after it (%v long); %d attempts failed",
-		before, what, after, to.Sub(from).Round(time.Millisecond), failed)
-	if before == 0 || after == 0 || failed == 0 {
-		t.Errorf("%s did not land mid-load", what)
+	for attempt := 1; ; attempt++ {
+		app := busyApp(newChargeTable(t, admin), 50*time.Millisecond)
+		base := serveApp(t, app.handler(t, s, 2*time.Second))
+		keys := effectKeyNames(40)
+		var from, to time.Time
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(time.Second)
+			from = time.Now()
+			fault()
+			to = time.Now()
+		}()
+		seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
+		<-done
+		before := seenBetween(seen, time.Time{}, from)
+		t.Logf("attempt %d: %d keys saw success before %s (%v long); %d attempts failed",
+			attempt, before, what, to.Sub(from).Round(time.Millisecond), failed)
+		effectsOncePerKey(t, admin, app.table, keys, seen)
+		if before > 0 && failed > 0 {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("%s did not land mid-load in %d attempts", what, attempt)
+		}
 	}
-	effectsOncePerKey(t, admin, app.table, keys, seen)
 }
 
 // effectsOnceThroughFailedFirstRuns: the first run of every key's
