@@ -146,10 +146,17 @@ func (s *Store) repair(ctx context.Context) {
 // rewriteFile is one pass. The failed write-backs the held file's fsync
 // reports at its start are covered by it; one reported later fails it.
 func (s *Store) rewriteFile(ctx context.Context) error {
+	// Linux reports a failed write-back once to each descriptor open when
+	// it happened: here to the held file's and the writer connection's,
+	// which runs the repair's checkpoints; what they report now, this
+	// pass covers.
 	var before int64
 	if s.file != nil {
 		before = s.syncHeld()
 		s.cover(before)
+	}
+	if _, err := s.checkpointWAL(ctx); err != nil && !isIOError(err) {
+		return err
 	}
 	var pageSize, total int64
 	if err := s.db.QueryRowContext(ctx, `SELECT page_size, page_count FROM pragma_page_size, pragma_page_count`).Scan(&pageSize, &total); err != nil {
@@ -298,27 +305,32 @@ func (s *Store) repairTx(ctx context.Context, fn func(stmtQuerier) error, took *
 	return err
 }
 
-// checkpointWAL runs PASSIVE checkpoints, which never hold the
-// application's writers back, until one copies the whole WAL (the next
-// writer then restarts it) or one copies nothing more (a read
-// transaction holds it back), ten at most. It returns the frames the
-// next writer appends after: 0 when the WAL was copied whole.
+// checkpointWAL runs PASSIVE checkpoints on the writer's connection
+// (they never hold the application's writers back), until one copies the
+// whole WAL (the next writer then restarts it) or one copies nothing
+// more (a read transaction holds it back), ten at most. It returns the
+// frames the next writer appends after: 0 when the WAL was copied whole.
 func (s *Store) checkpointWAL(ctx context.Context) (frames int64, err error) {
-	last := int64(-1)
-	for range 10 {
-		var busy, log, done int64
-		if err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err != nil {
-			return 0, fmt.Errorf("a checkpoint of the repair: %w", err)
+	err = s.repairTx(ctx, func(q stmtQuerier) error {
+		last := int64(-1)
+		for range 10 {
+			var busy, log, done int64
+			if err := q.queryRow(`PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err != nil {
+				return fmt.Errorf("a checkpoint of the repair: %w", err)
+			}
+			switch {
+			case busy == 0 && done == log:
+				frames = 0
+				return nil
+			case busy == 0 && done == last:
+				frames = log
+				return nil
+			}
+			last, frames = done, max(log, 0)
 		}
-		switch {
-		case busy == 0 && done == log:
-			return 0, nil
-		case busy == 0 && done == last:
-			return log, nil
-		}
-		last, frames = done, log
-	}
-	return max(frames, 0), nil
+		return nil
+	}, nil)
+	return frames, err
 }
 
 // walGrowth is how much the WAL file grows when pages are appended after
