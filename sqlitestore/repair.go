@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -149,11 +150,23 @@ func (s *Store) rewriteFile(ctx context.Context) error {
 	// Linux reports a failed write-back once to each descriptor open when
 	// it happened: here to the held file's and the writer connection's,
 	// which runs the repair's checkpoints; what they report now, this
-	// pass covers.
+	// pass covers. Page 1 written as it is (user_version) gives the
+	// checkpoint a page to copy, so it syncs the file.
 	var before int64
 	if s.file != nil {
 		before = s.syncHeld()
 		s.cover(before)
+	}
+	var took time.Duration
+	if err := s.repairTx(ctx, func(q stmtQuerier) error {
+		var v int64
+		if err := q.queryRow(`PRAGMA main.user_version`).Scan(&v); err != nil {
+			return err
+		}
+		_, err := q.exec(`PRAGMA main.user_version = ` + strconv.FormatInt(v, 10))
+		return err
+	}, &took); err != nil {
+		return err
 	}
 	if _, err := s.checkpointWAL(ctx); err != nil && !isIOError(err) {
 		return err
