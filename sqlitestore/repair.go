@@ -144,8 +144,8 @@ func (s *Store) repair(ctx context.Context) {
 	s.observe(replay.Event{Kind: replay.EventServing})
 }
 
-// rewriteFile is one pass. The failed write-backs the held file's fsync
-// reports at its start are covered by it; one reported later fails it.
+// rewriteFile is one pass. What the descriptors report at its start is
+// covered by it; a failed write-back reported later fails it.
 func (s *Store) rewriteFile(ctx context.Context) error {
 	// Linux reports a failed write-back once to each descriptor open when
 	// it happened: here to the held file's and the writer connection's,
@@ -339,8 +339,9 @@ func (s *Store) checkpointWAL(ctx context.Context) (frames int64, err error) {
 				frames = log
 				return nil
 			}
-			last, frames = done, max(log, 0)
+			last, frames = done, log
 		}
+		frames = max(frames, 1) // not copied whole, or not known (busy)
 		return nil
 	}, nil)
 	return frames, err
