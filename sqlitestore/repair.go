@@ -370,7 +370,7 @@ func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), fir
 			return err
 		}
 		n += n / 8
-		free, err := s.freeSpace(dir)
+		free, err := freeSpace(dir)
 		if err != nil && first {
 			s.log.Warn("sqlitestore: the repair after an I/O error cannot measure the free space beside the database: it goes on, and may fill the disk", "table", unquote(s.table), "dir", dir, "needed", n, "err", err)
 		}

@@ -129,12 +129,11 @@ type Store struct {
 	// Work take, so they never wait on SQLite's busy handler for each other.
 	writeMu      chan struct{}
 	ops          chan *op
-	wc           *wconn                      // the writer's connection, under writeMu
-	file         *heldFile                   // held open in WAL mode (heldfile.go)
-	failuresSeen atomic.Int64                // the failed write-backs acted on (repair.go)
-	repairing    atomic.Bool                 // a repair is due or runs (repair.go)
-	repairShort  atomic.Pointer[error]       // the repair's refusal while it waits for free space
-	freeSpace    func(string) (int64, error) // a directory's free bytes (statfs)
+	wc           *wconn                // the writer's connection, under writeMu
+	file         *heldFile             // held open in WAL mode (heldfile.go)
+	failuresSeen atomic.Int64          // the failed write-backs acted on (repair.go)
+	repairing    atomic.Bool           // a repair is due or runs (repair.go)
+	repairShort  atomic.Pointer[error] // the repair's refusal while it waits for free space
 	bg           context.Context
 	closedConn   *sql.Conn                // closed: a Tx's statement after its Work fails on it
 	savepoint    string                   // random per store, so no handler names it
@@ -174,7 +173,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 		faults = append(faults, "nil *sql.DB: pass the database sql.Open returned")
 	}
 	ctx = orBackground(ctx)
-	s := &Store{db: db, now: now, done: make(chan struct{}), freeSpace: freeSpace}
+	s := &Store{db: db, now: now, done: make(chan struct{})}
 	defer func() { err = s.guard.place.lift(malformed(err, s.path, s.table)) }()
 	table, fault := tableName(opts.Table)
 	if fault != "" {
