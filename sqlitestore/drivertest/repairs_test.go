@@ -223,7 +223,7 @@ func appPages(t *testing.T, db *sql.DB, pages int) {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
-		INSERT INTO app (v) SELECT randomblob(3900) FROM c`, pages); err != nil {
+		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages); err != nil {
 		t.Fatal(err)
 	}
 	var busy, log, done int
@@ -252,7 +252,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
 			db, path := openMigrated(t, d)
-			appPages(t, db, 3000)
+			appPages(t, db, 2000)
 			markRepair(t, db, path)
 			watch, err := db.Conn(ctx)
 			if err != nil {
@@ -326,7 +326,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 }
 
 // TestRepairYieldsToTheApplicationsWriter: during the repair of a file of
-// 6000 pages, an application inserting a row every millisecond on the
+// 3000 pages, an application inserting a row every millisecond on the
 // same *sql.DB (busy_timeout 5000) is never refused: the repair's
 // transactions are short and it pauses after each. It logs the repair's
 // time, the WAL's peak and the inserts' latency beside idle
@@ -337,7 +337,7 @@ func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
 			ctx := context.Background()
 			db, path := openMigrated(t, d)
 			requireDBPage(t, db)
-			pages := 6000
+			pages := 3000
 			if mib, err := strconv.Atoi(os.Getenv("CTOKEN_REPAIR_MIB")); err == nil {
 				pages = mib * 256
 			}
@@ -411,8 +411,8 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[min(int(q*float64(len(s))), len(s)-1)].Round(10 * time.Microsecond)
 }
 
-// TestRepairKeepsTheWALUnderItsBound: the repair of a file of 8000 pages
-// (31 MiB) checkpoints every 16 MiB it rewrote, so the WAL, which SQLite
+// TestRepairKeepsTheWALUnderItsBound: the repair of a file of 5000 pages
+// (20 MiB) checkpoints every 16 MiB it rewrote, so the WAL, which SQLite
 // never shrinks, stays under 16 MiB of pages and their frame headers.
 func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 	for _, d := range Drivers() {
@@ -420,7 +420,7 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 			ctx := context.Background()
 			db, path := openMigrated(t, d)
 			requireDBPage(t, db)
-			appPages(t, db, 8000)
+			appPages(t, db, 5000)
 			markRepair(t, db, path)
 			rep := newRepairs()
 			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
@@ -431,7 +431,7 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 			rep.wait(t)
 			const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
 			size, wal := fileSize(t, path), fileSize(t, path+"-wal")
-			if size < 30<<20 || wal > bound {
+			if size < 19<<20 || wal > bound {
 				t.Fatalf("after the repair of a file of %d bytes the WAL holds %d; want at most %d", size, wal, bound)
 			}
 			t.Logf("the WAL's peak in the repair of %.1f MiB: %.1f MiB", float64(size)/(1<<20), float64(wal)/(1<<20))
