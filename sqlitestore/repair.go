@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -14,20 +17,28 @@ import (
 // An I/O error is a loss until proven otherwise: Linux reports a failed
 // write-back once and marks the pages clean, so the page cache holds bytes
 // the disk never got. As PostgreSQL does, the store acknowledges nothing
-// from the error on and rewrites every page from the page cache,
-// repairPages per transaction so the application's writes go on. The
-// sidecar marks an unfinished repair: New repairs first, or after a crash
-// of the machine refuses. Outside WAL mode a journal rolls it back.
+// from the error on and rewrites every page from the page cache into the
+// WAL, in short transactions with pauses between them so the
+// application's writers get the lock, and checkpoints every repairWAL
+// bytes so the WAL stays that small. The sidecar marks an unfinished
+// repair: New repairs first, or after a crash of the machine refuses.
+// Outside WAL mode a journal rolls it back.
 
-const repairPages = 256 // pages per transaction of the repair
+const (
+	repairPages = 256      // pages per transaction of the repair
+	repairWAL   = 16 << 20 // bytes of pages the repair writes between two checkpoints
+)
 
 var errRepairing = fmt.Errorf("%w: an I/O error of the database file was found: the store acknowledges nothing until it has rewritten the database and synced it (in progress, logged)", ErrUnavailable)
 
 func (s *Store) repairErr() error {
-	if s.repairing.Load() {
-		return errRepairing
+	if !s.repairing.Load() {
+		return nil
 	}
-	return nil
+	if p := s.repairShort.Load(); p != nil {
+		return *p
+	}
+	return errRepairing
 }
 
 // isIOError reports SQLITE_IOERR, by SQLite's message; not SQLITE_FULL,
@@ -44,13 +55,23 @@ func (s *Store) sawIOError(err error) {
 
 // lookForWritebackFailure fsyncs the held database file, and starts the
 // repair when this or another Store's fsync reported a failed write-back
-// since its last look. Another fsync error ends the looks.
+// that no pass of this Store's repair covered.
 func (s *Store) lookForWritebackFailure() {
-	h := s.file
-	if h == nil || !s.wal {
+	if s.file == nil || !s.wal {
 		return
 	}
+	if s.cover(s.syncHeld()) {
+		s.startRepair("a write-back of the database file failed (found by the store's fsync of it: another connection's checkpoint, or the kernel's write-back)", nil)
+	}
+}
+
+// syncHeld fsyncs the held database file and returns how many failed
+// write-backs the fsyncs of it reported, this one's included. Another
+// fsync error ends the fsyncs.
+func (s *Store) syncHeld() int64 {
+	h := s.file
 	h.syncMu.Lock()
+	defer h.syncMu.Unlock()
 	if h.syncErr == nil {
 		if err := h.f.Sync(); isWritebackFailure(err) {
 			h.failures.Add(1)
@@ -59,10 +80,20 @@ func (s *Store) lookForWritebackFailure() {
 			s.log.Warn("sqlitestore: the fsync of the database file failed otherwise than for a failed write-back: the store no longer looks for failed write-backs of other connections", "table", unquote(s.table), "err", err)
 		}
 	}
-	h.syncMu.Unlock()
-	if n := h.failures.Load(); n != s.failuresSeen {
-		s.failuresSeen = n
-		s.startRepair("a write-back of the database file failed (found by the store's fsync of it: another connection's checkpoint, or the kernel's write-back)", nil)
+	return h.failures.Load()
+}
+
+// cover records the failed write-backs up to the nth as acted on, and
+// reports whether some were not.
+func (s *Store) cover(n int64) bool {
+	for {
+		seen := s.failuresSeen.Load()
+		if n <= seen {
+			return false
+		}
+		if s.failuresSeen.CompareAndSwap(seen, n) {
+			return true
+		}
 	}
 }
 
@@ -88,7 +119,9 @@ func (s *Store) startRepair(why string, err error) {
 // repair rewrites the file until a pass succeeds or the store closes.
 func (s *Store) repair(ctx context.Context) {
 	defer s.wg.Done()
+	start, passes := time.Now(), 0
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		passes++
 		err := s.rewriteFile(ctx)
 		if err == nil {
 			break
@@ -104,111 +137,256 @@ func (s *Store) repair(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+	s.repairShort.Store(nil)
 	s.repairing.Store(false)
 	s.guard.clearMarks(s, s.normal, "after the repair")
-	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and synced; serving", "table", unquote(s.table))
+	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and synced; serving", "table", unquote(s.table), "passes", passes, "elapsed", time.Since(start).Round(time.Millisecond))
 	s.observe(replay.Event{Kind: replay.EventServing})
 }
 
-// rewriteFile is one pass; a failed write-back found meanwhile fails it.
+// rewriteFile is one pass. What the descriptors report at its start is
+// covered by it; a failed write-back reported later fails it.
 func (s *Store) rewriteFile(ctx context.Context) error {
+	// Linux reports a failed write-back once to each descriptor open when
+	// it happened: here to the held file's and the writer connection's,
+	// which runs the repair's checkpoints; what they report now, this
+	// pass covers. Page 1 written as it is (user_version) gives the
+	// checkpoint a page to copy, so it syncs the file.
 	var before int64
 	if s.file != nil {
-		before = s.file.failures.Load()
+		before = s.syncHeld()
+		s.cover(before)
 	}
-	start, logged := time.Now(), time.Now()
-	for pgno := int64(0); ; {
-		next, total, err := s.rewritePages(ctx, pgno)
-		if err != nil {
+	var took time.Duration
+	if err := s.repairTx(ctx, func(q stmtQuerier) error {
+		var v int64
+		if err := q.queryRow(`PRAGMA main.user_version`).Scan(&v); err != nil {
 			return err
 		}
-		if next >= total {
-			break
-		}
-		pgno = next
-		if time.Since(logged) > 10*time.Second {
-			s.log.Info("sqlitestore: rewriting the database after an I/O error", "table", unquote(s.table), "pages", pgno, "of", total, "elapsed", time.Since(start).Round(time.Second))
-			logged = time.Now()
-		}
+		_, err := q.exec(`PRAGMA main.user_version = ` + strconv.FormatInt(v, 10))
+		return err
+	}, &took); err != nil {
+		return err
 	}
-	// PASSIVE, which never holds the application's writers back: done
-	// when it copied the whole WAL, which syncs the database file (and the
-	// next writer restarts the WAL).
-	for waited := time.Now(); ; {
-		var busy, log, done int
-		err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done)
-		if err != nil {
-			return fmt.Errorf("the checkpoint after the rewrite: %w", err)
-		}
-		if done == log {
-			break
-		}
-		if time.Since(waited) > 10*time.Second {
-			s.log.Info("sqlitestore: the repair waits for a reader that holds the checkpoint back", "table", unquote(s.table), "frames", log, "copied", done)
-			waited = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	if _, err := s.checkpointWAL(ctx); err != nil && !isIOError(err) {
+		return err
 	}
-	if s.file != nil && s.file.failures.Load() != before {
-		return errors.New("another write-back of the file failed during the pass")
+	var pageSize, total int64
+	if err := s.db.QueryRowContext(ctx, `SELECT page_size, page_count FROM pragma_page_size, pragma_page_count`).Scan(&pageSize, &total); err != nil {
+		return err
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_dbpage WHERE pgno = 1`).Scan(&n)
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		err = s.vacuum(ctx, pageSize, total)
+	} else if err == nil {
+		err = s.rewritePages(ctx, pageSize, total)
+	}
+	if err != nil {
+		return err
+	}
+	// The rewritten pages are durable in the WAL (the repair commits with
+	// synchronous=FULL): a checkpoint a reader holds back copies them
+	// later, and its failure is another I/O error.
+	if frames, err := s.checkpointWAL(ctx); err != nil {
+		return err
+	} else if frames != 0 {
+		s.log.Info("sqlitestore: the repair's last checkpoint did not copy the whole WAL (a read transaction or another checkpoint holds it back): the rewritten pages are synced in the WAL, and later checkpoints copy them", "table", unquote(s.table))
+	}
+	if s.file != nil && s.syncHeld() != before {
+		return errors.New("another write-back of the database file failed during the pass")
 	}
 	return nil
 }
 
-// rewritePages rewrites the pages after pgno in one transaction (without
-// sqlite_dbpage, VACUUM) and returns the last one and the page count.
-func (s *Store) rewritePages(parent context.Context, pgno int64) (next, total int64, err error) {
-	ctx, cancel := context.WithTimeout(parent, time.Minute)
-	defer cancel()
+// rewritePages rewrites every page, repairPages per transaction, each
+// followed by a pause as long as it held the write lock, and a PASSIVE
+// checkpoint every repairWAL bytes.
+func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
+	every := max(repairWAL/pageSize/repairPages, 1) * repairPages
+	start, logged := time.Now(), time.Now()
+	for pgno := int64(0); pgno < total; {
+		if pgno%every == 0 {
+			if err := s.waitForRoom(ctx, func() (int64, error) {
+				// The WAL restarts after a checkpoint that copied it whole;
+				// else it grows by every page left.
+				left := total - pgno
+				frames, err := s.checkpointWAL(ctx)
+				if frames == 0 {
+					left = min(left, every)
+				}
+				return s.walGrowth(frames, left, pageSize), err
+			}, pgno == 0); err != nil {
+				return err
+			}
+		}
+		var took time.Duration
+		next := pgno
+		err := s.repairTx(ctx, func(q stmtQuerier) error {
+			if err := q.queryRow(`PRAGMA main.page_count`).Scan(&total); err != nil {
+				return err
+			}
+			next = min(pgno+repairPages, total)
+			_, err := q.exec(`UPDATE sqlite_dbpage SET data = data WHERE pgno > ? AND pgno <= ?`, pgno, next)
+			return err
+		}, &took)
+		if err == nil {
+			pgno = next
+		} else if strings.Contains(err.Error(), "database is locked") {
+			// The application's writers held the lock for busy_timeout:
+			// the same pages again, after as long a pause.
+			s.log.Warn("sqlitestore: the repair after an I/O error waited for the write lock for busy_timeout; trying again", "table", unquote(s.table), "pages", pgno, "of", total)
+			took = max(took, time.Second)
+		} else {
+			return err
+		}
+		if time.Since(logged) > 10*time.Second {
+			s.log.Info("sqlitestore: rewriting the database after an I/O error", "table", unquote(s.table), "pages", pgno, "of", total, "elapsed", time.Since(start).Round(time.Second))
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(took):
+		}
+	}
+	return nil
+}
+
+// vacuum is the repair where SQLite lacks sqlite_dbpage: one VACUUM,
+// which holds the write lock until it ends and grows the WAL by the file.
+func (s *Store) vacuum(ctx context.Context, pageSize, total int64) error {
+	if err := s.waitForRoom(ctx, func() (int64, error) {
+		frames, err := s.checkpointWAL(ctx)
+		return s.walGrowth(frames, total, pageSize), err
+	}, true); err != nil {
+		return err
+	}
+	s.log.Warn("sqlitestore: this driver's SQLite has no sqlite_dbpage: the repair rewrites the database with one VACUUM, which holds the write lock until it ends (the application's writes wait for it, up to their busy_timeout)", "table", unquote(s.table), "pages", total)
+	// Bounded by Close alone: a large file's VACUUM outlasts any timeout.
+	err := s.repairTx(ctx, func(q stmtQuerier) error { return s.waiting(ctx, q.wc, `VACUUM`) }, nil)
+	if err != nil {
+		return fmt.Errorf("VACUUM: %w", err)
+	}
+	return nil
+}
+
+// repairTx runs fn on the writer's connection under writeMu with
+// synchronous=FULL, in a transaction when took is set (then the time it
+// held the write lock). On failure it rolls back; a connection whose
+// rollback fails is dropped, never handed back inside a transaction.
+func (s *Store) repairTx(ctx context.Context, fn func(stmtQuerier) error, took *time.Duration) (err error) {
 	select {
 	case s.writeMu <- struct{}{}:
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return ctx.Err()
 	}
 	defer func() { <-s.writeMu }()
-	wc, _, err := s.openWriter(ctx, false)
+	wc, level, err := s.openWriter(ctx, false)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
-	q := stmtQuerier{ctx, wc}
-	if err := s.begin(ctx, wc); err != nil {
-		return 0, 0, err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			if _, err := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); err != nil {
+	q := s.inTx(ctx, wc) // nothing in the transaction is cancelled, COMMIT included
+	if level < syncFull {
+		if _, err := q.exec(`PRAGMA synchronous = FULL`); err != nil {
+			s.dropWriter()
+			return err
+		}
+		defer func() {
+			if _, rerr := q.exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
 				s.dropWriter()
 			}
-		}
-	}()
-	if err := q.queryRow(`PRAGMA main.page_count`).Scan(&total); err != nil {
-		return 0, 0, err
+		}()
 	}
-	next = min(pgno+repairPages, total)
-	_, err = q.exec(`UPDATE sqlite_dbpage SET data = data WHERE pgno > ? AND pgno <= ?`, pgno, next)
-	if err != nil && strings.Contains(err.Error(), "no such table") {
-		if _, err := q.exec(`ROLLBACK`); err != nil {
-			return 0, 0, err
+	if took == nil {
+		if err = fn(q); err != nil {
+			s.commitFailed(ctx, err)
 		}
-		committed = true
-		s.log.Warn("sqlitestore: this driver's SQLite has no sqlite_dbpage: the repair rewrites the database with one VACUUM, which holds the write lock until it ends", "table", unquote(s.table), "pages", total)
-		// Bounded by Close alone: a large file's VACUUM outlasts any timeout.
-		if err := s.waiting(parent, wc, `VACUUM`); err != nil {
-			return 0, 0, fmt.Errorf("VACUUM: %w", err)
-		}
-		return total, total, nil
+		return err
+	}
+	start := time.Now()
+	defer func() { *took = time.Since(start) }()
+	if err := s.begin(ctx, wc); err != nil {
+		return err
+	}
+	if err = fn(q); err == nil {
+		_, err = q.exec(`COMMIT`)
 	}
 	if err != nil {
-		return 0, 0, err
+		s.commitFailed(ctx, err)
 	}
-	committed = true
-	if _, err := q.exec(`COMMIT`); err != nil {
-		return 0, 0, fmt.Errorf("commit: %w", err)
-	}
-	return next, total, nil
+	return err
 }
+
+// checkpointWAL runs PASSIVE checkpoints on the writer's connection
+// (they never hold the application's writers back), until one copies the
+// whole WAL (the next writer then restarts it) or one copies nothing
+// more (a read transaction holds it back), ten at most. It returns the
+// frames the next writer appends after: 0 when the WAL was copied whole.
+func (s *Store) checkpointWAL(ctx context.Context) (frames int64, err error) {
+	err = s.repairTx(ctx, func(q stmtQuerier) error {
+		last := int64(-1)
+		for range 10 {
+			var busy, log, done int64
+			if err := q.queryRow(`PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err != nil {
+				return fmt.Errorf("a checkpoint of the repair: %w", err)
+			}
+			switch {
+			case busy == 0 && done == log:
+				frames = 0
+				return nil
+			case busy == 0 && done == last:
+				frames = log
+				return nil
+			}
+			last, frames = done, log
+		}
+		frames = max(frames, 1) // not copied whole, or not known (busy)
+		return nil
+	}, nil)
+	return frames, err
+}
+
+// walGrowth is how much the WAL file grows when pages are appended after
+// frames of it.
+func (s *Store) walGrowth(frames, pages, pageSize int64) int64 {
+	var size int64
+	if info, err := os.Stat(s.path + "-wal"); err == nil {
+		size = info.Size()
+	}
+	return max(32+(frames+pages)*(24+pageSize)-size, 0) // the header, then a header per frame
+}
+
+// waitForRoom returns once the database's directory has the free space
+// the next writes need (need's bytes, and an eighth more for the
+// application's writes meanwhile), refusing
+// meanwhile with both figures and trying again up to 30 s apart. When the
+// space cannot be measured it goes on, logged when first.
+func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), first bool) error {
+	dir := filepath.Dir(s.path)
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		n, err := need()
+		if err != nil {
+			return err
+		}
+		n += n / 8
+		free, err := freeSpace(dir)
+		if err != nil && first {
+			s.log.Warn("sqlitestore: the repair after an I/O error cannot measure the free space beside the database: it goes on, and may fill the disk", "table", unquote(s.table), "dir", dir, "needed", n, "err", err)
+		}
+		if err != nil || free >= n {
+			s.repairShort.Store(nil)
+			return nil
+		}
+		refusal := fmt.Errorf("%w; the repair needs %.1f MiB free in %s and finds %.1f MiB: free space there (it tries again, up to 30 s apart)", errRepairing, mib(n), dir, mib(free))
+		s.repairShort.Store(&refusal)
+		s.log.Warn("sqlitestore: the repair after an I/O error waits for free space beside the database", "table", unquote(s.table), "dir", dir, "needed", n, "free", free, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }

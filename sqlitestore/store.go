@@ -130,10 +130,11 @@ type Store struct {
 	// Work take, so they never wait on SQLite's busy handler for each other.
 	writeMu      chan struct{}
 	ops          chan *op
-	wc           *wconn      // the writer's connection, under writeMu
-	file         *heldFile   // held open in WAL mode (heldfile.go)
-	failuresSeen int64       // the failed write-backs the checker acted on
-	repairing    atomic.Bool // a repair is due or runs (repair.go)
+	wc           *wconn                // the writer's connection, under writeMu
+	file         *heldFile             // held open in WAL mode (heldfile.go)
+	failuresSeen atomic.Int64          // the failed write-backs acted on (repair.go)
+	repairing    atomic.Bool           // a repair is due or runs (repair.go)
+	repairShort  atomic.Pointer[error] // the repair's refusal while it waits for free space
 	bg           context.Context
 	closedConn   *sql.Conn                // closed: a Tx's statement after its Work fails on it
 	savepoint    string                   // random per store, so no handler names it
@@ -237,7 +238,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if s.file, err = openHeld(s.path); err != nil {
 		s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)
 	} else {
-		s.failuresSeen = s.file.failures.Load()
+		s.failuresSeen.Store(s.file.failures.Load())
 	}
 	repair, err := s.guard.open(ctx, s, conn)
 	if err != nil {

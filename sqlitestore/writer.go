@@ -303,9 +303,10 @@ func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 	s.sawIOError(err)
 }
 
-// commitFailed rolls back after a failed COMMIT, keeping the connection:
-// one opened in its place could rebuild the WAL index from frames the
-// page cache holds but the disk may not. The caller holds writeMu.
+// commitFailed rolls back after a failed COMMIT (or the repair's failed
+// step), keeping the connection unless the rollback fails: one opened in
+// its place could rebuild the WAL index from frames the page cache holds
+// but the disk may not. The caller holds writeMu.
 func (s *Store) commitFailed(ctx context.Context, err error) bool {
 	s.sawIOError(err)
 	if s.wc == nil {

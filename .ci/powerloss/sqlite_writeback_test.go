@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,18 +54,36 @@ func init() {
 }
 
 // seenLog is a slog handler that writes to stderr and records each
-// message it has seen.
+// message it has seen, the repairs that started and each repair's passes.
 type seenLog struct {
 	slog.Handler
-	mu   *sync.Mutex
-	seen map[string]bool
+	mu     *sync.Mutex
+	seen   map[string]bool
+	starts *int
+	passes *[]int64
 }
 
 func (h seenLog) Handle(ctx context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.seen[r.Message] = true
+	if strings.Contains(r.Message, "the store acknowledges nothing until it has rewritten") {
+		*h.starts++
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "passes" {
+			*h.passes = append(*h.passes, a.Value.Int64())
+		}
+		return true
+	})
 	h.mu.Unlock()
 	return h.Handler.Handle(ctx, r)
+}
+
+// repairs returns how many repairs started and each ended one's passes.
+func (h seenLog) repairs() (int, []int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return *h.starts, slices.Clone(*h.passes)
 }
 
 func (h seenLog) saw(substr string) bool {
@@ -81,7 +100,7 @@ func (h seenLog) saw(substr string) bool {
 // writebackChild runs the scenario, printing "claimed <id>" for each
 // acknowledged claim, "arm" when the next fsync of the database file is
 // to fail (it then waits for a line on stdin), "failed <error>" for the
-// application's checkpoint that met it, "repaired" once the store has
+// application's checkpoint that met it, "repaired <starts> <passes>" once the store has
 // rewritten the database after finding the failure, and "done"; then it
 // waits to be killed.
 //
@@ -108,7 +127,7 @@ func writebackChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	log := seenLog{slog.NewTextHandler(os.Stderr, nil), new(sync.Mutex), map[string]bool{}}
+	log := seenLog{slog.NewTextHandler(os.Stderr, nil), new(sync.Mutex), map[string]bool{}, new(int), new([]int64)}
 	opts := sqliteOptions(false, slog.New(log))
 	opts.RecheckInterval = job.Recheck
 	s, err := sqlitestore.New(ctx, db, opts)
@@ -231,7 +250,11 @@ func writebackChild(spec string) error {
 		// most; the parent then reports no repair).
 		for range 12000 {
 			if log.saw("a write-back of the database file failed") && log.saw("the database was rewritten") {
-				say("repaired")
+				// Ten more checks, which would start a second repair for
+				// the same failure.
+				time.Sleep(10 * job.Recheck)
+				starts, passes := log.repairs()
+				say(fmt.Sprintf("repaired %d %v", starts, passes))
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -319,6 +342,12 @@ func TestSQLiteWritebackErrorThenPowerCut(t *testing.T) {
 					t.Log("the store's own fsync of the database file met the failure before the application's checkpoint")
 				case "repaired":
 					repaired = true
+					// One failure, one repair of one pass: the failure is
+					// reported to the store's held descriptor and to its
+					// writer's connection, each counted once.
+					if rest != "1 [1]" {
+						t.Errorf("repairs started and their passes: %s; want 1 [1]; child:\n%s", rest, stderr.String())
+					}
 				case "work-refused":
 					workRefused = true
 					t.Logf("the Work open across the failure: %s", rest)

@@ -2,9 +2,15 @@ package drivertest
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,4 +178,396 @@ func setSidecarField(t *testing.T, path, field string, v any) {
 	if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// repairBoot returns this boot's id, which the sidecar's repair mark
+// names when New is to repair; it skips where there is none.
+func repairBoot(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip("no boot id here (not Linux): a repair mark always refuses New")
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// markRepair leaves the database at path as a store closed in the middle
+// of its repair after an I/O error leaves it: the next New repairs before
+// it serves.
+func markRepair(t *testing.T, db *sql.DB, path string) {
+	t.Helper()
+	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	setSidecarField(t, path, "repair", repairBoot(t))
+}
+
+// requireDBPage skips a driver whose SQLite lacks sqlite_dbpage: there the
+// repair is one VACUUM, which holds the write lock and grows the WAL by
+// the whole file (docs/sqlitestore.md).
+func requireDBPage(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_dbpage WHERE pgno = 1`).Scan(&n); err != nil {
+		t.Skipf("no sqlite_dbpage in this driver's SQLite (%v): the repair is one VACUUM", err)
+	}
+}
+
+// appPages adds about pages pages of the application's rows (table app)
+// to db, then empties the WAL.
+func appPages(t *testing.T, db *sql.DB, pages int) {
+	t.Helper()
+	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
+		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages); err != nil {
+		t.Fatal(err)
+	}
+	var busy, log, done int
+	if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
+		t.Fatalf("emptying the WAL: busy %d, %v", busy, err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
+
+// TestRepairClosedMidwayLeavesNoTransaction: a Close in the middle of a
+// repair (at once, or after one of its transactions committed) hands no
+// connection back to the pool inside a transaction, a cancelled COMMIT
+// included: New on the same *sql.DB serves (and repairs again), and every
+// insert the application made on that *sql.DB around each Close is in the
+// file once it is opened again, where another *sql.DB's New serves.
+func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			appPages(t, db, 2000)
+			markRepair(t, db, path)
+			watch, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer watch.Close()
+			version := func() int64 {
+				var v int64
+				if err := watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			inserts := 0
+			insert := func(when string) {
+				t.Helper()
+				if _, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES ('inserted')`); err != nil {
+					t.Fatalf("the application's insert %s: %v", when, err)
+				}
+				inserts++
+			}
+			for round := range 8 {
+				if sidecarField(t, path, "repair") == nil { // the last round's repair ended before its Close
+					setSidecarField(t, path, "repair", repairBoot(t))
+				}
+				rep := newRepairs()
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+				if err != nil {
+					t.Fatalf("round %d: New on the *sql.DB of a store closed in its repair = %v; want a store that repairs", round, err)
+				}
+				if rep.count() != 1 {
+					t.Fatalf("round %d: %d repairs started by New; want 1", round, rep.count())
+				}
+				if round%2 == 1 {
+					// After the repair's first commit.
+					for v := version(); version() == v; {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				insert("during the repair")
+				s.Close()
+				for range 4 {
+					insert("after a Close in the repair")
+				}
+			}
+			rep := newRepairs()
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep.wait(t)
+			s.Close()
+			watch.Close()
+			db.Close()
+
+			db2 := d.Open(t, path)
+			var n int
+			if err := db2.QueryRow(`SELECT count(*) FROM app WHERE v = 'inserted'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != inserts {
+				t.Fatalf("%d of the application's %d inserts in the file after reopening; want all", n, inserts)
+			}
+			s2, err := sqlitestore.New(ctx, db2, sqlitestore.Options{SweepInterval: -1})
+			if err != nil {
+				t.Fatalf("New on another *sql.DB after the repairs = %v", err)
+			}
+			s2.Close()
+		})
+	}
+}
+
+// TestRepairYieldsToTheApplicationsWriter: during the repair of a file of
+// 3000 pages, an application inserting a row every millisecond on the
+// same *sql.DB (busy_timeout 5000) is never refused: the repair's
+// transactions are short and it pauses after each. It logs the repair's
+// time, the WAL's peak and the inserts' latency beside idle
+// (docs/faults.md); CTOKEN_REPAIR_MIB sets the file's size.
+func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			requireDBPage(t, db)
+			pages := 3000
+			if mib, err := strconv.Atoi(os.Getenv("CTOKEN_REPAIR_MIB")); err == nil {
+				pages = mib * 256
+			}
+			appPages(t, db, pages)
+			markRepair(t, db, path)
+			insert := func() (time.Duration, error) {
+				start := time.Now()
+				_, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES (randomblob(100))`)
+				return time.Since(start), err
+			}
+			var idle []time.Duration
+			for range 300 {
+				took, err := insert()
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle = append(idle, took)
+				time.Sleep(time.Millisecond)
+			}
+			var during []time.Duration
+			var failed []error
+			stop, stopped := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(stopped)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					took, err := insert()
+					if err != nil {
+						failed = append(failed, err)
+					} else {
+						during = append(during, took)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			rep := newRepairs()
+			start := time.Now()
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+			if err != nil {
+				close(stop)
+				<-stopped
+				t.Fatal(err)
+			}
+			rep.wait(t)
+			took := time.Since(start)
+			close(stop)
+			<-stopped
+			s.Close()
+			if len(failed) > 0 {
+				t.Fatalf("%d of the application's inserts failed during the repair (%d answered); the first: %v", len(failed), len(during), failed[0])
+			}
+			if len(during) == 0 {
+				t.Fatal("no insert of the application was answered during the repair")
+			}
+			t.Logf("the repair of %.0f MiB took %v; the WAL's peak %.1f MiB; the application's inserts (one every ms): idle p50 %v p99 %v max %v (%d), during the repair p50 %v p99 %v max %v (%d)",
+				float64(fileSize(t, path))/(1<<20), took.Round(time.Millisecond), float64(fileSize(t, path+"-wal"))/(1<<20),
+				quantile(idle, 0.5), quantile(idle, 0.99), quantile(idle, 1), len(idle),
+				quantile(during, 0.5), quantile(during, 0.99), quantile(during, 1), len(during))
+		})
+	}
+}
+
+// quantile returns the q-quantile of ds (1: the maximum), rounded.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)].Round(10 * time.Microsecond)
+}
+
+// TestRepairKeepsTheWALUnderItsBound: the repair of a file of 5000 pages
+// (20 MiB) checkpoints every 16 MiB it rewrote, so the WAL, which SQLite
+// never shrinks, stays under 16 MiB of pages and their frame headers.
+func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			requireDBPage(t, db)
+			appPages(t, db, 5000)
+			markRepair(t, db, path)
+			rep := newRepairs()
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rep.wait(t)
+			const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
+			size, wal := fileSize(t, path), fileSize(t, path+"-wal")
+			if size < 19<<20 || wal > bound {
+				t.Fatalf("after the repair of a file of %d bytes the WAL holds %d; want at most %d", size, wal, bound)
+			}
+			t.Logf("the WAL's peak in the repair of %.1f MiB: %.1f MiB", float64(size)/(1<<20), float64(wal)/(1<<20))
+		})
+	}
+}
+
+// TestRepairWaitsForFreeSpace: the database on a small tmpfs with less
+// free space than the repair needs (the WAL's growth by the file's pages,
+// as the file is smaller than 16 MiB, and an eighth more): the repair does
+// not start, the store refuses every claim with an error naming the
+// space it needs and the space it found (ErrUnavailable), and logs both;
+// once space is freed the repair runs and the store serves, every claim
+// acknowledged before still refused.
+func TestRepairWaitsForFreeSpace(t *testing.T) {
+	boot := repairBoot(t)
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			mnt := smallDisk(t, "32m")
+			path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
+			db := d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			appPages(t, db, 500) // 2 MiB, less what the WAL's file holds already
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			ids := idList("before-", 50)
+			until := time.Now().Add(time.Hour)
+			claimAll(t, s, ids, until)
+			s.Close()
+			setSidecarField(t, path, "repair", boot)
+			fillDisk(t, filler, 1<<20)
+
+			logs := &logRecords{}
+			rep := newRepairs()
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// The refusal names the figures once the repair measured the space.
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				_, err := s.Claim(ctx, "fresh", until)
+				if !errors.Is(err, sqlitestore.ErrUnavailable) {
+					t.Fatalf("Claim while the repair waits for space = %v; want ErrUnavailable", err)
+				}
+				if msg := err.Error(); strings.Contains(msg, "MiB free in "+mnt) {
+					var need, free float64
+					if _, serr := fmt.Sscanf(msg[strings.Index(msg, "the repair needs"):], "the repair needs %f MiB free in "+mnt+" and finds %f MiB", &need, &free); serr != nil || need < 1 || free >= need {
+						t.Fatalf("the refusal %q: needed %.1f MiB, free %.1f (%v); want more needed than free", msg, need, free, serr)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the refusal never named the free space the repair needs: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if logs.warns("waits for free space") == 0 {
+				t.Fatal("no Warn logged for the free space the repair waits for")
+			}
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			rep.wait(t)
+			for _, id := range ids {
+				if first, err := s.Claim(ctx, id, until); first || err != nil {
+					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
+				}
+			}
+			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
+				t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
+			}
+		})
+	}
+}
+
+// TestRepairBesideAHeldRead: an application that holds a read open (an
+// unclosed *sql.Rows) from before the repair does not keep the store
+// refusing: the rewritten pages are synced in the WAL at each commit, so
+// the repair ends without the checkpoint the reader holds back, says so,
+// and the store serves.
+func TestRepairBesideAHeldRead(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			appPages(t, db, 1000)
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			ids := idList("before-", 50)
+			until := time.Now().Add(time.Hour)
+			claimAll(t, s, ids, until)
+			s.Close()
+			setSidecarField(t, path, "repair", repairBoot(t))
+			rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			if !rows.Next() {
+				t.Fatal(rows.Err())
+			}
+			logs := &logRecords{}
+			rep := newRepairs()
+			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rep.wait(t)
+			if logs.infos("holds it back") == 0 {
+				t.Error("no line logged for the checkpoint a reader holds back")
+			}
+			for _, id := range ids {
+				if first, err := s.Claim(ctx, id, until); first || err != nil {
+					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
+				}
+			}
+			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
+				t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
+			}
+		})
+	}
+}
+
+// infos returns how many Info records hold substr in their message.
+func (h *logRecords) infos(substr string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		if r.Level == slog.LevelInfo && strings.Contains(r.Message, substr) {
+			n++
+		}
+	}
+	return n
 }
