@@ -492,7 +492,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		was = &old
 	}
 	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead,
-		aofAlways: read && aof && fsyncAlways}
+		aofAlways: read && aof && fsyncAlways, counted: countersOK}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction, ownRole)
 	if len(ob.evidence) > 0 && known && persist {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -195,6 +196,43 @@ type servers struct {
 	// running is set while a background round of checks runs; again asks
 	// it for one more round.
 	running, again atomic.Bool
+	// guard is, per master key, the loss counters of its last committed
+	// baseline as the guarded scripts that can take a free ID compare
+	// them (see countersLua); replaced whole by commit.
+	guard atomic.Pointer[map[string]*string]
+}
+
+// noCounters is the counters argument of a script on a master the store
+// has no baseline of: the script compares nothing.
+var noCounters = "-"
+
+// countersArg returns the loss counters argument (see countersLua) for a
+// script on marker's shard: those of the last baseline of the master
+// serving it, found as the checks name masters (see masterKey); "-" on a
+// client whose master per key the store cannot name (a Ring), or before a
+// check has read the counters of that master.
+func (s *Store) countersArg(ctx context.Context, marker string) *string {
+	g := s.srv.guard.Load()
+	if g == nil {
+		return &noCounters
+	}
+	var m doer
+	switch c := s.client.(type) {
+	case *redis.Client:
+		m = c
+	case *redis.ClusterClient:
+		mc, err := c.MasterForKey(ctx, marker)
+		if err != nil {
+			return &noCounters
+		}
+		m = mc
+	default:
+		return &noCounters
+	}
+	if a, ok := (*g)[masterKey(m)]; ok {
+		return a
+	}
+	return &noCounters
 }
 
 // refusal is what every call returns while evidence of loss waits for its
@@ -230,6 +268,8 @@ type observation struct {
 	// (or an operator's ctoken-store), whose baseline in <prefix>servers
 	// covers it.
 	consumed bool
+	// counted: the check read the loss counters (next.counters).
+	counted bool
 }
 
 // identify reads the server's run_id and its baseline: from memory, else
@@ -614,8 +654,9 @@ func (s *Store) rewriteAfter(obs []observation) bool {
 }
 
 // commit takes the observations as the baselines of their servers, in
-// memory and, for changed ones, in <prefix>servers (best effort: a
-// baseline that could not be written is written by a later check).
+// memory (the guarded scripts' counters too: see countersLua) and, for
+// changed ones, in <prefix>servers (best effort: a baseline that could
+// not be written is written by a later check).
 func (s *Store) commit(ctx context.Context, obs []observation) {
 	s.srv.mu.Lock()
 	if s.srv.runs == nil {
@@ -625,6 +666,10 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 		s.srv.entries = map[string]string{}
 	}
 	var write []observation
+	guard := map[string]*string{}
+	if g := s.srv.guard.Load(); g != nil {
+		maps.Copy(guard, *g)
+	}
 	for _, o := range obs {
 		b := o.next
 		if p, ok := s.srv.runs[o.run]; !ok || p.kept() != b.kept() || s.srv.unsaved[o.run] {
@@ -634,7 +679,17 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 		}
 		s.srv.runs[o.run] = &b
 		s.srv.current[o.master] = o.run
+		arg := noCounters
+		if o.counted {
+			evicted := strconv.FormatInt(b.evicted, 10)
+			if s.opts.AllowEviction {
+				evicted = "-"
+			}
+			arg = evicted + " " + strconv.FormatInt(b.commands, 10)
+		}
+		guard[o.master] = &arg
 	}
+	s.srv.guard.Store(&guard)
 	s.srv.mu.Unlock()
 	for _, o := range write {
 		kept := o.next
