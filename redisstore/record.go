@@ -68,12 +68,12 @@ var _ replay.Recorder = (*Store)(nil)
 // {4, 0} cancelled by this token's own note. The entry is returned whole
 // (a few dozen bytes; an entry of the earlier layout with its result); the
 // client decodes it (parseEntry, parseSide) and keeps only the record.
-const acquireRecordScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
-local cb = ARGV[7]
-` + countersLua + `local v = redis.call('GET', KEYS[2])
+const acquireRecordScript = countersLua + guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+local v = redis.call('GET', KEYS[2])
 if v == 'X' .. ARGV[5] then return {4, 0} end
 local own = 'L' .. ARGV[5] .. ARGV[6]
 if (not v) or string.sub(v, 1, 1) == 'X' then
+  if moved(ARGV[7]) then return {-8, 0} end
   redis.call('SET', KEYS[2], own, 'PX', ARGV[4])
   return {1, 0}
 end
@@ -126,7 +126,7 @@ if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
-	acquireRecordLua = script{acquireRecordScript, "1094cfad68805ecfb2aa62ba83ff5da1bb286038"}
+	acquireRecordLua = script{acquireRecordScript, "de826579f1a0edeae2f66617e5a16da3c2a58033"}
 	confirmRecordLua = script{confirmRecordScript, "b08e96566da11a18b24910ecd9dad1c14944f943"}
 )
 

@@ -103,25 +103,25 @@ if m ~= 'O' then
 end
 `
 
-// countersLua is the guard of the steps that can take a free ID (a
-// claim, an acquisition): cb, set from an ARGV before it, is the loss
-// counters the store's last check read on the master that serves the
-// key, "<evicted_keys> <total_commands_processed>" ("-" for evicted_keys
-// under AllowEviction), or "-" when the store has none. The script reads
-// them again (INFO stats; Redis evicts before a command runs, never inside
-// a script) and refuses when evicted_keys differs or the commands went
-// down (CONFIG RESETSTAT, another server): an ID that eviction took since
-// that check is never answered free before the check that fences for it
-// has run. The store then refuses every call until a check has run, at
-// once (see [Store.verdict]); the check takes the counters as the new
-// baseline only after fencing for them.
-const countersLua = `if cb ~= '-' then
+// countersLua defines moved(cb), the guard of the steps that can take a
+// free ID (a claim, an acquisition), called only where they would take
+// one: cb, an ARGV, is the loss counters the store's last check read on
+// the master that serves the key, "<evicted_keys>
+// <total_commands_processed>" ("-" for evicted_keys under
+// AllowEviction), or "-" when the store has none. It reads them again
+// (INFO stats; Redis evicts before a command runs, never inside a script)
+// and reports true when evicted_keys differs or the commands went down
+// (CONFIG RESETSTAT, another server): the script then answers -8, so an
+// ID that eviction took since that check is never answered free before
+// the check that fences for it has run. The store then refuses every
+// call until a check has run, at once (see [Store.verdict]); the check
+// takes the counters as the new baseline only after fencing for them.
+const countersLua = `local function moved(cb)
+  if cb == '-' then return false end
   local i = redis.call('INFO', 'stats')
   local be, bc = string.match(cb, '^(%S+) (%d+)$')
   local c = tonumber(string.match(i, '\ntotal_commands_processed:(%d+)')) or 0
-  if not bc or (be ~= '-' and string.match(i, '\nevicted_keys:(%d+)') ~= be) or c < tonumber(bc) then
-    return {-8, 0}
-  end
+  return not bc or (be ~= '-' and string.match(i, '\nevicted_keys:(%d+)') ~= be) or c < tonumber(bc)
 end
 `
 
@@ -139,7 +139,8 @@ if u > now + tonumber(ARGV[3]) then return {-6, now} end
 // so that the WAIT pipelined after it covers it on this connection too. A
 // bare integer, not {code, 0}, so the common reply is the cheapest to
 // encode and to decode; the guard's refusals stay {code, value}.
-const claimScript = guardLua + untilLua + "local cb = ARGV[6]\n" + countersLua + `if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[4]) then return 1 end
+const claimScript = countersLua + guardLua + untilLua + `if moved(ARGV[6]) then return {-8, 0} end
+if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[4]) then return 1 end
 local v = redis.call('GET', KEYS[2])
 if v == ARGV[5] then
   redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
@@ -153,14 +154,15 @@ return 1`
 // (countersLua). 1 (bare: a new lease) or
 // {1, 0} acquired, {2, pttl} busy, {3, 0} done, {4, 0} cancelled by this
 // token's own note. The entry (v) is read with the marker (guardBothLua).
-const acquireScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
-local cb = ARGV[6]
-` + countersLua + `if not v then
+const acquireScript = countersLua + guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+if not v then
+  if moved(ARGV[6]) then return {-8, 0} end
   if redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'NX', 'PX', ARGV[4]) then return 1 end
   v = redis.call('GET', KEYS[2])
 end
 if v == 'X' .. ARGV[5] then return {4, 0} end
 if string.sub(v, 1, 1) == 'X' then
+  if moved(ARGV[6]) then return {-8, 0} end
   redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
   return {1, 0}
 end
@@ -237,8 +239,8 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "fffcf3e3d0f98e522285dee3b596cf8d19410a2a"}
-	acquireLua = script{acquireScript, "95d08acb88a7c8a5e38785a247def619f3a8ba8d"}
+	claimLua   = script{claimScript, "4163c52bebdd2488caffdec65b4163a7e1f8f0e2"}
+	acquireLua = script{acquireScript, "4d858b5114f4e657286f35b79b81156d1dc6b3ef"}
 	confirmLua = script{confirmScript, "8cc16be5696e0640f980b1c4edc79b0bfcd3667f"}
 	renewLua   = script{renewScript, "f41ed12b68a87e1400924f30f1d379e8ffbdf654"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
