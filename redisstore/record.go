@@ -126,7 +126,7 @@ if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
-	acquireRecordLua = script{acquireRecordScript, "de826579f1a0edeae2f66617e5a16da3c2a58033"}
+	acquireRecordLua = script{acquireRecordScript, "248cf622362f5230add9a7e9e7f25d6bfe8194a9"}
 	confirmRecordLua = script{confirmRecordScript, "b08e96566da11a18b24910ecd9dad1c14944f943"}
 )
 
