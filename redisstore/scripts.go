@@ -3,7 +3,7 @@ package redisstore
 import "strings"
 
 // Every claim and lease step is one Lua script on two keys of one hash slot
-// (see key layout in fence.go): KEYS[1] the shard's fence marker, KEYS[2]
+// (see the key layout in keyspace.go): KEYS[1] the shard's fence marker, KEYS[2]
 // the ID's entry. The script first runs the guard: it reads Redis's clock
 // (TIME; Redis 7 replicates a script by its effects, so reading the clock
 // is allowed and replicas see only the writes), refuses when the caller's
