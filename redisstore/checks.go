@@ -492,7 +492,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		was = &old
 	}
 	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead,
-		aofAlways: read && aof && fsyncAlways}
+		aofAlways: read && aof && fsyncAlways, counted: countersOK}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction, ownRole)
 	if len(ob.evidence) > 0 && known && persist {
@@ -632,61 +632,6 @@ func (s *Store) warnOnce(bit uint32, msg string) {
 		s.log.Warn(msg, "prefix", s.prefix)
 	}
 }
-
-// fenceAll fences every shard of the key space for the key space's
-// lifetime ([Store.Lifetime]; the Horizon when none is known) from
-// Redis's clock (a later fence already there is kept), after evidence of
-// loss (what, for the ledger and the log: no ID or key) and, when AOF was
-// switched off, has each master rewrite its AOF (BGREWRITEAOF) so the
-// file the next start may load holds the fences and every claim so far.
-// It reports each shard to the Observer, writes one ledger entry and logs
-// one Error line, and reports whether every shard was fenced.
-func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
-	fenced := 0
-	var until time.Time
-	for i, m := range s.tags {
-		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, *s.boundArg.Load())
-		ms, ok := v.(int64)
-		if err != nil || !ok {
-			continue
-		}
-		fenced++
-		until = time.UnixMilli(ms)
-		if s.opts.Observer != nil {
-			s.observe(replay.Event{Kind: replay.EventFenceRaised, Shard: i, Until: until})
-		}
-	}
-	if fenced < Shards {
-		s.log.Error("redisstore: the server reported a loss of data and the key space could not be fenced; every call of this store refuses until it is", "prefix", s.prefix, "evidence", what, "shards", fenced)
-		return false
-	}
-	if rewrite {
-		for _, m := range s.masters(ctx) {
-			if err := m.Do(ctx, "BGREWRITEAOF").Err(); err != nil && !strings.Contains(strings.ToLower(err.Error()), "already in progress") {
-				s.log.Error("redisstore: could not rewrite the AOF after it was switched off; the next start may load claims without their fences", "prefix", s.prefix, "error", err)
-			}
-		}
-	}
-	if err := s.note(ctx, ledgerLoss, what); err != nil {
-		s.log.Error("redisstore: could not write the loss to the key space's ledger", "prefix", s.prefix, "error", err)
-	}
-	s.log.Error("redisstore: the server reported a loss of data: the key space is fenced until every claim that could have been lost has expired (or until an operator reopens it)", "prefix", s.prefix, "evidence", what, "shards", fenced, "until", until, "lifetime", s.Lifetime())
-	return true
-}
-
-// fenceScript fences one shard: KEYS[1] the marker, ARGV[1] the key
-// space's lifetime (ms, see lifetime.go), and records when (<marker>f),
-// so that a store knowing a longer lifetime lengthens it. It returns when
-// the fence opens (ms, Redis's clock).
-const fenceScript = `local t = redis.call('TIME')
-local f = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-local m = redis.call('GET', KEYS[1])
-if m and string.sub(m, 1, 1) == 'F' and tonumber(string.sub(m, 2)) and tonumber(string.sub(m, 2)) >= f then
-  return tonumber(string.sub(m, 2))
-end
-redis.call('SET', KEYS[1], string.format('F%.0f', f))
-redis.call('SET', KEYS[1] .. 'f', string.format('%.0f', f - tonumber(ARGV[1])))
-return f`
 
 // replicaAway reports whether INFO replication shows that a replica was
 // attached although none is connected now: a replication backlog, which a

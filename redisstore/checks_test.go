@@ -79,6 +79,7 @@ func TestChecks(t *testing.T) {
 		{"close ends the watch", closeEndsTheWatch},
 		{"a dropped store's watch ends", droppedStoresWatchEnds},
 		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
+		{"a free ID is refused while the counters moved", freeIDIsRefusedWhileTheCountersMoved},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -997,4 +998,108 @@ func anySlice(s []string) []any {
 		out[i] = v
 	}
 	return out
+}
+
+// A step that can take a free ID (a claim, a lease or record acquisition)
+// whose script finds the server's loss counters moved since the store's
+// last check (keys evicted while the store was idle, with the policy
+// switched back to noeviction; CONFIG RESETSTAT) is refused with
+// whyCountersMoved, whatever the ID, until that check has run: it fences
+// the key space, after which the fences refuse. Real redis-server; no
+// check runs between the change and the step (RecheckInterval one hour).
+func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
+	steps := []struct {
+		name string
+		step func(s *Store, id string) error
+	}{
+		{"claim", func(s *Store, id string) error {
+			first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute))
+			if first {
+				return errors.New("answered first")
+			}
+			return err
+		}},
+		{"lease acquisition", func(s *Store, id string) error {
+			_, err := s.AcquireLease(context.Background(), id, time.Minute)
+			return err
+		}},
+		{"record acquisition", func(s *Store, id string) error {
+			_, err := s.AcquireRecord(context.Background(), id, time.Minute, []byte("fp"))
+			return err
+		}},
+	}
+	changes := []struct {
+		name   string
+		change func(t *testing.T, c *redis.Client)
+	}{
+		{"keys evicted while idle", evictVolatileKeys},
+		{"CONFIG RESETSTAT", func(t *testing.T, c *redis.Client) {
+			if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, ch := range changes {
+		for _, st := range steps {
+			t.Run(ch.name+", "+st.name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServer(t)
+				c := srv.client()
+				s := provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
+				var old []string
+				for i := range 200 {
+					id := fmt.Sprint("old-", i)
+					if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); !first || err != nil {
+						t.Fatalf("claim before the change = %v, %v", first, err)
+					}
+					old = append(old, id)
+				}
+				ch.change(t, c)
+				err := st.step(s, "new-id")
+				if Reason(err) != whyCountersMoved || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("%s after the change = %v; want ErrUnavailable with Reason %q", st.name, err, whyCountersMoved)
+				}
+				// The refusal asked for a check: the next call starts it,
+				// whatever that call is answered.
+				st.step(s, "starts-the-check")
+				waitChecks(t, s)
+				for _, id := range []string{"new-id", old[0]} {
+					if err := st.step(s, id); !errors.Is(err, ErrFenced) {
+						t.Fatalf("%s of %s after the check = %v; want ErrFenced", st.name, id, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// evictVolatileKeys makes c's server evict keys with a lifetime while no
+// store calls it (volatile-lru, maxmemory under what it uses, another
+// application's write), then switches the policy back to noeviction.
+func evictVolatileKeys(t *testing.T, c *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, _ := strconv.ParseInt(infoValue(info, "used_memory"), 10, 64)
+	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-lru"}, {"maxmemory", strconv.FormatInt(used-4096, 10)}} {
+		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Set(ctx, "other-application", strings.Repeat("x", 8192), 0) // may be refused (OOM) once nothing is left to evict
+	for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
+		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err = c.Info(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.ParseInt(infoValue(info, "evicted_keys"), 10, 64); n == 0 {
+		t.Fatal("nothing was evicted: the test did not test eviction")
+	}
 }

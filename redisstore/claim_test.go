@@ -219,11 +219,16 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	for i, a := range got {
 		text[i] = argText(t, a)
 	}
-	if len(text) != len(want)+1 || fmt.Sprint(text[:len(want)]) != fmt.Sprint(want) {
-		t.Fatalf("command = %v, want %v and a nonce", text, want)
+	if len(text) != len(want)+2 || fmt.Sprint(text[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("command = %v, want %v, a nonce and the loss counters", text, want)
 	}
 	if nonce := text[len(want)]; len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) || !strings.HasPrefix(nonce, "1") {
 		t.Fatalf("nonce %v; want \"1\", the store's base and a counter", nonce)
+	}
+	// The loss counters: none on a client whose master per key the store
+	// cannot name (this one is not a *redis.Client).
+	if counters := text[len(want)+1]; counters != "-" {
+		t.Fatalf("loss counters %q; want \"-\"", counters)
 	}
 }
 

@@ -93,10 +93,8 @@ type impliedAOF struct {
 // stays) and has the store check the server at once, which fences the
 // key space when eviction became possible. What the probe cannot see is
 // an evicting policy set and switched back between two of the store's
-// scripts (or between a script and its probe): that eviction is found by
-// evicted_keys at the next server check (within
-// Options.RecheckInterval), and the claims answered until then may accept
-// an evicted ID again.
+// scripts (or between a script and its probe): the next script finds that
+// eviction in evicted_keys itself (see countersLua).
 type policyProbe struct {
 	on atomic.Bool
 }
@@ -574,11 +572,12 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// holdForCheck has every call refuse with err, an evicting policy the
-// probe read, until a check has judged the server: the check acts on the
-// evictions (settle) before it replaces the refusal, so a policy switched
-// back to noeviction meanwhile does not let a claim be answered first
-// before evicted_keys is judged.
+// holdForCheck has every call refuse with err (an evicting policy the
+// probe read, or loss counters a script found moved) until a check has
+// judged the server: the check acts on the evictions (settle) before it
+// replaces the refusal, so neither a policy switched back to noeviction
+// meanwhile nor commands regrown past the baseline after a reset let a
+// claim be answered first before the counters are judged.
 func (s *Store) holdForCheck(err error) {
 	s.srv.cond.CompareAndSwap(nil, &err)
 	s.checkSoon()

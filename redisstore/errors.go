@@ -161,14 +161,15 @@ func configFaults(faults []string) error {
 
 // Fixed reasons.
 const (
-	whyFenced       = "replay store fenced after losing data: the shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
-	whyFenceRaised  = "replay store lost data (the shard's marker is missing): shard fenced until every claim made before the loss has expired; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
-	whyBadMarker    = "replay store fence marker holds an unknown value"
-	whySkew         = "instance clock behind Redis by more than MaxSkew"
-	whyNotDurable   = "fewer replicas acknowledged the write than Durability requires"
-	whyEvictionOn   = "maxmemory-policy is not noeviction: eviction may have dropped claims; the answer is refused and the server checked"
-	whyPolicyUnread = "maxmemory-policy could not be read after the script; the answer is refused and the server checked"
-	whyHorizon      = "until beyond the store's horizon"
-	whyLeaseLong    = "lease longer than the store's horizon"
-	whyPastRedis    = "until not in the future by Redis's clock"
+	whyFenced        = "replay store fenced after losing data: the shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
+	whyFenceRaised   = "replay store lost data (the shard's marker is missing): shard fenced until every claim made before the loss has expired; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
+	whyBadMarker     = "replay store fence marker holds an unknown value"
+	whySkew          = "instance clock behind Redis by more than MaxSkew"
+	whyNotDurable    = "fewer replicas acknowledged the write than Durability requires"
+	whyEvictionOn    = "maxmemory-policy is not noeviction: eviction may have dropped claims; the answer is refused and the server checked"
+	whyCountersMoved = "the server's loss counters moved since the last check (keys evicted, CONFIG RESETSTAT, or another server): the answer is refused and the server checked"
+	whyPolicyUnread  = "maxmemory-policy could not be read after the script; the answer is refused and the server checked"
+	whyHorizon       = "until beyond the store's horizon"
+	whyLeaseLong     = "lease longer than the store's horizon"
+	whyPastRedis     = "until not in the future by Redis's clock"
 )

@@ -88,6 +88,15 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 						}
 						refused = true
 						r.refusals++
+					case Reason(err) == whyCountersMoved:
+						// The script found the loss counters moved since
+						// the last check: the answer is refused.
+						at := changedAt.Load()
+						if at != 0 && r.refusedAt == 0 {
+							r.refusedAt = time.Duration(time.Now().UnixNano() - at)
+						}
+						refused = true
+						r.refusals++
 					case errors.Is(err, ErrFenced) || errors.Is(err, ErrConfig):
 						at := changedAt.Load()
 						if at != 0 && r.refusedAt == 0 {

@@ -64,15 +64,16 @@ var _ replay.Recorder = (*Store)(nil)
 // same pipeline: the script decides, the GET carries the bytes.
 
 // Acquire with a record: ARGV[4] lease (ms), ARGV[5] token, ARGV[6] the
-// fingerprint. {1, 0} acquired, {2, pttl, entry} busy, {3, 0, entry} done,
+// fingerprint, ARGV[7] the loss counters (countersLua). {1, 0} acquired, {2, pttl, entry} busy, {3, 0, entry} done,
 // {4, 0} cancelled by this token's own note. The entry is returned whole
 // (a few dozen bytes; an entry of the earlier layout with its result); the
 // client decodes it (parseEntry, parseSide) and keeps only the record.
-const acquireRecordScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+const acquireRecordScript = countersLua + guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
 local v = redis.call('GET', KEYS[2])
 if v == 'X' .. ARGV[5] then return {4, 0} end
 local own = 'L' .. ARGV[5] .. ARGV[6]
 if (not v) or string.sub(v, 1, 1) == 'X' then
+  if moved(ARGV[7]) then return {-8, 0} end
   redis.call('SET', KEYS[2], own, 'PX', ARGV[4])
   return {1, 0}
 end
@@ -125,7 +126,7 @@ if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
-	acquireRecordLua = script{acquireRecordScript, "fa3a6e4fb7711a48698cc45734e9e08c95097d47"}
+	acquireRecordLua = script{acquireRecordScript, "248cf622362f5230add9a7e9e7f25d6bfe8194a9"}
 	confirmRecordLua = script{confirmRecordScript, "b08e96566da11a18b24910ecd9dad1c14944f943"}
 )
 
@@ -294,7 +295,7 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	}
 	sent := s.now().UnixMilli()
 	cmds := [][]any{
-		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, sent, &s.skewArg, bound, ms, token, fingerprint},
+		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, sent, &s.skewArg, bound, ms, token, fingerprint, s.countersArg(ctx, *marker)},
 		{"GET", sideKey(*marker, id)},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &acquireRecordLua, *marker, cmds, 0, direct)

@@ -629,8 +629,8 @@ func recordStepsSendOneSlotScripts(t *testing.T) {
 		t.Fatalf("staging key %q; want %ss: + a nonce", staging, tag)
 	}
 	for i, want := range [][]string{
-		{"EVALSHA", acquireRecordLua.sha, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
-		{"EVAL", acquireRecordLua.src, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
+		{"EVALSHA", acquireRecordLua.sha, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp", "*"},
+		{"EVAL", acquireRecordLua.src, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp", "*"},
 		{"GET", tag + "r:id"},
 		{"SET", staging, l.Token + string(result), "PXAT", "*"},
 		{"EVALSHA", confirmRecordLua.sha, "4", tag, tag + ":id", staging, tag + "r:id", "*", "*", "*", "*", l.Token, header},

@@ -81,25 +81,30 @@
 //     claim is never reported first), and every call refuses until a
 //     check of the server has run, which fences the key space when keys
 //     were evicted or eviction is possible (TestPolicyProbe/refusal holds until the check).
-//     Redis runs a
-//     connection's commands in order and evicts only under a policy set
-//     before, so no claim answered after an eviction is reported first,
-//     except when the policy was set and switched back to noeviction
-//     between two of the store's probes on that server (or in the
-//     instant between a step and its probe): that eviction is found by
-//     evicted_keys at the next check, and an evicted ID claimed again
-//     before it is accepted twice. Measured by
-//     TestEvictionAtRunTime: 0 IDs twice for
-//     every policy on Redis 7 and Valkey 8. The probe runs only on a
-//     *redis.Client or *redis.ClusterClient whose server answers CONFIG GET
-//     (the checks find out, and warn once when it does not), and not with
-//     [Options.AllowEviction]; where it does not run, claims answered
-//     until the next check (up to RecheckInterval) are not covered.
+//     The probe runs only on a *redis.Client or *redis.ClusterClient whose
+//     server answers CONFIG GET (the checks find out, and warn once when
+//     it does not), and not with [Options.AllowEviction].
+//   - Eviction, or CONFIG RESETSTAT, between two checks, whatever the
+//     policy is by then: the script of every step that can take a free ID
+//     reads INFO stats itself and refuses ([ErrUnavailable], a [Reason]
+//     naming the counters) when evicted_keys differs from what the last
+//     check read on that master, or total_commands_processed is below it;
+//     every call then refuses until a check, run at once, has judged the
+//     server, which takes the new counters as its baseline only after
+//     fencing for them. So no ID is answered free
+//     after an eviction before the check that fences for it has run
+//     (TestChecks/a free ID is refused while the counters moved). Left: a
+//     reset followed by more commands than the server had run until the
+//     last check, found by the check's other witnesses (see
+//     [Options.RecheckInterval]); a *redis.Ring, or a Cluster master the
+//     checks have not read yet, where the script compares nothing.
 //   - A failover or restart (a new run_id behind the client) is checked
 //     as Open checks a server: refused ([ErrConfig]) while it does not fit
 //     the Options, served once it does, and fenced only for loss it shows
 //     itself (keys it evicted, fence markers it lacks), never for settings
-//     that differ from the old server's.
+//     that differ from the old server's; steps that can take a free ID
+//     are refused from the switch until that check (its counters are not
+//     the old server's).
 //   - AOF switched off at run time: while the server runs AOF with
 //     appendfsync always and knows WAITAOF (Redis 7.2 or newer, Valkey 8),
 //     every write also waits for WAITAOF 1 0, which the server refuses
@@ -410,7 +415,7 @@ type Store struct {
 	checked      atomic.Bool
 	recheckEvery time.Duration
 	// srv is what the checks know of each server (by run_id), and the
-	// refusal they left (see server.go).
+	// refusal they left (see loss.go).
 	srv       servers
 	warned    atomic.Uint32 // what warnOnce has logged
 	lastCheck atomic.Int64  // unix ms of the last server check

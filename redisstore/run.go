@@ -23,13 +23,14 @@ func (a *argBytes) MarshalBinary() ([]byte, error) { return *a, nil }
 func (a *argBytes) String() string { return string(*a) }
 
 // scriptCall is the command of one guarded script: EVALSHA sha 2 marker
-// entry now skew bound ARGV[4] ARGV[5] (bound: see lifetime.go). The constant arguments point
+// entry now skew bound ARGV[4] ARGV[5] (bound: see lifetime.go), and for a
+// claim or an acquisition the loss counters (see countersLua). The constant arguments point
 // into the Store and the script, the rest into the scriptCall (the entry
 // key and ARGV[5] share one buffer, inside the scriptCall when they fit),
 // so a command is one allocation. It is not reused: a client hook may keep
 // a command's arguments after the call.
 type scriptCall struct {
-	cmd        [10]any
+	cmd        [11]any
 	entry, val argBytes
 	now, ms    int64
 	// buf holds entry and val when they fit: a default prefix, the shard,
@@ -74,8 +75,13 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err != nil {
 		return 0, 0, err
 	}
-	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
-	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)
+	c.cmd = [11]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
+	cmd := c.cmd[:10]
+	if sc == &claimLua || sc == &acquireLua {
+		c.cmd[10] = s.countersArg(ctx, *marker)
+		cmd = c.cmd[:]
+	}
+	v, durErr, err := s.send(ctx, sc, *marker, cmd, direct)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -137,6 +143,12 @@ func (s *Store) verdict(sc *script, shard int, code, val, sent int64, durErr err
 		return code, val, refuse(ErrInvalidClaim, whyPastRedis, replay.ErrExpired)
 	case -6:
 		return code, val, refuse(ErrInvalidClaim, whyHorizon, nil)
+	case -8:
+		// Every call refuses until a check has judged the counters: the
+		// commands that follow a reset can regrow past the baseline.
+		err := refuse(ErrUnavailable, whyCountersMoved, nil)
+		s.holdForCheck(err)
+		return code, val, err
 	}
 	if (code == 1 || (sc == &claimLua && code == 2)) && durErr != nil {
 		s.emit(replay.Event{Kind: replay.EventNotDurable, Shard: shard})

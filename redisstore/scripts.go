@@ -3,7 +3,7 @@ package redisstore
 import "strings"
 
 // Every claim and lease step is one Lua script on two keys of one hash slot
-// (see key layout in fence.go): KEYS[1] the shard's fence marker, KEYS[2]
+// (see the key layout in keyspace.go): KEYS[1] the shard's fence marker, KEYS[2]
 // the ID's entry. The script first runs the guard: it reads Redis's clock
 // (TIME; Redis 7 replicates a script by its effects, so reading the clock
 // is allowed and replicas see only the writes), refuses when the caller's
@@ -56,6 +56,8 @@ import "strings"
 //	-4 marker holds an unknown value
 //	-5 until not after Redis's now, value = Redis's now (ms)
 //	-6 until or lease past Redis's now + bound, value = Redis's now (ms)
+//	-8 the server's loss counters moved since the store's last check
+//	   (countersLua)
 const guardLua = guardClock + `local m = redis.call('GET', KEYS[1])
 ` + guardMarker
 
@@ -101,6 +103,34 @@ if m ~= 'O' then
 end
 `
 
+// countersLua defines moved(cb), the guard of the steps that can take a
+// free ID (a claim, an acquisition), called only where they would take
+// one: cb, an ARGV, is the loss counters the store's last check read on
+// the master that serves the key, "<evicted_keys>
+// <total_commands_processed>" ("-" for evicted_keys under
+// AllowEviction), or "-" when the store has none. It reads them again
+// (INFO stats, each field found by a plain search, cheaper than a pattern
+// tried at every position; Redis evicts before a command runs, never
+// inside a script)
+// and reports true when evicted_keys differs or the commands went down
+// (CONFIG RESETSTAT, another server): the script then answers -8, so an
+// ID that eviction took since that check is never answered free before
+// the check that fences for it has run. The store then refuses every
+// call until a check has run, at once (see [Store.verdict]); the check
+// takes the counters as the new baseline only after fencing for them.
+const countersLua = `local function field(i, name)
+  local p = string.find(i, name, 1, true)
+  return p and string.match(i, '^%d+', p + #name)
+end
+local function moved(cb)
+  if cb == '-' then return false end
+  local be, bc = string.match(cb, '^(%S+) (%d+)$')
+  if not bc then return true end
+  local i = redis.call('INFO', 'stats')
+  return (be ~= '-' and field(i, '\nevicted_keys:') ~= be) or (tonumber(field(i, '\ntotal_commands_processed:')) or 0) < tonumber(bc)
+end
+`
+
 // untilLua checks ARGV[4], an absolute expiry in Unix ms, against Redis's
 // clock and the bound (ARGV[3]).
 const untilLua = `local u = tonumber(ARGV[4])
@@ -109,13 +139,14 @@ if u > now + tonumber(ARGV[3]) then return {-6, now} end
 `
 
 // Claim: ARGV[4] until (ms), ARGV[5] the entry's value, "1" + the claim's
-// nonce. The first claim of an ID costs one SET NX after the guard; only a
+// nonce, ARGV[6] the loss counters (countersLua). The first claim of an ID costs one SET NX after the guard; only a
 // taken ID is read. Replies 1 first, 0 taken, 2 the entry is this claim's
 // own (a client resent the script after its reply was lost): written again
 // so that the WAIT pipelined after it covers it on this connection too. A
 // bare integer, not {code, 0}, so the common reply is the cheapest to
 // encode and to decode; the guard's refusals stay {code, value}.
-const claimScript = guardLua + untilLua + `if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[4]) then return 1 end
+const claimScript = countersLua + guardLua + untilLua + `if moved(ARGV[6]) then return {-8, 0} end
+if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[4]) then return 1 end
 local v = redis.call('GET', KEYS[2])
 if v == ARGV[5] then
   redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
@@ -125,16 +156,19 @@ if v and string.sub(v, 1, 1) ~= 'X' then return 0 end
 redis.call('SET', KEYS[2], ARGV[5], 'PXAT', ARGV[4])
 return 1`
 
-// Acquire: ARGV[4] lease (ms), ARGV[5] token. 1 (bare: a new lease) or
+// Acquire: ARGV[4] lease (ms), ARGV[5] token, ARGV[6] the loss counters
+// (countersLua). 1 (bare: a new lease) or
 // {1, 0} acquired, {2, pttl} busy, {3, 0} done, {4, 0} cancelled by this
 // token's own note. The entry (v) is read with the marker (guardBothLua).
-const acquireScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+const acquireScript = countersLua + guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
 if not v then
+  if moved(ARGV[6]) then return {-8, 0} end
   if redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'NX', 'PX', ARGV[4]) then return 1 end
   v = redis.call('GET', KEYS[2])
 end
 if v == 'X' .. ARGV[5] then return {4, 0} end
 if string.sub(v, 1, 1) == 'X' then
+  if moved(ARGV[6]) then return {-8, 0} end
   redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
   return {1, 0}
 end
@@ -211,8 +245,8 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "770c77ae15e8afd900faf3ea52a58ba815203074"}
-	acquireLua = script{acquireScript, "cebeecd8de9c6efe9cf2b2e64052f9cda86f8eee"}
+	claimLua   = script{claimScript, "8962ecaa8690ee43993fdae267906561db3f5fea"}
+	acquireLua = script{acquireScript, "5a369b0030cea0f91cdf2db3253740b5e15734c1"}
 	confirmLua = script{confirmScript, "8cc16be5696e0640f980b1c4edc79b0bfcd3667f"}
 	renewLua   = script{renewScript, "f41ed12b68a87e1400924f30f1d379e8ffbdf654"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}

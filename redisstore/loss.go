@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -195,6 +197,43 @@ type servers struct {
 	// running is set while a background round of checks runs; again asks
 	// it for one more round.
 	running, again atomic.Bool
+	// guard is, per master key, the loss counters of its last committed
+	// baseline as the guarded scripts that can take a free ID compare
+	// them (see countersLua); replaced whole by commit.
+	guard atomic.Pointer[map[string]*string]
+}
+
+// noCounters is the counters argument of a script on a master the store
+// has no baseline of: the script compares nothing.
+var noCounters = "-"
+
+// countersArg returns the loss counters argument (see countersLua) for a
+// script on marker's shard: those of the last baseline of the master
+// serving it, found as the checks name masters (see masterKey); "-" on a
+// client whose master per key the store cannot name (a Ring), or before a
+// check has read the counters of that master.
+func (s *Store) countersArg(ctx context.Context, marker string) *string {
+	g := s.srv.guard.Load()
+	if g == nil {
+		return &noCounters
+	}
+	var m doer
+	switch c := s.client.(type) {
+	case *redis.Client:
+		m = c
+	case *redis.ClusterClient:
+		mc, err := c.MasterForKey(ctx, marker)
+		if err != nil {
+			return &noCounters
+		}
+		m = mc
+	default:
+		return &noCounters
+	}
+	if a, ok := (*g)[masterKey(m)]; ok {
+		return a
+	}
+	return &noCounters
 }
 
 // refusal is what every call returns while evidence of loss waits for its
@@ -230,6 +269,8 @@ type observation struct {
 	// (or an operator's ctoken-store), whose baseline in <prefix>servers
 	// covers it.
 	consumed bool
+	// counted: the check read the loss counters (next.counters).
+	counted bool
 }
 
 // identify reads the server's run_id and its baseline: from memory, else
@@ -588,6 +629,61 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 	return true
 }
 
+// fenceAll fences every shard of the key space for the key space's
+// lifetime ([Store.Lifetime]; the Horizon when none is known) from
+// Redis's clock (a later fence already there is kept), after evidence of
+// loss (what, for the ledger and the log: no ID or key) and, when AOF was
+// switched off, has each master rewrite its AOF (BGREWRITEAOF) so the
+// file the next start may load holds the fences and every claim so far.
+// It reports each shard to the Observer, writes one ledger entry and logs
+// one Error line, and reports whether every shard was fenced.
+func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
+	fenced := 0
+	var until time.Time
+	for i, m := range s.tags {
+		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, *s.boundArg.Load())
+		ms, ok := v.(int64)
+		if err != nil || !ok {
+			continue
+		}
+		fenced++
+		until = time.UnixMilli(ms)
+		if s.opts.Observer != nil {
+			s.observe(replay.Event{Kind: replay.EventFenceRaised, Shard: i, Until: until})
+		}
+	}
+	if fenced < Shards {
+		s.log.Error("redisstore: the server reported a loss of data and the key space could not be fenced; every call of this store refuses until it is", "prefix", s.prefix, "evidence", what, "shards", fenced)
+		return false
+	}
+	if rewrite {
+		for _, m := range s.masters(ctx) {
+			if err := m.Do(ctx, "BGREWRITEAOF").Err(); err != nil && !strings.Contains(strings.ToLower(err.Error()), "already in progress") {
+				s.log.Error("redisstore: could not rewrite the AOF after it was switched off; the next start may load claims without their fences", "prefix", s.prefix, "error", err)
+			}
+		}
+	}
+	if err := s.note(ctx, ledgerLoss, what); err != nil {
+		s.log.Error("redisstore: could not write the loss to the key space's ledger", "prefix", s.prefix, "error", err)
+	}
+	s.log.Error("redisstore: the server reported a loss of data: the key space is fenced until every claim that could have been lost has expired (or until an operator reopens it)", "prefix", s.prefix, "evidence", what, "shards", fenced, "until", until, "lifetime", s.Lifetime())
+	return true
+}
+
+// fenceScript fences one shard: KEYS[1] the marker, ARGV[1] the key
+// space's lifetime (ms, see lifetime.go), and records when (<marker>f),
+// so that a store knowing a longer lifetime lengthens it. It returns when
+// the fence opens (ms, Redis's clock).
+const fenceScript = `local t = redis.call('TIME')
+local f = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local m = redis.call('GET', KEYS[1])
+if m and string.sub(m, 1, 1) == 'F' and tonumber(string.sub(m, 2)) and tonumber(string.sub(m, 2)) >= f then
+  return tonumber(string.sub(m, 2))
+end
+redis.call('SET', KEYS[1], string.format('F%.0f', f))
+redis.call('SET', KEYS[1] .. 'f', string.format('%.0f', f - tonumber(ARGV[1])))
+return f`
+
 // consumedElsewhere reports whether an observation's evidence was fenced
 // by another Store.
 func consumedElsewhere(obs []observation) bool {
@@ -614,8 +710,9 @@ func (s *Store) rewriteAfter(obs []observation) bool {
 }
 
 // commit takes the observations as the baselines of their servers, in
-// memory and, for changed ones, in <prefix>servers (best effort: a
-// baseline that could not be written is written by a later check).
+// memory (the guarded scripts' counters too: see countersLua) and, for
+// changed ones, in <prefix>servers (best effort: a baseline that could
+// not be written is written by a later check).
 func (s *Store) commit(ctx context.Context, obs []observation) {
 	s.srv.mu.Lock()
 	if s.srv.runs == nil {
@@ -625,6 +722,10 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 		s.srv.entries = map[string]string{}
 	}
 	var write []observation
+	guard := map[string]*string{}
+	if g := s.srv.guard.Load(); g != nil {
+		maps.Copy(guard, *g)
+	}
 	for _, o := range obs {
 		b := o.next
 		if p, ok := s.srv.runs[o.run]; !ok || p.kept() != b.kept() || s.srv.unsaved[o.run] {
@@ -634,7 +735,17 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 		}
 		s.srv.runs[o.run] = &b
 		s.srv.current[o.master] = o.run
+		arg := noCounters
+		if o.counted {
+			evicted := strconv.FormatInt(b.evicted, 10)
+			if s.opts.AllowEviction {
+				evicted = "-"
+			}
+			arg = evicted + " " + strconv.FormatInt(b.commands, 10)
+		}
+		guard[o.master] = &arg
 	}
+	s.srv.guard.Store(&guard)
 	s.srv.mu.Unlock()
 	for _, o := range write {
 		kept := o.next
