@@ -140,8 +140,8 @@ func judgeWALLinks(q querier, path, table, inc string, seq, now int64, remove bo
 // holds only if it held this WAL's; at an equal one, the file must hold
 // every row of the WAL that must still be in it (a claim or record live at
 // now, an escaped Work), as the WAL has it, in table or in another store
-// table (a page's table is not told: lacking): a checkpoint cut short
-// copies the marker's page before higher ones, then the WAL was deleted.
+// table (lacking): a checkpoint cut short copies the marker's page before
+// higher ones, then the WAL was deleted.
 func linkLoss(q querier, path, link, table, inc string, seq, now int64) (last int64, lacks, total int, err error) {
 	// The database header's reserved bytes per page, through the held
 	// descriptor: closing one would release SQLite's locks on the file.
