@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
 // command is the operator's command for SQLite stores (cmd/ctoken-sqlite).
@@ -146,8 +148,10 @@ func Inspect(ctx context.Context, db *sql.DB, opts Options) (State, error) {
 // incarnation inc at sequence seq, read through q at now.
 func describe(q querier, f string, p place, inc string, seq, now int64) string {
 	if strings.HasPrefix(f, walLinkPrefix(p.path, p.table)) {
-		last, lacks, total, err := linkLoss(q, f, p.table, inc, seq, now)
+		last, lacks, total, err := linkLoss(q, p.path, f, p.table, inc, seq, now)
 		switch {
+		case errors.Is(err, walfile.ErrDamaged):
+			return "a WAL the store kept, damaged (a byte changed since SQLite wrote it): what it held cannot be judged"
 		case err != nil:
 			return "a WAL the store kept, unreadable: " + err.Error()
 		case last > seq:

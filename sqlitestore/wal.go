@@ -100,14 +100,16 @@ func judgeWALLinks(q querier, path, table, inc string, seq, now int64, remove bo
 		if curErr == nil && os.SameFile(info, cur) {
 			continue // the WAL in place: a running store's link
 		}
-		last, lacks, total, err := linkLoss(q, link, table, inc, seq, now)
+		last, lacks, total, err := linkLoss(q, path, link, table, inc, seq, now)
 		switch {
+		case errors.Is(err, walfile.ErrDamaged):
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the WAL kept at %s is damaged (a byte changed since SQLite wrote it), so what it held cannot be judged", ErrForgotten, path, link)
 		case err != nil:
 			return fmt.Errorf("%w: judging the WAL kept at %s: %w", ErrUnavailable, link, err)
 		case last > seq:
 			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database no longer does (sequence %d, the database's %d; that WAL is kept at %s)", ErrForgotten, path, last, seq, link)
 		case lacks > 0:
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database lacks %d of the %d live rows it held (a checkpoint cut short; that WAL is kept at %s)", ErrForgotten, path, lacks, total, link)
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database lacks %d of the %d live rows it held (a checkpoint cut short, rows another store table released since, or rows too long for their page to be judged; that WAL is kept at %s)", ErrForgotten, path, lacks, total, link)
 		}
 		if !remove {
 			continue
@@ -129,29 +131,37 @@ func judgeWALLinks(q querier, path, table, inc string, seq, now int64, remove bo
 }
 
 // linkLoss compares what the WAL kept at link says the stores wrote with
-// what the database (table's marker of incarnation inc at sequence seq,
-// read through q at now) holds, wherever SQLite put it: the WAL's last
-// sequence of inc's marker and, when it equals seq, how many of the live
-// rows of the WAL (of total) the store's table lacks. The database holds
-// the WAL when neither is lost: a lower sequence lacks the WAL's last
-// durable commit; a higher one is a store's later commit, which it holds
-// only if it held this WAL's; at an equal one, the table must hold every
-// row of the WAL that must still be in it (a claim or record live at now,
-// an escaped Work): a checkpoint cut short copies the marker's page
-// before higher ones, then the WAL was deleted. The table's rows are told
-// from other store tables' by page (lacking).
-func linkLoss(q querier, link, table, inc string, seq, now int64) (last int64, lacks, total int, err error) {
-	last, pages, err := walRows(link, inc, now)
+// what the database at path (table's marker of incarnation inc at
+// sequence seq, read through q at now) holds, wherever SQLite put it: the
+// WAL's last sequence of inc's marker and, when it equals seq, how many of
+// the live rows of the WAL (of total) the database lacks. The database
+// holds the WAL when neither is lost: a lower sequence lacks the WAL's
+// last durable commit; a higher one is a store's later commit, which it
+// holds only if it held this WAL's; at an equal one, the file must hold
+// every row of the WAL that must still be in it (a claim or record live at
+// now, an escaped Work), as the WAL has it, in table or in another store
+// table (lacking): a checkpoint cut short copies the marker's page before
+// higher ones, then the WAL was deleted.
+func linkLoss(q querier, path, link, table, inc string, seq, now int64) (last int64, lacks, total int, err error) {
+	// The database header's reserved bytes per page, through the held
+	// descriptor: closing one would release SQLite's locks on the file.
+	var hdr [100]byte
+	h, err := openHeld(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if _, err := h.f.ReadAt(hdr[:], 0); err != nil {
+		return 0, 0, 0, err
+	}
+	last, rows, cut, err := walRows(link, inc, int(hdr[20]), now)
 	if err != nil || last != seq {
 		return last, 0, 0, err
 	}
-	var tables []string
-	for _, rows := range pages {
-		total += len(rows)
-		if tables == nil {
-			if tables, err = storeTables(q, table); err != nil {
-				return last, 0, 0, err
-			}
+	lacks, total = cut, cut+len(rows)
+	if len(rows) > 0 {
+		tables, err := storeTables(q, table)
+		if err != nil {
+			return last, 0, 0, err
 		}
 		n, err := lacking(q, tables, rows)
 		if err != nil {
@@ -168,20 +178,24 @@ type storeRowOf struct {
 	until             int64
 }
 
-// walRows reads the WAL at link: the highest sequence of inc's marker on
-// the last committed image of any page, and the rows that must still be
-// in the database (a claim or record live at now, an escaped Work) of
-// each page the database holds after the last commit, grouped by page.
-func walRows(link, inc string, now int64) (seq int64, pages [][]storeRowOf, err error) {
+// walRows reads the WAL at link, of a database whose pages keep reserved
+// bytes unless the WAL's page 1 says otherwise: the highest sequence of
+// inc's marker on the last committed image of any page, the rows that
+// must still be in the database (a claim or record live at now, an
+// escaped Work) on the pages the database holds after the last commit,
+// and how many store rows there are too long for their page to be read
+// (a long key and a record's result: the row goes on overflow pages),
+// which the database is taken to lack. A damaged WAL is refused.
+func walRows(link, inc string, reserved int, now int64) (seq int64, rows []storeRowOf, cut int, err error) {
 	// O_NONBLOCK: a FIFO put at the name never blocks the open.
 	f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	defer f.Close()
 	size, npages, last, err := walfile.Committed(f)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	var readErr error
 	image := func(pgno uint32) []byte {
@@ -196,34 +210,40 @@ func walRows(link, inc string, now int64) (seq int64, pages [][]storeRowOf, err 
 		}
 		return page
 	}
-	free := walfile.Free(image)
+	p1 := image(1)
+	if len(p1) >= 100 {
+		reserved = int(p1[20])
+	}
+	free := walfile.Free(image, func(pgno uint32) bool { _, ok := last[pgno]; return ok })
 	for pgno := range last {
 		page := image(pgno)
 		if page == nil {
 			continue
 		}
-		entries, err := walfile.IndexEntries(page, pgno, size)
+		entries, err := walfile.IndexEntries(page, pgno, size-reserved)
 		if err != nil {
 			continue // not a page of an index b-tree
 		}
-		var rows []storeRowOf
+		held := pgno <= npages && !free[pgno]
 		for _, e := range entries {
-			cols, total, ok := walfile.Record(e)
-			if !ok || total != 7 || len(cols) < 4 || !storeRow(cols) {
+			cols, ok := walfile.Record(e)
+			if !ok || len(cols) != 7 || !storeRow(cols) {
 				continue
 			}
-			if len(cols) == 7 && isMarker(cols, inc) {
+			if isMarker(cols, inc) {
 				seq = max(seq, cols[6].Int)
 			}
-			if r := (storeRowOf{cols[0].Bytes, cols[1].Bytes, cols[2].Bytes, cols[3].Int}); string(r.state) == "w" || r.until > now && (string(r.state) == "c" || string(r.state) == "d") {
+			r := storeRowOf{cols[0].Bytes, cols[1].Bytes, cols[2].Bytes, cols[3].Int}
+			switch {
+			case !held:
+			case cols[3].Cut: // its first four columns not all on the page
+				cut++
+			case string(r.state) == "w" || r.until > now && (string(r.state) == "c" || string(r.state) == "d"):
 				rows = append(rows, r)
 			}
 		}
-		if len(rows) > 0 && pgno <= npages && !free[pgno] {
-			pages = append(pages, rows)
-		}
 	}
-	return seq, pages, readErr
+	return seq, rows, cut, readErr
 }
 
 // storeTables lists table, then the file's other tables that hold a
@@ -247,34 +267,29 @@ func storeTables(q querier, table string) ([]string, error) {
 	return tables, nil
 }
 
-// lacking is how many of rows, all of one page, the store's table
-// (tables[0], then the other store tables) lacks. A page is one table's: one of whose rows the store's
-// table holds none and another table holds some is that table's, whose
-// store judges it (its rows change with its sequence).
+// lacking is how many of rows none of tables holds as the WAL has it. A
+// row is told by its columns alone, so a row another table holds the same
+// counts as held, and one of another table's rows that table's store
+// released since counts as lacking (a refusal: docs/sqlitestore.md).
 func lacking(q querier, tables []string, rows []storeRowOf) (int, error) {
+	in := make([]string, len(tables))
 	for i, t := range tables {
-		n := 0
-		for chunk := range slices.Chunk(rows, 200) { // 800 arguments, under SQLite's oldest limit
-			values := strings.Repeat(", (?, ?, ?, ?)", len(chunk))[2:]
-			args := make([]any, 0, 4*len(chunk))
-			for _, r := range chunk {
-				args = append(args, r.key, string(r.state), string(r.token), r.until)
-			}
-			var c int
-			if err := q.queryRow(`SELECT count(*) FROM (VALUES `+values+`) AS v JOIN `+t+
-				` AS t ON t.key = v.column1 AND t.state = v.column2 AND t.token = v.column3 AND t.until = v.column4`, args...).Scan(&c); err != nil {
-				return 0, err
-			}
-			n += c
-		}
-		switch {
-		case i == 0 && n > 0:
-			return len(rows) - n, nil
-		case n > 0:
-			return 0, nil
-		}
+		in[i] = `EXISTS (SELECT 1 FROM ` + t + ` AS t WHERE t.key = v.column1 AND t.state = v.column2 AND t.token = v.column3 AND t.until = v.column4)`
 	}
-	return len(rows), nil
+	held := 0
+	for chunk := range slices.Chunk(rows, 200) { // 800 arguments, under SQLite's oldest limit
+		values := strings.Repeat(", (?, ?, ?, ?)", len(chunk))[2:]
+		args := make([]any, 0, 4*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.key, string(r.state), string(r.token), r.until)
+		}
+		var n int
+		if err := q.queryRow(`SELECT count(*) FROM (VALUES `+values+`) AS v WHERE `+strings.Join(in, ` OR `), args...).Scan(&n); err != nil {
+			return 0, err
+		}
+		held += n
+	}
+	return len(rows) - held, nil
 }
 
 // malformed refuses what a checkpoint cut short leaves once the WAL is deleted.
@@ -297,10 +312,13 @@ func removeWALLinks(path, table string) error {
 }
 
 // storeRow reports whether a record's first columns are a store row's
-// (Schema): a BLOB key, a one-letter state, a TEXT token, an INTEGER until.
+// (Schema): a BLOB key, a one-letter state, a TEXT token, an INTEGER
+// until; those past the page (Cut) by their types.
 func storeRow(cols []walfile.Value) bool {
-	return !cols[0].Text && !cols[0].IsInt && !cols[0].Null && len(cols[0].Bytes) > 0 &&
-		cols[1].Text && len(cols[1].Bytes) == 1 && strings.IndexByte("mclwd", cols[1].Bytes[0]) >= 0 &&
+	key, state := cols[0], cols[1]
+	blob := !key.Text && key.Bytes != nil // a NULL, an integer or a float has none
+	return blob && (key.Cut || len(key.Bytes) > 0) &&
+		state.Text && (state.Cut || len(state.Bytes) == 1 && strings.IndexByte("mclwd", state.Bytes[0]) >= 0) &&
 		cols[2].Text && cols[3].IsInt
 }
 
@@ -308,5 +326,5 @@ func storeRow(cols []walfile.Value) bool {
 func isMarker(cols []walfile.Value, inc string) bool {
 	return !cols[0].Text && string(cols[0].Bytes) == "\x00\x00" &&
 		cols[1].Text && string(cols[1].Bytes) == "m" &&
-		cols[2].Text && string(cols[2].Bytes) == inc && cols[6].IsInt
+		cols[2].Text && string(cols[2].Bytes) == inc && cols[6].IsInt && !cols[6].Cut
 }

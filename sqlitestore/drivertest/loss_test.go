@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,6 +481,36 @@ func withoutItsSidecar(t *testing.T) {
 						}
 					}
 					s.Close()
+				}
+			})
+			t.Run("two first News at once on a table Schema made are served", func(t *testing.T) {
+				schema, err := sqlitestore.Schema("")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 20 { // a round each: the two read and write the sidecar in any order
+					path := filepath.Join(t.TempDir(), "replay.db")
+					db := d.Open(t, path)
+					if _, err := db.ExecContext(ctx, schema); err != nil {
+						t.Fatal(err)
+					}
+					db.Close()
+					dbs := []*sql.DB{d.Open(t, path), d.Open(t, path)}
+					errs := make([]error, 2)
+					var wg sync.WaitGroup
+					for i := range 2 {
+						wg.Go(func() {
+							s, err := sqlitestore.New(ctx, dbs[i], sqlitestore.Options{SweepInterval: -1})
+							if err == nil {
+								s.Close()
+							}
+							errs[i] = err
+						})
+					}
+					wg.Wait()
+					if err := errors.Join(errs...); err != nil {
+						t.Fatalf("New = %v; want two stores", err)
+					}
 				}
 			})
 		})
