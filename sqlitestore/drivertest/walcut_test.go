@@ -348,9 +348,17 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 	writeWALPages(t, np, link, func(pgno uint32) bool { return pgno == cut })
 	time.Sleep(time.Until(oldEnd))
 	_, err := sqlitestore.New(ctx, d.Open(t, np), sqlitestore.Options{SweepInterval: -1})
-	want := fmt.Sprintf("lacks %d of the", len(onLeaf[cut])-1)
-	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("New = %v; want ErrForgotten: the database %s live rows", err, want)
+	// The shared row is excused, no other: the file may hold an older
+	// image of the leaf with some of its rows (a driver's autocheckpoint
+	// before the cut), so at most len-1 rows lack, and at least one.
+	var lacks int
+	if errors.Is(err, sqlitestore.ErrForgotten) {
+		if i := strings.Index(err.Error(), "lacks "); i >= 0 {
+			fmt.Sscanf(err.Error()[i:], "lacks %d of the", &lacks)
+		}
+	}
+	if lacks < 1 || lacks > len(onLeaf[cut])-1 {
+		t.Fatalf("New = %v; want ErrForgotten: the database lacks 1 to %d of the live rows", err, len(onLeaf[cut])-1)
 	}
 }
 
