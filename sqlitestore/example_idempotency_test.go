@@ -20,7 +20,7 @@ import (
 // DSN's pragma syntax); the drivertest module's Example runs this set-up.
 func ExampleNew() {
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:/var/lib/api/replay.db?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:/var/lib/api/replay.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 	if err != nil {
 		log.Fatal(err)
 	}

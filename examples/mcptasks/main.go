@@ -83,7 +83,7 @@ func serve(db string) error {
 		return err
 	}
 	ctx := context.Background()
-	sqldb, err := sql.Open("sqlite", "file:"+db+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)")
+	sqldb, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 	if err != nil {
 		return err
 	}

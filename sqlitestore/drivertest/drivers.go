@@ -21,7 +21,7 @@ import (
 type Pragma struct{ Name, Value string }
 
 // Safe is what sqlitestore requires on every connection.
-var Safe = []Pragma{{"journal_mode", "WAL"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}}
+var Safe = []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "WAL"}, {"synchronous", "FULL"}}
 
 // Driver is one database/sql SQLite driver.
 type Driver struct {

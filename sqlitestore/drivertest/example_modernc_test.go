@@ -29,7 +29,7 @@ func Example_modernc() {
 	until := time.Now().Add(time.Hour)
 
 	for start := 1; start <= 2; start++ { // two starts of the same process
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)")
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func Example_rearm() {
 	path := filepath.Join(dir, "replay.db")
 	ctx := context.Background()
 	open := func() *sql.DB {
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)")
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 		if err != nil {
 			log.Fatal(err)
 		}
