@@ -122,15 +122,7 @@ func TestGoSDKFailsOlderClientsInputWithCodeZero(t *testing.T) {
 // that did not declare the extension: the adapter must read each body as
 // the SDK does (exact keys, the first JSON value, batches).
 func TestRequiredTaskToolBehindTheSDK(t *testing.T) {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second,
-		Caller: func(*http.Request) (string, error) { return "alice", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := aliceTasks(t)
 	var ran []string
 	h := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		ran = append(ran, req.Params.Name)
@@ -187,15 +179,7 @@ func TestRequiredTaskToolBehindTheSDK(t *testing.T) {
 // handler with its default body cap runs the same calls as alone, at the
 // cap and one byte over it.
 func TestTasksHandlerReadsAsMuchAsGoSDK(t *testing.T) {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second,
-		Caller: func(*http.Request) (string, error) { return "alice", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := aliceTasks(t)
 	var ran atomic.Int32
 	server := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
 	server.AddTool(&mcp.Tool{Name: "plain", InputSchema: &jsonschema.Schema{Type: "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -220,4 +204,19 @@ func TestTasksHandlerReadsAsMuchAsGoSDK(t *testing.T) {
 			t.Errorf("a body of %d bytes: go-sdk alone ran it: %v, behind Tasks.Handler: %v; revisit maxTaskRequestBytes", size, alone, behind)
 		}
 	}
+}
+
+// aliceTasks is a Tasks on a memory store whose every caller is alice.
+func aliceTasks(t *testing.T) *mcptoken.Tasks {
+	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: replay.NewMemoryStore(0), Hold: time.Second,
+		Caller: func(*http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
