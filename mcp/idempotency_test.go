@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -139,6 +140,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"WrapFor replays a typed tool's result and output", wrapForTypedToolReplaysResultAndOutput},
 		{"a failure recorded before its data was kept as bytes replays its data", failureOfTheOlderLayoutReplaysItsData},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
+		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -633,6 +635,66 @@ func idempotencyNoEffectFreesTheKey(t *testing.T) {
 		_, again := cs.CallTool(context.Background(), params("untyped", "pay-3"))
 		if first == nil || again == nil || first.Error() != again.Error() || effects.Load() != 1 || TokenErrorCode(again) != 0 {
 			t.Fatalf("%v then %v; %d effects", first, again, effects.Load())
+		}
+	})
+}
+
+// storeOutage is a memory store whose next down AcquireRecord calls fail,
+// as a database that refuses connections does, counting them.
+type storeOutage struct {
+	*replay.MemoryStore
+	down, refused atomic.Int32
+}
+
+func (s *storeOutage) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if s.down.Add(-1) >= 0 {
+		s.refused.Add(1)
+		return replay.Record{}, errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
+	}
+	return s.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+// idempotencyStoreOutageRecordsNothing: a store that cannot answer takes
+// and records nothing, and the tool does not run; the client is told to
+// retry (-32603 "idempotency store unavailable", which CallTool retries),
+// and the same key runs the tool once the store is back: one effect,
+// whether the application retries or CallTool does.
+func idempotencyStoreOutageRecordsNothing(t *testing.T) {
+	args := map[string]any{"key": "pay-s", "amount": 5}
+	t.Run("the application retries with the same key", func(t *testing.T) {
+		p := &payTool{}
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(1)
+		var log bytes.Buffer
+		cs := connect(t, idemServer(t, p, store, func(o *IdempotencyOptions) { o.Logger = slog.New(slog.NewTextHandler(&log, nil)) }), nil)
+		_, err := callPay(cs, "alice", args, nil)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInternalError || we.Message != msgStoreUnavailable || !classify(err).Retry || p.effects.Load() != 0 {
+			t.Fatalf("%v; %d effects; want a retryable -32603 %q and no run", err, p.effects.Load(), msgStoreUnavailable)
+		}
+		first, err := callPay(cs, "alice", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := callPay(cs, "alice", args, nil)
+		b1, _ := json.Marshal(first)
+		b2, _ := json.Marshal(again)
+		if err != nil || first.IsError || !bytes.Equal(b1, b2) || p.effects.Load() != 1 {
+			t.Fatalf("%v; %s then %s; %d effects", err, b1, b2, p.effects.Load())
+		}
+		if got := log.String(); strings.Count(got, "idempotency store failed") != 1 || strings.Contains(got, "recorded") || strings.Contains(got, "pay-s") {
+			t.Fatalf("want the outage logged once, nothing recorded, no key: %s", got)
+		}
+	})
+	t.Run("CallTool rides it out", func(t *testing.T) {
+		p := &payTool{}
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(3)
+		cs := connect(t, idemServer(t, p, store, func(o *IdempotencyOptions) { o.Logger = slog.New(slog.DiscardHandler) }), nil)
+		params := &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: mcp.Meta{"test/caller": "alice"}}
+		res, err := CallTool(context.Background(), cs, params, CallOptions{KeyArgument: "key"})
+		if err != nil || res.IsError || p.effects.Load() != 1 || store.refused.Load() != 3 {
+			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, p.effects.Load(), store.refused.Load())
 		}
 	})
 }

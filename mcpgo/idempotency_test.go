@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,6 +124,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"NewIdempotency refuses bad options", newIdempotencyRefusesBadOptions},
 		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
+		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -279,7 +282,14 @@ func (c *chargeTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp
 
 func chargeServer(t *testing.T, c *chargeTool) *server.MCPServer {
 	t.Helper()
-	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key", KeyFromMeta: true}})
+	return chargeServerOn(t, c, replay.NewMemoryStore(100), nil)
+}
+
+// chargeServerOn is chargeServer over store, logging to logger (nil:
+// slog.Default).
+func chargeServerOn(t *testing.T, c *chargeTool, store replay.Recorder, logger *slog.Logger) *server.MCPServer {
+	t.Helper()
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,6 +346,68 @@ func idempotencyNoEffectFreesTheKey(t *testing.T) {
 		_, again := p.c.CallTool(p.ctx, charge("c-3", 0))
 		if first == nil || again == nil || first.Error() != again.Error() || c.effects.Load() != 1 {
 			t.Fatalf("%v then %v; %d effects", first, again, c.effects.Load())
+		}
+	})
+}
+
+// storeOutage is a memory store whose next down AcquireRecord calls fail,
+// as a database that refuses connections does, counting them.
+type storeOutage struct {
+	*replay.MemoryStore
+	down, refused atomic.Int32
+}
+
+func (s *storeOutage) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if s.down.Add(-1) >= 0 {
+		s.refused.Add(1)
+		return replay.Record{}, errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
+	}
+	return s.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+// idempotencyStoreOutageRecordsNothing: a store that cannot answer takes
+// and records nothing, and the tool does not run; the client gets -32603
+// ErrIdempotencyStore, which CallTool retries, and the same key runs the
+// tool once the store is back: one effect, whether the application
+// retries or CallTool does.
+func idempotencyStoreOutageRecordsNothing(t *testing.T) {
+	charge := mcp.CallToolRequest{}
+	charge.Params.Name = "charge"
+	charge.Params.Arguments = map[string]any{"key": "c-s", "amount": 5}
+	t.Run("the application retries with the same key", func(t *testing.T) {
+		c := &chargeTool{}
+		c.runs.Store(1) // the tool's own database is up
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(1)
+		var log bytes.Buffer
+		p := inProcess(t, chargeServerOn(t, c, store, slog.New(slog.NewTextHandler(&log, nil))), "alice", nil)
+		_, err := p.c.CallTool(p.ctx, charge)
+		if err == nil || sdkInternalMessage(err) != ErrIdempotencyStore.Error() || !classify(err).Retry || c.effects.Load() != 0 {
+			t.Fatalf("%v; %d effects; want a retryable -32603 %q and no run", err, c.effects.Load(), ErrIdempotencyStore)
+		}
+		first, err := p.c.CallTool(p.ctx, charge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p.c.CallTool(p.ctx, charge)
+		b1, _ := json.Marshal(first)
+		b2, _ := json.Marshal(again)
+		if err != nil || first.IsError || !bytes.Equal(b1, b2) || c.effects.Load() != 1 {
+			t.Fatalf("%v; %s then %s; %d effects", err, b1, b2, c.effects.Load())
+		}
+		if got := log.String(); strings.Count(got, "idempotency store failed") != 1 || strings.Contains(got, "recorded") || strings.Contains(got, "c-s") {
+			t.Fatalf("want the outage logged once, nothing recorded, no key: %s", got)
+		}
+	})
+	t.Run("CallTool rides it out", func(t *testing.T) {
+		c := &chargeTool{}
+		c.runs.Store(1)
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(3)
+		p := inProcess(t, chargeServerOn(t, c, store, slog.New(slog.DiscardHandler)), "alice", nil)
+		res, err := CallTool(p.ctx, p.c, charge, CallOptions{KeyArgument: "key"})
+		if err != nil || res.IsError || c.effects.Load() != 1 || store.refused.Load() != 3 {
+			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, c.effects.Load(), store.refused.Load())
 		}
 	})
 }
