@@ -141,6 +141,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"a failure recorded before its data was kept as bytes replays its data", failureOfTheOlderLayoutReplaysItsData},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
+		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -697,6 +698,79 @@ func idempotencyStoreOutageRecordsNothing(t *testing.T) {
 			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, p.effects.Load(), store.refused.Load())
 		}
 	})
+}
+
+// lostHolds is a memory store that refuses every lease renewal as lost:
+// a round's hold is lost at its first renewal, a third of the hold (5 s)
+// after it began.
+type lostHolds struct{ *replay.MemoryStore }
+
+func (lostHolds) RenewLease(context.Context, string, string, time.Duration) error {
+	return replay.ErrLeaseLost
+}
+
+// idempotencyRoundLostHoldCancelsTheTool: through go-sdk, with
+// SecureRequestState's real hold, a round whose hold is lost cancels the
+// context of the tool it runs although the tool is wrapped in
+// Idempotency (docs/mcp.md's configuration for a two-round tool that
+// acts): the tool gives up before it acts, says so (ErrNoEffect, sent as
+// 1025), and its key stays free: the same key starts the call over.
+func idempotencyRoundLostHoldCancelsTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	idem, err := NewIdempotency(IdempotencyOptions{
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true},
+		Caller:            FixedCaller("alice"), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	cause := make(chan error, 1)
+	deploy := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return &mcp.CallToolResult{InputRequests: question("confirm"), RequestState: "confirm"}, nil
+		}
+		select { // a slow deploy that checks its context before it acts
+		case <-ctx.Done():
+		case <-time.After(failsafe):
+		}
+		cause <- context.Cause(ctx)
+		if ctx.Err() == nil {
+			effects.Add(1)
+		}
+		return nil, fmt.Errorf("%w: %w", mcptoken.ErrNoEffect, ctx.Err())
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: map[string]any{"type": "object"}}, idem.Wrap(deploy))
+	o := StateOptions{Caller: FixedCaller("alice"), AnswerRetries: true, Logger: slog.New(slog.DiscardHandler)}
+	if err := SecureRequestState(s, retryCodec(t, f, lostHolds{replay.NewMemoryStore(0)}), &o); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, s, manual)
+	ctx := context.Background()
+	round1 := &mcp.CallToolParams{Name: "deploy", Arguments: map[string]any{}, Meta: mcp.Meta{mcptoken.MetaIdempotencyKey: "dep-1"}}
+	first, err := cs.CallTool(ctx, round1)
+	if err != nil || first.RequestState == "" {
+		t.Fatalf("round one: %v, %+v", err, first)
+	}
+	round2 := *round1
+	round2.RequestState, round2.InputResponses = first.RequestState, answers("confirm")
+	_, err = cs.CallTool(ctx, &round2)
+	var got error
+	select {
+	case got = <-cause:
+	default:
+		t.Fatalf("round two answered %v before its tool's context ended", err)
+	}
+	if !errors.Is(got, mcptoken.ErrRoundInterrupted) || effects.Load() != 0 {
+		t.Fatalf("the tool's context ended with %v, %d deploys; want ErrRoundInterrupted and none", got, effects.Load())
+	}
+	// The round's answer is its tool's own: nothing happened (1025).
+	wantRPCError(t, err, jsonrpc.CodeInternalError, InProgress)
+	again, err := cs.CallTool(ctx, round1)
+	if err != nil || again.RequestState == "" || again.IsError {
+		t.Fatalf("the same key afterwards: %v, %+v; want round one again", err, again)
+	}
 }
 
 // failureOfTheOlderLayoutReplaysItsData replays a record written with
