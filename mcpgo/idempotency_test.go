@@ -125,6 +125,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
+		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -410,6 +411,76 @@ func idempotencyStoreOutageRecordsNothing(t *testing.T) {
 			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, c.effects.Load(), store.refused.Load())
 		}
 	})
+}
+
+// lostHolds is a memory store that refuses every lease renewal as lost:
+// a round's hold is lost at its first renewal, a third of the hold (5 s)
+// after it began.
+type lostHolds struct{ *replay.MemoryStore }
+
+func (lostHolds) RenewLease(context.Context, string, string, time.Duration) error {
+	return replay.ErrLeaseLost
+}
+
+// idempotencyRoundLostHoldCancelsTheTool: through mcp-go, with
+// SecureRequestState's real hold, a round whose hold is lost cancels the
+// context of the tool it runs although the tool is wrapped in
+// Idempotency: the tool gives up before it acts and says so
+// (ErrNoEffect, a 1025 tool error result), and the same key then reaches
+// exactly one deploy.
+func idempotencyRoundLostHoldCancelsTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", lostHolds{replay.NewMemoryStore(0)})
+	quiet := slog.New(slog.DiscardHandler)
+	states, err := NewStates(f.codec, &StateOptions{Caller: ContextCaller, AnswerRetries: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds2, deploys atomic.Int32
+	cause := make(chan error, 1)
+	deploy := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return server.NewInputRequestBuilder("confirm").Elicit("ok", mcp.ElicitationParams{Message: "deploy?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if rounds2.Add(1) == 1 {
+			select { // a slow deploy that checks its context before it acts
+			case <-ctx.Done():
+			case <-time.After(failsafe):
+			}
+			cause <- context.Cause(ctx)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w", mcptoken.ErrNoEffect, ctx.Err())
+			}
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("deploy %d", deploys.Add(1))), nil
+	}
+	s := server.NewMCPServer("deploy", "v0", SecureRequestState(states), server.WithToolCapabilities(false), server.WithElicitation())
+	s.AddTool(mcp.NewTool("deploy"), idem.Wrap(deploy))
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "deploy"
+	req.Params.Arguments = map[string]any{}
+	req.Params.Meta = mcp.NewMetaFromMap(map[string]any{mcptoken.MetaIdempotencyKey: "dep-1"})
+	res, err := p.c.CallTool(p.ctx, req)
+	var got error
+	select {
+	case got = <-cause:
+	default:
+		t.Fatalf("the call answered %v, %+v before its tool's context ended", err, res)
+	}
+	if !errors.Is(got, mcptoken.ErrRoundInterrupted) || deploys.Load() != 0 {
+		t.Fatalf("the tool's context ended with %v, %d deploys; want ErrRoundInterrupted and none", got, deploys.Load())
+	}
+	if err != nil || TokenCode(res) != InProgress {
+		t.Fatalf("%v, %+v; want the tool's own 1025", err, res)
+	}
+	res, err = p.c.CallTool(p.ctx, req)
+	if err != nil || res.IsError || text(res) != "deploy 1" || deploys.Load() != 1 {
+		t.Fatalf("the same key afterwards: %v, %+v; %d deploys; want deploy 1", err, res, deploys.Load())
+	}
 }
 
 func idempotencyConcurrentDuplicate(t *testing.T) {
