@@ -738,6 +738,15 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") || !strings.Contains(f.logs.String(), "status=503") {
 			t.Errorf("log %s", f.logs)
 		}
+		// Nothing was taken: once the store is back, the same key runs
+		// the handler, once.
+		fs.acquireErr = nil
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" || f.runs.Load() != 1 {
+			t.Fatalf("the same key once the store is back: %d, replayed %q, %d runs; want 201 from one run", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) == "" || f.runs.Load() != 1 {
+			t.Fatalf("its retry: %d, replayed %q, %d runs; want the 201 replayed", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
 	})
 	t.Run("a client gone before the acquire is not a store failure, and asks nothing", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -98,7 +98,9 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // connection closed mid-call). The error wraps the last attempt's error;
 // [RetryKey] returns its key, and CallOptions.Key with it calls again,
 // never a new key. A session that closed (mcp.ErrConnectionClosed,
-// mcp.ErrSessionMissing) carries no further attempt; with
+// mcp.ErrSessionMissing; a response, or an event of a response stream,
+// cut off mid-way; a 2xx whose body is neither JSON nor an event stream,
+// a proxy's HTML page) carries no further attempt; with
 // CallOptions.Reconnect, the next attempt goes on a new session. No error
 // holds the key in its text. By default attempts start within 30 seconds (see
 // [CallOptions]); ctx's end stops a wait at once.
@@ -246,8 +248,11 @@ func classify(err error) verdict {
 		// A response stream (SSE) that ended before the call's
 		// response: the session lives on.
 		return verdict{Retry: true, Reached: true}
-	case sdkBodyCut(err):
-		// A JSON response cut off: the connection has failed.
+	case sdkBodyCut(err), sdkEventCut(err), sdkNotMCP(err):
+		// A JSON response, or an event of a response stream, cut off; a
+		// 2xx that is not the server's answer (a proxy's HTML page,
+		// perhaps after its upstream ran the tool): the connection has
+		// failed.
 		return verdict{Reached: true, Closed: true}
 	case sdkHTTPRefused(err):
 		// A 4xx without a JSON-RPC body (401, 403, 400 of a proxy or

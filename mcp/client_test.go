@@ -116,6 +116,8 @@ const (
 	dropBefore               // close the connection before the server sees the call
 	dropAfter                // let the server answer, then close the connection without the response
 	cutAfterHeaders          // let the server answer, send its headers only, then close the connection
+	cutMidBody               // let the server answer, send its headers and half its body, then close the connection
+	htmlAfter                // let the server answer, then answer 200 with an HTML page instead (a proxy's)
 )
 
 // refusedWith is the dropMode of a proxy that answers status without
@@ -165,6 +167,16 @@ func (d *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "<html>upstream failed</html>", int(mode)-2000)
 		return
 	}
+	if mode == htmlAfter {
+		rec := httptest.NewRecorder()
+		d.next.ServeHTTP(rec, r)
+		d.mu.Lock()
+		d.lost = append(d.lost, rec.Body.String())
+		d.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, "<html><body>Bad gateway</body></html>")
+		return
+	}
 	rec := httptest.NewRecorder()
 	if mode != dropBefore {
 		d.next.ServeHTTP(rec, r)
@@ -176,8 +188,13 @@ func (d *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		panic(err) // httptest.Server's connections can be hijacked
 	}
-	if mode == cutAfterHeaders {
+	switch mode {
+	case cutAfterHeaders:
 		fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", rec.Header().Get("Content-Type"), rec.Body.Len()+100)
+		bw.Flush()
+	case cutMidBody: // no Content-Length: the body ends with the connection (FIN)
+		fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nConnection: close\r\n\r\n", rec.Header().Get("Content-Type"))
+		bw.Write(rec.Body.Bytes()[:rec.Body.Len()/2])
 		bw.Flush()
 	}
 	conn.Close()
@@ -431,6 +448,48 @@ func TestCallTool(t *testing.T) {
 		}
 		if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 {
 			t.Fatalf("%q; %d deploys in %d attempts", got, d.deploys.Load(), dr.calls.Load())
+		}
+	})
+
+	t.Run("an answer cut mid-way or not the server's closes the session: a reconnect, else outcome unknown", func(t *testing.T) {
+		for name, mode := range map[string]dropMode{
+			"an SSE result event cut mid-event": cutMidBody, // go-sdk: "failed to decode event"
+			"a proxy's 200 HTML page":           htmlAfter,  // go-sdk: "unsupported content type"
+		} {
+			plan := func(n int) dropMode {
+				if n == 1 {
+					return mode // after the tool ran
+				}
+				return passThrough
+			}
+			t.Run(name+": with Reconnect, the first result", func(t *testing.T) {
+				d := &deployTool{}
+				url, dr := serveDropping(t, idemDeployServer(t, d, false), nil, plan)
+				cs, reconnect, reconnects := reconnectingVia(t, url, nil)
+				res, err := CallTool(ctx, cs, deployParams("api"), CallOptions{Reconnect: reconnect})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 || dr.calls.Load() != 2 || *reconnects != 1 {
+					t.Fatalf("%q; %d deploys in %d attempts, %d reconnects", got, d.deploys.Load(), dr.calls.Load(), *reconnects)
+				}
+			})
+			t.Run(name+": without, the key gets the first result later", func(t *testing.T) {
+				d := &deployTool{}
+				url, dr := serveDropping(t, idemDeployServer(t, d, false), nil, plan)
+				_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{})
+				key := wantOutcomeUnknown(t, err)
+				if !strings.Contains(err.Error(), "the session closed") || dr.calls.Load() != 1 {
+					t.Fatalf("%v after %d attempts", err, dr.calls.Load())
+				}
+				res, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("api"), CallOptions{Key: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := resultText(t, res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 {
+					t.Fatalf("%q; %d deploys", got, d.deploys.Load())
+				}
+			})
 		}
 	})
 
@@ -918,6 +977,8 @@ func TestCallToolClassify(t *testing.T) {
 		{"a connection closed, perhaps mid-call", fmt.Errorf("calling tools/call: %w", mcp.ErrConnectionClosed), verdict{Reached: true, Closed: true}},
 		{"the server's 404 for a lost session", fmt.Errorf("calling tools/call: %w", mcp.ErrSessionMissing), verdict{Closed: true}},
 		{"a 408", errors.New(`calling "tools/call": Request Timeout`), verdict{Reached: true}},
+		{"an event of a response stream cut off", errors.New(`calling "tools/call": sending "tools/call": failed to decode event: unmarshaling jsonrpc message: unexpected EOF`), verdict{Reached: true, Closed: true}},
+		{"a 200 that is an HTML page", errors.New(`calling "tools/call": sending "tools/call": unsupported content type "text/html"`), verdict{Reached: true, Closed: true}},
 		{"an error of unknown origin", errors.New("output does not match the schema"), verdict{Reached: true}},
 		{"an application's JSON-RPC code", &jsonrpc.Error{Code: -32000, Message: "failed"}, verdict{Reached: true}},
 		{"-32602", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "bad"}, verdict{}},

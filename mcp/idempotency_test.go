@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -139,6 +140,8 @@ func TestIdempotentTools(t *testing.T) {
 		{"WrapFor replays a typed tool's result and output", wrapForTypedToolReplaysResultAndOutput},
 		{"a failure recorded before its data was kept as bytes replays its data", failureOfTheOlderLayoutReplaysItsData},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
+		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
+		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -635,6 +638,139 @@ func idempotencyNoEffectFreesTheKey(t *testing.T) {
 			t.Fatalf("%v then %v; %d effects", first, again, effects.Load())
 		}
 	})
+}
+
+// storeOutage is a memory store whose next down AcquireRecord calls fail,
+// as a database that refuses connections does, counting them.
+type storeOutage struct {
+	*replay.MemoryStore
+	down, refused atomic.Int32
+}
+
+func (s *storeOutage) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if s.down.Add(-1) >= 0 {
+		s.refused.Add(1)
+		return replay.Record{}, errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
+	}
+	return s.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+// idempotencyStoreOutageRecordsNothing: a store that cannot answer takes
+// and records nothing, and the tool does not run; the client is told to
+// retry (-32603 "idempotency store unavailable", which CallTool retries),
+// and the same key runs the tool once the store is back: one effect,
+// whether the application retries or CallTool does.
+func idempotencyStoreOutageRecordsNothing(t *testing.T) {
+	args := map[string]any{"key": "pay-s", "amount": 5}
+	t.Run("the application retries with the same key", func(t *testing.T) {
+		p := &payTool{}
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(1)
+		var log bytes.Buffer
+		cs := connect(t, idemServer(t, p, store, func(o *IdempotencyOptions) { o.Logger = slog.New(slog.NewTextHandler(&log, nil)) }), nil)
+		_, err := callPay(cs, "alice", args, nil)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInternalError || we.Message != msgStoreUnavailable || !classify(err).Retry || p.effects.Load() != 0 {
+			t.Fatalf("%v; %d effects; want a retryable -32603 %q and no run", err, p.effects.Load(), msgStoreUnavailable)
+		}
+		first, err := callPay(cs, "alice", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := callPay(cs, "alice", args, nil)
+		b1, _ := json.Marshal(first)
+		b2, _ := json.Marshal(again)
+		if err != nil || first.IsError || !bytes.Equal(b1, b2) || p.effects.Load() != 1 {
+			t.Fatalf("%v; %s then %s; %d effects", err, b1, b2, p.effects.Load())
+		}
+		if got := log.String(); strings.Count(got, "idempotency store failed") != 1 || strings.Contains(got, "recorded") || strings.Contains(got, "pay-s") {
+			t.Fatalf("want the outage logged once, nothing recorded, no key: %s", got)
+		}
+	})
+	t.Run("CallTool rides it out", func(t *testing.T) {
+		p := &payTool{}
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(3)
+		cs := connect(t, idemServer(t, p, store, func(o *IdempotencyOptions) { o.Logger = slog.New(slog.DiscardHandler) }), nil)
+		params := &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: mcp.Meta{"test/caller": "alice"}}
+		res, err := CallTool(context.Background(), cs, params, CallOptions{KeyArgument: "key"})
+		if err != nil || res.IsError || p.effects.Load() != 1 || store.refused.Load() != 3 {
+			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, p.effects.Load(), store.refused.Load())
+		}
+	})
+}
+
+// lostHolds is a memory store that refuses every lease renewal as lost:
+// a round's hold is lost at its first renewal, a third of the hold (5 s)
+// after it began.
+type lostHolds struct{ *replay.MemoryStore }
+
+func (lostHolds) RenewLease(context.Context, string, string, time.Duration) error {
+	return replay.ErrLeaseLost
+}
+
+// idempotencyRoundLostHoldCancelsTheTool: through go-sdk, with
+// SecureRequestState's real hold, a round whose hold is lost cancels the
+// context of the tool it runs although the tool is wrapped in
+// Idempotency (docs/mcp.md's configuration for a two-round tool that
+// acts): the tool gives up before it acts, says so (ErrNoEffect, sent as
+// 1025), and its key stays free: the same key starts the call over.
+func idempotencyRoundLostHoldCancelsTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	idem, err := NewIdempotency(IdempotencyOptions{
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true},
+		Caller:            FixedCaller("alice"), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	cause := make(chan error, 1)
+	deploy := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return &mcp.CallToolResult{InputRequests: question("confirm"), RequestState: "confirm"}, nil
+		}
+		select { // a slow deploy that checks its context before it acts
+		case <-ctx.Done():
+		case <-time.After(failsafe):
+		}
+		cause <- context.Cause(ctx)
+		if ctx.Err() == nil {
+			effects.Add(1)
+		}
+		return nil, fmt.Errorf("%w: %w", mcptoken.ErrNoEffect, ctx.Err())
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: map[string]any{"type": "object"}}, idem.Wrap(deploy))
+	o := StateOptions{Caller: FixedCaller("alice"), AnswerRetries: true, Logger: slog.New(slog.DiscardHandler)}
+	if err := SecureRequestState(s, retryCodec(t, f, lostHolds{replay.NewMemoryStore(0)}), &o); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, s, manual)
+	ctx := context.Background()
+	round1 := &mcp.CallToolParams{Name: "deploy", Arguments: map[string]any{}, Meta: mcp.Meta{mcptoken.MetaIdempotencyKey: "dep-1"}}
+	first, err := cs.CallTool(ctx, round1)
+	if err != nil || first.RequestState == "" {
+		t.Fatalf("round one: %v, %+v", err, first)
+	}
+	round2 := *round1
+	round2.RequestState, round2.InputResponses = first.RequestState, answers("confirm")
+	_, err = cs.CallTool(ctx, &round2)
+	var got error
+	select {
+	case got = <-cause:
+	default:
+		t.Fatalf("round two answered %v before its tool's context ended", err)
+	}
+	if !errors.Is(got, mcptoken.ErrRoundInterrupted) || effects.Load() != 0 {
+		t.Fatalf("the tool's context ended with %v, %d deploys; want ErrRoundInterrupted and none", got, effects.Load())
+	}
+	// The round's answer is its tool's own: nothing happened (1025).
+	wantRPCError(t, err, jsonrpc.CodeInternalError, InProgress)
+	again, err := cs.CallTool(ctx, round1)
+	if err != nil || again.RequestState == "" || again.IsError {
+		t.Fatalf("the same key afterwards: %v, %+v; want round one again", err, again)
+	}
 }
 
 // failureOfTheOlderLayoutReplaysItsData replays a record written with

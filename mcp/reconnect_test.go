@@ -81,8 +81,15 @@ func (r *restartable) start(keyArg string) {
 // with a new one on the same transport, as an application would write it.
 func reconnecting(t *testing.T, url string) (*mcp.ClientSession, func(context.Context) (*mcp.ClientSession, error), *int) {
 	t.Helper()
+	return reconnectingVia(t, url, nil)
+}
+
+// reconnectingVia is reconnecting with hc as the transport's HTTP client
+// (nil: the default).
+func reconnectingVia(t *testing.T, url string, hc *http.Client) (*mcp.ClientSession, func(context.Context) (*mcp.ClientSession, error), *int) {
+	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "client", Version: "v0"}, nil)
-	tr := &mcp.StreamableClientTransport{Endpoint: url}
+	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}
 	cs, err := c.Connect(context.Background(), tr, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -216,5 +223,72 @@ func TestCallToolRetriesAReconnectThatFails(t *testing.T) {
 	}
 	if got := resultText(t, res); got != "deployed api (deploy 1)" || calls != 2 || d.deploys.Load() != 1 {
 		t.Fatalf("%q; %d Reconnect calls, %d deploys", got, calls, d.deploys.Load())
+	}
+}
+
+// failedTrips is an http.RoundTripper that counts the round trips that
+// failed (a refused connection among them) and signals each.
+type failedTrips struct {
+	failed chan struct{}
+}
+
+func (f *failedTrips) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		select {
+		case f.failed <- struct{}{}:
+		default:
+		}
+	}
+	return resp, err
+}
+
+// A stateful server that stops while the tool runs and stays down while
+// the client's attempts fail (refused connections, a Reconnect that
+// cannot connect) is ridden out within CallTool's default budget: the
+// server restarted without the session is a reconnect, not an unknown
+// outcome, and the call gets the first run's result.
+func TestCallToolRidesOutAStatefulServerDownMidCall(t *testing.T) {
+	d := &deployTool{started: make(chan struct{}), gate: make(chan struct{})}
+	r := newRestartable(t, d, "")
+	trips := &failedTrips{failed: make(chan struct{}, 1)}
+	cs, reconnect, _ := reconnectingVia(t, r.url(), &http.Client{Transport: trips})
+
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := CallTool(context.Background(), cs, deployParams("api"), CallOptions{Reconnect: reconnect})
+		got <- answer{res, err}
+	}()
+	waitFor(t, d.started, "the first run")
+	r.stop()
+	close(d.gate)
+	waitFor(t, r.done, "the first run's record")
+	// Down while three of the client's round trips fail.
+	for i := range 3 {
+		select {
+		case <-trips.failed:
+		case a := <-got:
+			t.Fatalf("CallTool returned while the server was down (after %d failed trips): %v", i, a.err)
+		case <-time.After(failsafe):
+			t.Fatalf("no failed round trip %d while the server was down", i+1)
+		}
+	}
+	r.start("")
+
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(failsafe):
+		t.Fatal("CallTool did not return")
+	}
+	if a.err != nil {
+		t.Fatalf("CallTool: %v", a.err)
+	}
+	if got := resultText(t, a.res); got != "deployed api (deploy 1)" || d.deploys.Load() != 1 {
+		t.Fatalf("%q; %d deploys", got, d.deploys.Load())
 	}
 }

@@ -52,6 +52,16 @@ func sdkStreamEnded(err error) bool {
 // cut off.
 func sdkBodyCut(err error) bool { return strings.Contains(err.Error(), ": failed to read body: ") }
 
+// sdkEventCut reports go-sdk's error, without a type, of a response
+// stream (SSE) whose event does not decode: cut off mid-event. go-sdk
+// fails the connection.
+func sdkEventCut(err error) bool { return strings.Contains(err.Error(), ": failed to decode event: ") }
+
+// sdkNotMCP reports go-sdk's error, without a type, of a 2xx answer
+// whose body is neither JSON nor an event stream (a proxy's HTML page).
+// go-sdk closes the connection.
+func sdkNotMCP(err error) bool { return strings.Contains(err.Error(), ": unsupported content type ") }
+
 // sdkHTTPRefused reports go-sdk's error, without a type, of an HTTP answer
 // 4xx other than 408 and 429: its text ends with the status text.
 func sdkHTTPRefused(err error) bool {

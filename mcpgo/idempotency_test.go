@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,6 +124,8 @@ func TestIdempotentTools(t *testing.T) {
 		{"NewIdempotency refuses bad options", newIdempotencyRefusesBadOptions},
 		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
+		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
+		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -279,7 +283,14 @@ func (c *chargeTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp
 
 func chargeServer(t *testing.T, c *chargeTool) *server.MCPServer {
 	t.Helper()
-	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key", KeyFromMeta: true}})
+	return chargeServerOn(t, c, replay.NewMemoryStore(100), nil)
+}
+
+// chargeServerOn is chargeServer over store, logging to logger (nil:
+// slog.Default).
+func chargeServerOn(t *testing.T, c *chargeTool, store replay.Recorder, logger *slog.Logger) *server.MCPServer {
+	t.Helper()
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,6 +349,138 @@ func idempotencyNoEffectFreesTheKey(t *testing.T) {
 			t.Fatalf("%v then %v; %d effects", first, again, c.effects.Load())
 		}
 	})
+}
+
+// storeOutage is a memory store whose next down AcquireRecord calls fail,
+// as a database that refuses connections does, counting them.
+type storeOutage struct {
+	*replay.MemoryStore
+	down, refused atomic.Int32
+}
+
+func (s *storeOutage) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	if s.down.Add(-1) >= 0 {
+		s.refused.Add(1)
+		return replay.Record{}, errors.New("dial tcp 10.0.0.9:6379: connect: connection refused")
+	}
+	return s.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+}
+
+// idempotencyStoreOutageRecordsNothing: a store that cannot answer takes
+// and records nothing, and the tool does not run; the client gets -32603
+// ErrIdempotencyStore, which CallTool retries, and the same key runs the
+// tool once the store is back: one effect, whether the application
+// retries or CallTool does.
+func idempotencyStoreOutageRecordsNothing(t *testing.T) {
+	charge := mcp.CallToolRequest{}
+	charge.Params.Name = "charge"
+	charge.Params.Arguments = map[string]any{"key": "c-s", "amount": 5}
+	t.Run("the application retries with the same key", func(t *testing.T) {
+		c := &chargeTool{}
+		c.runs.Store(1) // the tool's own database is up
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(1)
+		var log bytes.Buffer
+		p := inProcess(t, chargeServerOn(t, c, store, slog.New(slog.NewTextHandler(&log, nil))), "alice", nil)
+		_, err := p.c.CallTool(p.ctx, charge)
+		if err == nil || sdkInternalMessage(err) != ErrIdempotencyStore.Error() || !classify(err).Retry || c.effects.Load() != 0 {
+			t.Fatalf("%v; %d effects; want a retryable -32603 %q and no run", err, c.effects.Load(), ErrIdempotencyStore)
+		}
+		first, err := p.c.CallTool(p.ctx, charge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p.c.CallTool(p.ctx, charge)
+		b1, _ := json.Marshal(first)
+		b2, _ := json.Marshal(again)
+		if err != nil || first.IsError || !bytes.Equal(b1, b2) || c.effects.Load() != 1 {
+			t.Fatalf("%v; %s then %s; %d effects", err, b1, b2, c.effects.Load())
+		}
+		if got := log.String(); strings.Count(got, "idempotency store failed") != 1 || strings.Contains(got, "recorded") || strings.Contains(got, "c-s") {
+			t.Fatalf("want the outage logged once, nothing recorded, no key: %s", got)
+		}
+	})
+	t.Run("CallTool rides it out", func(t *testing.T) {
+		c := &chargeTool{}
+		c.runs.Store(1)
+		store := &storeOutage{MemoryStore: replay.NewMemoryStore(100)}
+		store.down.Store(3)
+		p := inProcess(t, chargeServerOn(t, c, store, slog.New(slog.DiscardHandler)), "alice", nil)
+		res, err := CallTool(p.ctx, p.c, charge, CallOptions{KeyArgument: "key"})
+		if err != nil || res.IsError || c.effects.Load() != 1 || store.refused.Load() != 3 {
+			t.Fatalf("%v, %+v; %d effects after %d refusals; want 1 after 3", err, res, c.effects.Load(), store.refused.Load())
+		}
+	})
+}
+
+// lostHolds is a memory store that refuses every lease renewal as lost:
+// a round's hold is lost at its first renewal, a third of the hold (5 s)
+// after it began.
+type lostHolds struct{ *replay.MemoryStore }
+
+func (lostHolds) RenewLease(context.Context, string, string, time.Duration) error {
+	return replay.ErrLeaseLost
+}
+
+// idempotencyRoundLostHoldCancelsTheTool: through mcp-go, with
+// SecureRequestState's real hold, a round whose hold is lost cancels the
+// context of the tool it runs although the tool is wrapped in
+// Idempotency: the tool gives up before it acts and says so
+// (ErrNoEffect, a 1025 tool error result), and the same key then reaches
+// exactly one deploy.
+func idempotencyRoundLostHoldCancelsTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", lostHolds{replay.NewMemoryStore(0)})
+	quiet := slog.New(slog.DiscardHandler)
+	states, err := NewStates(f.codec, &StateOptions{Caller: ContextCaller, AnswerRetries: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rounds2, deploys atomic.Int32
+	cause := make(chan error, 1)
+	deploy := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return server.NewInputRequestBuilder("confirm").Elicit("ok", mcp.ElicitationParams{Message: "deploy?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if rounds2.Add(1) == 1 {
+			select { // a slow deploy that checks its context before it acts
+			case <-ctx.Done():
+			case <-time.After(failsafe):
+			}
+			cause <- context.Cause(ctx)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w", mcptoken.ErrNoEffect, ctx.Err())
+			}
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("deploy %d", deploys.Add(1))), nil
+	}
+	s := server.NewMCPServer("deploy", "v0", SecureRequestState(states), server.WithToolCapabilities(false), server.WithElicitation())
+	s.AddTool(mcp.NewTool("deploy"), idem.Wrap(deploy))
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "deploy"
+	req.Params.Arguments = map[string]any{}
+	req.Params.Meta = mcp.NewMetaFromMap(map[string]any{mcptoken.MetaIdempotencyKey: "dep-1"})
+	res, err := p.c.CallTool(p.ctx, req)
+	var got error
+	select {
+	case got = <-cause:
+	default:
+		t.Fatalf("the call answered %v, %+v before its tool's context ended", err, res)
+	}
+	if !errors.Is(got, mcptoken.ErrRoundInterrupted) || deploys.Load() != 0 {
+		t.Fatalf("the tool's context ended with %v, %d deploys; want ErrRoundInterrupted and none", got, deploys.Load())
+	}
+	if err != nil || TokenCode(res) != InProgress {
+		t.Fatalf("%v, %+v; want the tool's own 1025", err, res)
+	}
+	res, err = p.c.CallTool(p.ctx, req)
+	if err != nil || res.IsError || text(res) != "deploy 1" || deploys.Load() != 1 {
+		t.Fatalf("the same key afterwards: %v, %+v; %d deploys; want deploy 1", err, res, deploys.Load())
+	}
 }
 
 func idempotencyConcurrentDuplicate(t *testing.T) {

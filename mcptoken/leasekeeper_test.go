@@ -43,11 +43,15 @@ func TestIdempotentCallKeepsItsLease(t *testing.T) {
 	t.Run("a tool that outlives its lease runs once", func(t *testing.T) {
 		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100)}
 		var log bytes.Buffer
-		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 1500*time.Millisecond })
+		// A renewal has a sixth of the Lease beyond its third to reach
+		// the store: 500 ms here, enough on a loaded machine.
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 3*time.Second })
 		var runs atomic.Int32
 		started, release := make(chan struct{}), make(chan struct{})
+		var lost <-chan struct{}
 		run := func(ctx context.Context) ([]byte, error) {
 			if runs.Add(1) == 1 {
+				lost = ctx.Done()
 				close(started)
 				<-release // ignores its context, as a slow downstream call would
 			}
@@ -61,7 +65,13 @@ func TestIdempotentCallKeepsItsLease(t *testing.T) {
 		<-started
 		// Four renewals: more than the first lease has passed.
 		for store.renewed.Load() < 4 {
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-lost:
+				close(release)
+				<-first // the log is written
+				t.Fatalf("the lease was lost after %d renewals: %s", store.renewed.Load(), log.String())
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 		if _, err := i.Call(context.Background(), "alice", "pay", args, nil, run); !errors.Is(err, ErrInProgress) {
 			t.Fatalf("a retry during the run: %v; want ErrInProgress", err)
@@ -212,7 +222,9 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 
 	t.Run("a cancelled round's tool keeps its key while it winds down", func(t *testing.T) {
 		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100)}
-		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		// A renewal has a sixth of the Lease beyond its third to reach
+		// the store: 500 ms here, enough on a loaded machine.
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 3*time.Second })
 		parent, cancel := context.WithCancel(detach(context.Background())) // a round's or a task's
 		defer cancel()
 		args := []byte(`{"key":"k-wind"}`)
@@ -220,8 +232,12 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 		_, err := i.Call(parent, "alice", "pay", args, nil, func(ctx context.Context) ([]byte, error) {
 			cancel()
 			<-ctx.Done()
-			// Winding down: the lease must still be renewed meanwhile.
-			for n := store.renewed.Load(); store.renewed.Load() < n+3; {
+			// Winding down: the lease must still be renewed meanwhile
+			// (30 s is a failsafe: a renewal is due every second).
+			for n, failsafe := store.renewed.Load(), time.Now().Add(30*time.Second); store.renewed.Load() < n+3; {
+				if time.Now().After(failsafe) {
+					return nil, errors.New("no more renewals while the tool wound down")
+				}
 				time.Sleep(5 * time.Millisecond)
 			}
 			_, retry = i.Call(context.Background(), "alice", "pay", args, nil, func(context.Context) ([]byte, error) {
