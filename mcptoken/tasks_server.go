@@ -602,6 +602,11 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 		if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
 			return st, -1, nil
 		}
+		if r := t.local(ref); r != nil && !r.asked.Load() {
+			// Run here by a tool that has not asked: no round is
+			// recorded, so a poll is the one read of the entry.
+			return st, -1, nil
+		}
 		k, req := -1, map[string]json.RawMessage(nil)
 		for i := 0; ; i++ {
 			b, ok, err := t.peek(ctx, ref, ref.round(i))

@@ -299,8 +299,6 @@ func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
 	}
 }
 
-// cancelAfterPeek is a MemoryStore that cancels the caller's context once
-// it granted a lease on a task's round entry, as a client that hangs up.
 // writes is a MemoryStore that counts the calls that write.
 type writes struct {
 	*replay.MemoryStore
@@ -387,6 +385,77 @@ func TestTaskPollIsARead(t *testing.T) {
 				t.Fatalf("20 polls made %d writes", n)
 			}
 		})
+	}
+}
+
+// reads is a MemoryStore that counts ReadRecord calls.
+type reads struct {
+	*replay.MemoryStore
+	n atomic.Int64
+}
+
+func (r *reads) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	r.n.Add(1)
+	return r.MemoryStore.ReadRecord(ctx, id)
+}
+
+// TestTaskPollOfAWorkingTaskReads: a poll of a working task whose tool has
+// not asked reads the task's entry alone on the instance running it, and
+// the entry and its first round's on another; once the tool asked, the
+// running instance reads its rounds too and reports input_required.
+func TestTaskPollOfAWorkingTaskReads(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	store := &reads{MemoryStore: replay.NewMemoryStore(0)}
+	cfg := TasksConfig{Keys: keys, Store: store, Hold: 10 * time.Minute, PollInterval: time.Hour}
+	runs, err := NewTasks(cfg)
+	must(t, err)
+	other, err := NewTasks(cfg)
+	must(t, err)
+	ask := make(chan struct{})
+	st, err := runs.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, call *TaskCall) (json.RawMessage, error) {
+		<-ask
+		_, err := call.Input(ctx, map[string]json.RawMessage{"q": json.RawMessage(`{"method":"roots/list"}`)})
+		return nil, err
+	}}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	t.Cleanup(func() {
+		must(t, runs.Cancel(context.Background(), "alice", st.ID))
+		must(t, runs.Shutdown(context.Background()))
+	})
+	poll := func(ts *Tasks, want string) int64 {
+		t.Helper()
+		before := store.n.Load()
+		got, err := ts.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status != want {
+			t.Fatalf("status %s, want %s", got.Status, want)
+		}
+		return store.n.Load() - before
+	}
+	if n := poll(runs, taskWorking); n != 1 {
+		t.Errorf("a poll on the running instance read %d entries; want 1 (the task's)", n)
+	}
+	if n := poll(other, taskWorking); n != 2 {
+		t.Errorf("a poll on another instance read %d entries; want 2 (the task's, its first round's)", n)
+	}
+	close(ask)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		got, err := runs.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status == taskInputRequired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %s a minute after the tool asked; want %s", got.Status, taskInputRequired)
+		}
+	}
+	// The task's entry, round 0, round 1 (absent), round 0's answer.
+	if n := poll(runs, taskInputRequired); n != 4 {
+		t.Errorf("a poll of a task that asked read %d entries; want 4", n)
+	}
+	if n := poll(other, taskInputRequired); n != 4 {
+		t.Errorf("a poll on another instance of a task that asked read %d entries; want 4", n)
 	}
 }
 
