@@ -130,7 +130,7 @@ type TaskTool struct {
 	// such task would stall every other task, creation and poll.
 	// A keyed task (a call with an idempotency key) that failed with its
 	// writes rolled back, or whose instance stopped mid-transaction, is
-	// run again by the next call under the key, up to 8 runs in all.
+	// run again by the next call under the key, up to 65 536 runs a key.
 	Transactional bool
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -585,9 +586,61 @@ func keyedCall(caller, key string) *TaskCall {
 	return &TaskCall{Caller: caller, Arguments: json.RawMessage(`{}`), key: key, args: fp}
 }
 
+// confirms is a MemoryStore that keeps the IDs it confirmed.
+type confirms struct {
+	*replay.MemoryStore
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *confirms) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	err := c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+	if err == nil {
+		c.mu.Lock()
+		c.ids = append(c.ids, id)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *confirms) confirmed(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.ids, id)
+}
+
+// TestTaskCreationConfirmedBeforeItsID: Create returns a task's ID only
+// once the store confirmed a record of the task's run (its began mark), a
+// write every store makes durable before it answers, where the lease
+// alone need not be (sqlitestore keeps leases unsynced): so a creation
+// the client was told of outlives a crash of the store's machine.
+func TestTaskCreationConfirmedBeforeItsID(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		call func() *TaskCall
+	}{
+		{"a call without a key", func() *TaskCall { return &TaskCall{Caller: "alice"} }},
+		{"a keyed call", func() *TaskCall { return keyedCall("alice", "k") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := &confirms{MemoryStore: replay.NewMemoryStore(0)}
+			ts := newCoreTasks(t, store)
+			g := newGate(true)
+			st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: g.run}, c.call())
+			must(t, err)
+			t.Cleanup(func() { close(g.release); must(t, ts.Shutdown(context.Background())) })
+			ref, err := ts.open("alice", st.ID)
+			must(t, err)
+			if !store.confirmed(ref.beganMark()) {
+				t.Fatalf("Create returned %s before any record of the task was confirmed (confirmed: %q)", st.Status, store.ids)
+			}
+		})
+	}
+}
+
 // TestKeyedTaskRuns: under one idempotency key, a task whose failure kept
 // nothing (a Transactional task's, whose transaction rolled back or whose
-// instance stopped) is run again by the next call, at most 8 runs in all,
+// instance stopped) is run again by the next call, up to the cap (8 here),
 // with one committed effect; a non-Transactional task whose instance
 // stopped is not, its effect unknown, until AllowRerun lets it.
 func TestKeyedTaskRuns(t *testing.T) {
