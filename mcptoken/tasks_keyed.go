@@ -146,9 +146,9 @@ var errNoRerun = errors.New("mcptoken: AllowRerun: the key's latest run did not 
 // failed): call it once the application has checked, where the tool
 // acts, that the run did not take effect. A run whose failure kept
 // nothing (a Transactional task's, or one whose tool returned
-// ErrNoEffect) is run again without it. One key has at most 65 536 runs. AllowRerun fails for a key whose latest run did not
-// fail, still runs or was the last, and with [ErrTaskInvalid] for a key
-// without a task.
+// ErrNoEffect) is run again without it. One key has at most 65 536 runs.
+// AllowRerun fails for a key whose latest run did not fail, still runs or
+// was the last, and with [ErrTaskInvalid] for a key without a task.
 func (t *Tasks) AllowRerun(ctx context.Context, caller, tool, key string) error {
 	first := keyedTask(caller, tool, key)
 	last, err := t.lastRun(ctx, first)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -20,12 +21,15 @@ import (
 // with a cause (errTaskCancelled, errTaskDrained, errLeaseGone); done is
 // closed once it has ended. Its outcome is recorded by whoever claims it
 // first: the runner when its tool returns, or Shutdown when it hands the
-// task over.
+// task over. asked is set before its tool's first input round is
+// recorded: until then the task has no round in the store, and a poll on
+// this instance does not read one.
 type runner struct {
 	ref           taskRef
 	transactional bool
 	stop          context.CancelCauseFunc
 	done          chan struct{}
+	asked         atomic.Bool
 
 	mu      sync.Mutex
 	claimed bool
@@ -177,6 +181,7 @@ func (t *Tasks) run(ctx context.Context, r *runner, held time.Time, tool TaskToo
 		}
 		k := round
 		round++
+		r.asked.Store(true)
 		return t.input(ctx, ref, k, req)
 	}
 	res, err := runTool(ctx, tool, call)

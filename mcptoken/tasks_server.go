@@ -130,7 +130,7 @@ type TaskTool struct {
 	// such task would stall every other task, creation and poll.
 	// A keyed task (a call with an idempotency key) that failed with its
 	// writes rolled back, or whose instance stopped mid-transaction, is
-	// run again by the next call under the key, up to 8 runs in all.
+	// run again by the next call under the key, up to 65 536 runs a key.
 	Transactional bool
 }
 
@@ -600,6 +600,11 @@ func (t *Tasks) state(ctx context.Context, ref taskRef) (TaskState, int, error) 
 		// how it ended), or waiting for input in its latest round. A
 		// Transactional task has no rounds.
 		if tool, ok := t.tool(ref.Tool); ok && tool.Transactional {
+			return st, -1, nil
+		}
+		if r := t.local(ref); r != nil && !r.asked.Load() {
+			// Run here by a tool that has not asked: no round is
+			// recorded, so a poll is the one read of the entry.
 			return st, -1, nil
 		}
 		k, req := -1, map[string]json.RawMessage(nil)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,8 +300,6 @@ func TestTaskIDLivesAsLongAsTheTask(t *testing.T) {
 	}
 }
 
-// cancelAfterPeek is a MemoryStore that cancels the caller's context once
-// it granted a lease on a task's round entry, as a client that hangs up.
 // writes is a MemoryStore that counts the calls that write.
 type writes struct {
 	*replay.MemoryStore
@@ -387,6 +386,77 @@ func TestTaskPollIsARead(t *testing.T) {
 				t.Fatalf("20 polls made %d writes", n)
 			}
 		})
+	}
+}
+
+// reads is a MemoryStore that counts ReadRecord calls.
+type reads struct {
+	*replay.MemoryStore
+	n atomic.Int64
+}
+
+func (r *reads) ReadRecord(ctx context.Context, id string) (replay.Record, error) {
+	r.n.Add(1)
+	return r.MemoryStore.ReadRecord(ctx, id)
+}
+
+// TestTaskPollOfAWorkingTaskReads: a poll of a working task whose tool has
+// not asked reads the task's entry alone on the instance running it, and
+// the entry and its first round's on another; once the tool asked, the
+// running instance reads its rounds too and reports input_required.
+func TestTaskPollOfAWorkingTaskReads(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	must(t, err)
+	store := &reads{MemoryStore: replay.NewMemoryStore(0)}
+	cfg := TasksConfig{Keys: keys, Store: store, Hold: 10 * time.Minute, PollInterval: time.Hour}
+	runs, err := NewTasks(cfg)
+	must(t, err)
+	other, err := NewTasks(cfg)
+	must(t, err)
+	ask := make(chan struct{})
+	st, err := runs.Create(context.Background(), TaskTool{Name: "t", Run: func(ctx context.Context, call *TaskCall) (json.RawMessage, error) {
+		<-ask
+		_, err := call.Input(ctx, map[string]json.RawMessage{"q": json.RawMessage(`{"method":"roots/list"}`)})
+		return nil, err
+	}}, &TaskCall{Caller: "alice"})
+	must(t, err)
+	t.Cleanup(func() {
+		must(t, runs.Cancel(context.Background(), "alice", st.ID))
+		must(t, runs.Shutdown(context.Background()))
+	})
+	poll := func(ts *Tasks, want string) int64 {
+		t.Helper()
+		before := store.n.Load()
+		got, err := ts.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status != want {
+			t.Fatalf("status %s, want %s", got.Status, want)
+		}
+		return store.n.Load() - before
+	}
+	if n := poll(runs, taskWorking); n != 1 {
+		t.Errorf("a poll on the running instance read %d entries; want 1 (the task's)", n)
+	}
+	if n := poll(other, taskWorking); n != 2 {
+		t.Errorf("a poll on another instance read %d entries; want 2 (the task's, its first round's)", n)
+	}
+	close(ask)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		got, err := runs.Get(context.Background(), "alice", st.ID)
+		must(t, err)
+		if got.Status == taskInputRequired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %s a minute after the tool asked; want %s", got.Status, taskInputRequired)
+		}
+	}
+	// The task's entry, round 0, round 1 (absent), round 0's answer.
+	if n := poll(runs, taskInputRequired); n != 4 {
+		t.Errorf("a poll of a task that asked read %d entries; want 4", n)
+	}
+	if n := poll(other, taskInputRequired); n != 4 {
+		t.Errorf("a poll on another instance of a task that asked read %d entries; want 4", n)
 	}
 }
 
@@ -516,9 +586,61 @@ func keyedCall(caller, key string) *TaskCall {
 	return &TaskCall{Caller: caller, Arguments: json.RawMessage(`{}`), key: key, args: fp}
 }
 
+// confirms is a MemoryStore that keeps the IDs it confirmed.
+type confirms struct {
+	*replay.MemoryStore
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *confirms) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	err := c.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+	if err == nil {
+		c.mu.Lock()
+		c.ids = append(c.ids, id)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *confirms) confirmed(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.ids, id)
+}
+
+// TestTaskCreationConfirmedBeforeItsID: Create returns a task's ID only
+// once the store confirmed a record of the task's run (its began mark), a
+// write every store makes durable before it answers, where the lease
+// alone need not be (sqlitestore keeps leases unsynced): so a creation
+// the client was told of outlives a crash of the store's machine.
+func TestTaskCreationConfirmedBeforeItsID(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		call func() *TaskCall
+	}{
+		{"a call without a key", func() *TaskCall { return &TaskCall{Caller: "alice"} }},
+		{"a keyed call", func() *TaskCall { return keyedCall("alice", "k") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := &confirms{MemoryStore: replay.NewMemoryStore(0)}
+			ts := newCoreTasks(t, store)
+			g := newGate(true)
+			st, err := ts.Create(context.Background(), TaskTool{Name: "t", Run: g.run}, c.call())
+			must(t, err)
+			t.Cleanup(func() { close(g.release); must(t, ts.Shutdown(context.Background())) })
+			ref, err := ts.open("alice", st.ID)
+			must(t, err)
+			if !store.confirmed(ref.beganMark()) {
+				t.Fatalf("Create returned %s before any record of the task was confirmed (confirmed: %q)", st.Status, store.ids)
+			}
+		})
+	}
+}
+
 // TestKeyedTaskRuns: under one idempotency key, a task whose failure kept
 // nothing (a Transactional task's, whose transaction rolled back or whose
-// instance stopped) is run again by the next call, at most 8 runs in all,
+// instance stopped) is run again by the next call, up to the cap (8 here),
 // with one committed effect; a non-Transactional task whose instance
 // stopped is not, its effect unknown, until AllowRerun lets it.
 func TestKeyedTaskRuns(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +13,11 @@ import (
 )
 
 // TestMCPTasksWorkBackendKilled: the connection of a Transactional task's
-// transaction dies mid-task (as its instance would): the task's write is
-// not kept, and the other instance reports the task failed.
+// transaction dies mid-task (as its instance would, or a server that ended
+// the transaction of a runner paused too long): the task's write is not
+// kept, and the other instance reports the task failed; when the tool
+// then returns a result, as a resumed runner's would, its commit keeps
+// nothing and the task stays failed.
 func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
@@ -58,7 +62,8 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer close(release)
+	resume := sync.OnceFunc(func() { close(release) })
+	defer resume()
 	if _, err := pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, <-pid); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +86,18 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	}
 	if n := e.Count(t, "killed"); n != 0 {
 		t.Fatalf("%d writes kept by the task whose connection died; want 0", n)
+	}
+	// The runner resumes: its tool completes.
+	resume()
+	// Shutdown waits for the runner to end.
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := e.Count(t, "killed"); n != 0 {
+		t.Fatalf("%d writes kept once the tool of the task reported failed completed; want 0", n)
+	}
+	if got, err := b.Get(context.Background(), "alice", st.ID); err != nil || got.Status != "failed" {
+		t.Fatalf("once the tool of the task reported failed completed: %q, %v; want failed", got.Status, err)
 	}
 }
 

@@ -35,7 +35,7 @@ import (
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
 //	BenchmarkMiddlewareTransactionalVsFloor  the same through the idempotency middleware and an HTTP path (bench_middleware_test.go)
 //	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
-//	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working or a completed task, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
+//	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working task (on its instance, or another) or a completed one, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
 //	BenchmarkClaimWhileSweeping    claims on an idle store, then claims while one Sweep drains 100 000 expired rows: latency percentiles of each
 //	BenchmarkSweepKeepsUp          claims at 10, 100, 1 000 a second or as fast as they go, for b.N seconds, swept every second: rows and file sizes each second
 //
@@ -737,23 +737,29 @@ func BenchmarkReadRecord(b *testing.B) {
 }
 
 // BenchmarkTaskPoll: mcptoken's Tasks.Get (a tasks/get poll) of a working
-// task (state=working: ReadRecord of the task's entry, busy, and of its
-// first input round's, free) or of a completed one (state=completed: the
-// task's entry, done, its outcome opened), then the floor's one-row
-// SELECT of the task's row on the same pool, in turn.
+// task on the instance running it (state=working: ReadRecord of the
+// task's entry, busy) or on another (state=working-elsewhere: that, then
+// ReadRecord of its first input round's, free), or of a completed one
+// (state=completed: the task's entry, done, its outcome opened), then the
+// floor's one-row SELECT of the task's row on the same pool, in turn.
 func BenchmarkTaskPoll(b *testing.B) {
 	for _, d := range Drivers() {
-		for _, status := range []string{"working", "completed"} {
-			b.Run(d.Name+"/state="+status, func(b *testing.B) {
+		for _, p := range []string{"working", "working-elsewhere", "completed"} {
+			b.Run(d.Name+"/state="+p, func(b *testing.B) {
 				ctx := context.Background()
 				db := benchDB(b, d)
-				ts, ids := pollTasks(b, benchStore(b, db))
-				key := benchTaskRow(b, db, status)
+				var poll taskPoll
+				for _, q := range pollTasks(b, benchStore(b, db)) {
+					if q.name == p {
+						poll = q
+					}
+				}
+				key := benchTaskRow(b, db, poll.status)
 				benchPaired(b,
 					func(int) {
-						st, err := ts.Get(ctx, pollCaller, ids[status])
-						if err != nil || st.Status != status {
-							b.Fatalf("Get = %q, %v; want %s", st.Status, err, status)
+						st, err := poll.ts.Get(ctx, pollCaller, poll.id)
+						if err != nil || st.Status != poll.status {
+							b.Fatalf("Get = %q, %v; want %s", st.Status, err, poll.status)
 						}
 					},
 					func(int) {

@@ -99,13 +99,21 @@ func TestReadRecordWritesNothing(t *testing.T) {
 // pollCaller is the caller pollTasks's tasks are bound to.
 const pollCaller = "alice"
 
-// pollTasks returns a Tasks on s that touches the store only when called
-// (PollInterval an hour: no look for a cancel; Hold 10 minutes: no
-// renewal within a test or a benchmark), and the IDs of two of
-// pollCaller's tasks, by the status tasks/get reports: "working", whose
-// tool waits for its context, and "completed". When tb ends, before s
-// closes, the working task is cancelled and the Tasks shut down.
-func pollTasks(tb testing.TB, s *sqlitestore.Store) (*mcptoken.Tasks, map[string]string) {
+// taskPoll is a tasks/get poll: of the task id, on ts, that reports status.
+type taskPoll struct {
+	name, status, id string
+	ts               *mcptoken.Tasks
+}
+
+// pollTasks returns the polls of two of pollCaller's tasks on Tasks of s
+// that touch the store only when called (PollInterval an hour: no look
+// for a cancel; Hold 10 minutes: no renewal within a test or a
+// benchmark): "working", whose tool waits for its context, polled on the
+// instance running it (one read: its entry) and on another instance
+// ("working-elsewhere": its entry and its first round's), and
+// "completed". When tb ends, before s closes, the working task is
+// cancelled and the Tasks shut down.
+func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 	tb.Helper()
 	ctx := context.Background()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
@@ -142,7 +150,7 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) (*mcptoken.Tasks, map[string
 	if err := fin.Shutdown(ctx); err != nil {
 		tb.Fatalf("Shutdown after the completed task: %v", err)
 	}
-	ts := instance()
+	ts, other := instance(), instance()
 	working, err := ts.Create(ctx, wait, &mcptoken.TaskCall{Caller: pollCaller})
 	if err != nil {
 		tb.Fatalf("Create of the working task: %v", err)
@@ -155,38 +163,41 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) (*mcptoken.Tasks, map[string
 			tb.Errorf("Shutdown: %v", err)
 		}
 	})
-	ids := map[string]string{"working": working.ID, "completed": done.ID}
-	for want, id := range ids {
-		if st, err := ts.Get(ctx, pollCaller, id); err != nil || st.Status != want {
-			tb.Fatalf("Get = %q, %v; want %s", st.Status, err, want)
+	polls := []taskPoll{
+		{"working", "working", working.ID, ts},
+		{"working-elsewhere", "working", working.ID, other},
+		{"completed", "completed", done.ID, ts},
+	}
+	for _, p := range polls {
+		if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
+			tb.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
 		}
 	}
-	return ts, ids
+	return polls
 }
 
-// TestTaskPollWritesNothing: 100 polls (Tasks.Get) of a working task
-// (its entry and its first input round's, read) and of a completed one
-// leave the database file and its WAL byte for byte as they were.
+// TestTaskPollWritesNothing: 100 polls (Tasks.Get) of a working task, on
+// the instance running it and on another, and of a completed one leave
+// the database file and its WAL byte for byte as they were.
 func TestTaskPollWritesNothing(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
 			s, _, path := readStore(t, d)
-			ts, ids := pollTasks(t, s)
-			for _, status := range []string{"working", "completed"} {
-				t.Run(status, func(t *testing.T) {
+			for _, p := range pollTasks(t, s) {
+				t.Run(p.name, func(t *testing.T) {
 					dbBefore, walBefore := files(t, path)
 					for range 100 {
-						if st, err := ts.Get(ctx, pollCaller, ids[status]); err != nil || st.Status != status {
-							t.Fatalf("Get = %q, %v; want %s", st.Status, err, status)
+						if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
+							t.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
 						}
 					}
 					dbAfter, walAfter := files(t, path)
 					if !bytes.Equal(walBefore, walAfter) {
-						t.Errorf("the WAL changed over 100 polls of a %s task: %d bytes before, %d after", status, len(walBefore), len(walAfter))
+						t.Errorf("the WAL changed over 100 polls (%s): %d bytes before, %d after", p.name, len(walBefore), len(walAfter))
 					}
 					if !bytes.Equal(dbBefore, dbAfter) {
-						t.Errorf("the database file changed over 100 polls of a %s task", status)
+						t.Errorf("the database file changed over 100 polls (%s)", p.name)
 					}
 				})
 			}
