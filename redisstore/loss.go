@@ -207,31 +207,37 @@ type servers struct {
 // has no baseline of: the script compares nothing.
 var noCounters = "-"
 
+// unreadCounters is the counters argument of a script on a Cluster master
+// the checks have not read yet (a failover, a new node): it matches no
+// counters, so the script answers -8 and the store refuses every call
+// until a check has read that master.
+var unreadCounters = "?"
+
 // countersArg returns the loss counters argument (see countersLua) for a
 // script on marker's shard: those of the last baseline of the master
 // serving it, found as the checks name masters (see masterKey); "-" on a
-// client whose master per key the store cannot name (a Ring), or before a
-// check has read the counters of that master.
+// client whose master per key the store cannot name (a Ring), before the
+// first check, or on a master whose counters the checks cannot read; "?"
+// on a Cluster master no check has read yet.
 func (s *Store) countersArg(ctx context.Context, marker string) *string {
 	g := s.srv.guard.Load()
 	if g == nil {
 		return &noCounters
 	}
-	var m doer
 	switch c := s.client.(type) {
 	case *redis.Client:
-		m = c
+		if a, ok := (*g)[masterKey(c)]; ok {
+			return a
+		}
 	case *redis.ClusterClient:
 		mc, err := c.MasterForKey(ctx, marker)
 		if err != nil {
 			return &noCounters
 		}
-		m = mc
-	default:
-		return &noCounters
-	}
-	if a, ok := (*g)[masterKey(m)]; ok {
-		return a
+		if a, ok := (*g)[masterKey(mc)]; ok {
+			return a
+		}
+		return &unreadCounters
 	}
 	return &noCounters
 }
@@ -259,9 +265,6 @@ type observation struct {
 	persist  bool   // a real run_id: kept in <prefix>servers
 	next     baseline
 	evidence []string // what shows a loss, for the log and the ledger
-	// policyRead: the master answered CONFIG GET maxmemory-policy (see
-	// [Store.decidePolicyProbe]).
-	policyRead bool
 	// aofAlways: the check read appendonly yes and appendfsync always
 	// (see [Store.decideLocalAOF]).
 	aofAlways bool
