@@ -405,7 +405,7 @@ type Store struct {
 	checked      atomic.Bool
 	recheckEvery time.Duration
 	// srv is what the checks know of each server (by run_id), and the
-	// refusal they left (see loss.go).
+	// refusal they left (see baseline.go and loss.go).
 	srv       servers
 	warned    atomic.Uint32 // what warnOnce has logged
 	lastCheck atomic.Int64  // unix ms of the last server check
