@@ -190,7 +190,6 @@ func (s *Store) checkServer(ctx context.Context) error {
 	}
 	s.learnRecordedLifetime(ctx) // lifetime.go: another application's longer lifetime
 	s.settle(ctx, obs)
-	s.decidePolicyProbe(obs) // durability.go: CONFIG GET maxmemory-policy after each script
 	var old *error
 	if cond != nil {
 		old = s.srv.cond.Swap(&cond)
@@ -405,22 +404,18 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		}
 	}
 	// Eviction: the policy, and whether it can act (maxmemory set).
-	// policyRead tells the policy probe (durability.go) that this master
-	// answers CONFIG GET maxmemory-policy.
-	policyRead := false
 	v, err = do("CONFIG", "GET", "maxmemory-policy")
 	switch {
 	case err != nil && isRefused(err):
-		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction: eviction switched on at run time is then found only by evicted_keys at the next check")
+		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction: the store cannot refuse an evicting policy, and finds evictions only in evicted_keys")
 	case err != nil:
 		return nil, nil, s.wrapErr(ctx, err)
 	default:
 		policy, ok := configValue(v, "maxmemory-policy")
 		if !ok {
-			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction: eviction switched on at run time is then found only by evicted_keys at the next check")
+			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction: the store cannot refuse an evicting policy, and finds evictions only in evicted_keys")
 			break
 		}
-		policyRead = true
 		s.warned.And(^uint32(warnPolicy))
 		next.evictable = false
 		if policy != "noeviction" {
@@ -491,7 +486,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	if known {
 		was = &old
 	}
-	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead,
+	ob := &observation{master: master, run: run, persist: persist, next: next,
 		aofAlways: read && aof && fsyncAlways, counted: countersOK}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction, ownRole)

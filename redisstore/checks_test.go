@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func TestChecks(t *testing.T) {
 		{"a dropped store's watch ends", droppedStoresWatchEnds},
 		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
 		{"a free ID is refused while the counters moved", freeIDIsRefusedWhileTheCountersMoved},
+		{"a Cluster master no check has read refuses", clusterMasterNoCheckHasReadRefuses},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -410,9 +412,8 @@ func (b *syncBuffer) String() string {
 func recheckNow(t *testing.T, s *Store) {
 	t.Helper()
 	s.lastCheck.Store(0)
-	// The claim that starts it is answered as before the recheck: refused
-	// by the policy probe when the policy evicts now.
-	if _, err := s.Claim(context.Background(), fmt.Sprintf("recheck-%d", time.Now().UnixNano()), time.Now().Add(time.Minute)); err != nil && !errors.Is(err, ErrConfig) && Reason(err) != whyEvictionOn {
+	// The claim that starts it is answered as before the recheck.
+	if _, err := s.Claim(context.Background(), fmt.Sprintf("recheck-%d", time.Now().UnixNano()), time.Now().Add(time.Minute)); err != nil && !errors.Is(err, ErrConfig) {
 		t.Fatalf("claim: %v", err)
 	}
 	// The recheck runs in the background.
@@ -928,11 +929,10 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 		name  string
 		extra []string
 		kept  bool
-		probe bool // the policy probe is on: CONFIG GET is allowed
 	}{
-		{"documented", nil, false, false},
-		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true, false},
-		{"with CONFIG GET", []string{"+config|get"}, false, true},
+		{"documented", nil, false},
+		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true},
+		{"with CONFIG GET", []string{"+config|get"}, false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -985,9 +985,6 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			if kept := n > 0; kept != tt.kept {
 				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
 			}
-			if on := s.dur.probing(); on != tt.probe {
-				t.Fatalf("policy probe on = %v; want %v (a refused CONFIG GET is never sent per claim)", on, tt.probe)
-			}
 		})
 	}
 }
@@ -1003,9 +1000,10 @@ func anySlice(s []string) []any {
 // A step that can take a free ID (a claim, a lease or record acquisition)
 // whose script finds the server's loss counters moved since the store's
 // last check (keys evicted while the store was idle, with the policy
-// switched back to noeviction; CONFIG RESETSTAT) is refused with
-// whyCountersMoved, whatever the ID, until that check has run: it fences
-// the key space, after which the fences refuse. Real redis-server; no
+// switched back to noeviction or still evicting; CONFIG RESETSTAT) is
+// refused with whyCountersMoved, whatever the ID, until that check has
+// run: it fences the key space, after which the fences refuse (or, while
+// the policy still evicts, the check's ErrConfig). Real redis-server; no
 // check runs between the change and the step (RecheckInterval one hour).
 func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 	steps := []struct {
@@ -1031,13 +1029,15 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 	changes := []struct {
 		name   string
 		change func(t *testing.T, c *redis.Client)
+		after  error // what a step is refused with once the check ran
 	}{
-		{"keys evicted while idle", evictVolatileKeys},
+		{"keys evicted while idle", func(t *testing.T, c *redis.Client) { evictKeys(t, c, true) }, ErrFenced},
+		{"keys evicted, the policy still evicting", func(t *testing.T, c *redis.Client) { evictKeys(t, c, false) }, ErrConfig},
 		{"CONFIG RESETSTAT", func(t *testing.T, c *redis.Client) {
 			if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, ErrFenced},
 	}
 	for _, ch := range changes {
 		for _, st := range steps {
@@ -1064,19 +1064,24 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				st.step(s, "starts-the-check")
 				waitChecks(t, s)
 				for _, id := range []string{"new-id", old[0]} {
-					if err := st.step(s, id); !errors.Is(err, ErrFenced) {
-						t.Fatalf("%s of %s after the check = %v; want ErrFenced", st.name, id, err)
+					if err := st.step(s, id); !errors.Is(err, ch.after) {
+						t.Fatalf("%s of %s after the check = %v; want %v", st.name, id, err, ch.after)
 					}
+				}
+				if ch.after == ErrConfig && !lossNoted(t, s) {
+					t.Fatal("the check fenced nothing; want the evictions fenced")
 				}
 			})
 		}
 	}
 }
 
-// evictVolatileKeys makes c's server evict keys with a lifetime while no
-// store calls it (volatile-lru, maxmemory under what it uses, another
-// application's write), then switches the policy back to noeviction.
-func evictVolatileKeys(t *testing.T, c *redis.Client) {
+// evictKeys makes c's server evict keys with a lifetime while no store
+// calls it (volatile-lru, maxmemory under what it uses, another
+// application's write), then, with revert, switches the policy back to
+// noeviction; without, the policy stays and maxmemory becomes 1 GiB
+// (nothing more is evicted).
+func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	t.Helper()
 	ctx := context.Background()
 	info, err := c.Info(ctx, "memory").Result()
@@ -1090,7 +1095,11 @@ func evictVolatileKeys(t *testing.T, c *redis.Client) {
 		}
 	}
 	c.Set(ctx, "other-application", strings.Repeat("x", 8192), 0) // may be refused (OOM) once nothing is left to evict
-	for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
+	after := [][2]string{{"maxmemory", "1073741824"}}
+	if revert {
+		after = [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}}
+	}
+	for _, kv := range after {
 		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -1101,5 +1110,47 @@ func evictVolatileKeys(t *testing.T, c *redis.Client) {
 	}
 	if n, _ := strconv.ParseInt(infoValue(info, "evicted_keys"), 10, 64); n == 0 {
 		t.Fatal("nothing was evicted: the test did not test eviction")
+	}
+}
+
+// On a Cluster, a step that can take a free ID on a master no check has
+// read yet (a failover, a new node: the script has no counters to compare
+// there) is refused with whyCountersMoved until a check has read it; the
+// check then takes its counters and the step is answered. The Cluster is
+// two lone redis-servers behind a ClusterClient whose slots all move from
+// the first to the second (ClusterSlots), each holding the key space.
+func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srvA, srvB := newServer(t), newServer(t)
+	opts := Options{Prefix: "unread:", Logger: quietLogger(), RecheckInterval: time.Hour}
+	provisioned(t, srvB.client(), opts) // the second master holds the key space too
+	var at atomic.Pointer[string]
+	a, b := srvA.addr(), srvB.addr()
+	at.Store(&a)
+	c := redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: -1, ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+		return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: *at.Load()}}}}, nil
+	}})
+	t.Cleanup(func() { c.Close() })
+	s := provisioned(t, c, opts)
+	until := func() time.Time { return time.Now().Add(time.Minute) }
+	if first, err := s.Claim(ctx, "before", until()); !first || err != nil {
+		t.Fatalf("claim on the master the checks read = %v, %v; want first", first, err)
+	}
+	at.Store(&b)
+	c.ReloadState(ctx)
+	marker, _, _ := s.keys("moved")
+	waitFor(t, "the client to route to the new master", func() bool {
+		m, err := c.MasterForKey(ctx, marker)
+		// go-redis names a loopback node by its port alone.
+		return err == nil && strings.HasSuffix(m.Options().Addr, ":"+srvB.port)
+	})
+	if first, err := s.Claim(ctx, "moved", until()); first || Reason(err) != whyCountersMoved || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("claim on a master no check has read = %v, %v; want ErrUnavailable with Reason %q", first, err, whyCountersMoved)
+	}
+	s.Claim(ctx, "starts-the-check", until())
+	waitChecks(t, s)
+	if first, err := s.Claim(ctx, "moved", until()); !first || err != nil {
+		t.Fatalf("claim once a check read the new master = %v, %v; want first", first, err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,10 +57,6 @@ type durability struct {
 	// themselves (see [Store.decideLocalAOF]); nil when Durability already
 	// waits for the local fsync or no connection can be pinned.
 	implied *impliedAOF
-	// probe is the CONFIG GET maxmemory-policy pipelined after every
-	// guarded script (see [policyProbe]); nil when no connection can be
-	// pinned or Options.AllowEviction accepts eviction.
-	probe *policyProbe
 	// pipes keeps the pipelines of single between calls (see
 	// [durability.pipeline]); nil without single.
 	pipes *sync.Pool
@@ -80,51 +75,14 @@ type impliedAOF struct {
 	cmd []any // WAITAOF 1 ReplicaAOF ms
 }
 
-// policyProbe is the CONFIG GET maxmemory-policy every step that can take
-// a free ID (claims and acquisitions: see [durability.probes]) is followed
-// by, in the same pipeline on the connection that ran it, while the server checks found that every
-// master answers it (see [Store.decidePolicyProbe]). Redis runs a
-// connection's commands in order, and eviction needs an evicting policy
-// set before it: so an eviction that happened before the script ran was
-// caused by a policy the probe reads after it, unless that policy was
-// switched back to noeviction before the probe ran. A policy other than
-// noeviction turns the call's answer into a refusal ([ErrUnavailable],
-// Reason [whyEvictionOn]; the script may have written, and what it wrote
-// stays) and has the store check the server at once, which fences the
-// key space when eviction became possible. What the probe cannot see is
-// an evicting policy set and switched back between two of the store's
-// scripts (or between a script and its probe): the next script finds that
-// eviction in evicted_keys itself (see countersLua).
-type policyProbe struct {
-	on atomic.Bool
-}
-
-// probeCmd is the probe's command.
-var probeCmd = []any{"CONFIG", "GET", "maxmemory-policy"}
-
 // on reports whether Durability asks for a wait.
 func (d *durability) on() bool { return d.wait != nil || d.waitAOF != nil }
 
-// pipelines reports whether a guarded script of sc must be pipelined with
-// more commands now: Durability asks for a wait, the implied local AOF
-// wait is on, or the policy probe follows sc (see [durability.probes]).
-func (d *durability) pipelines(sc *script) bool {
-	return d.on() || (d.implied != nil && d.implied.on.Load()) || d.probes(sc)
-}
-
-// probing reports whether the policy probe is on.
-func (d *durability) probing() bool { return d.probe != nil && d.probe.on.Load() }
-
-// probes reports whether the policy probe follows a step of sc now: the
-// steps that can take an ID because they found it free (a claim, an
-// acquisition). A
-// confirmation, a renewal or a release answers for the caller's own
-// lease, which eviction can only end (the lease is then lost, or the ID
-// recorded done), never give to another holder: an ID that eviction freed
-// is taken again only through an acquisition or a claim, and their probe
-// refuses it.
-func (d *durability) probes(sc *script) bool {
-	return d.probing() && (sc == &claimLua || sc == &acquireLua || sc == &acquireRecordLua)
+// pipelines reports whether a guarded script must be pipelined with
+// more commands now: Durability asks for a wait, or the implied local AOF
+// wait is on.
+func (d *durability) pipelines() bool {
+	return d.on() || (d.implied != nil && d.implied.on.Load())
 }
 
 // aofWait returns the WAITAOF command a write sends now (nil for none)
@@ -172,9 +130,6 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 			wait = max(timeout/2, time.Millisecond)
 		}
 		out.implied = &impliedAOF{cmd: []any{"WAITAOF", "1", strconv.Itoa(d.ReplicaAOF), strconv.FormatInt(max(wait.Milliseconds(), 1), 10)}}
-	}
-	if out.single != nil || out.cluster != nil {
-		out.probe = new(policyProbe)
 	}
 	if !asked || d.Timeout < 0 {
 		return out, faults
@@ -260,65 +215,6 @@ func (s *Store) decideLocalAOF(ctx context.Context, masters []doer, obs []observ
 			s.log.Info("redisstore: the server does not run AOF with appendfsync always, or does not know WAITAOF: writes no longer wait for the local fsync", "prefix", s.prefix)
 		}
 	}
-}
-
-// decidePolicyProbe turns the policy probe (see [policyProbe]) on when
-// every master observed answered CONFIG GET maxmemory-policy, and off when
-// one refused it (a managed service, an ACL without +config) or answered
-// something unexpected: then no claim sends a command the server refuses,
-// and eviction switched on at run time is found by the next check (the
-// checks warn once). The server checks call it after each round that
-// reached every master.
-func (s *Store) decidePolicyProbe(obs []observation) {
-	p := s.dur.probe
-	if p == nil || len(obs) == 0 {
-		return
-	}
-	on := true
-	for _, o := range obs {
-		on = on && o.policyRead
-	}
-	if p.on.Swap(on) != on && !on {
-		s.log.Info("redisstore: maxmemory-policy cannot be read: claims no longer read it after each script", "prefix", s.prefix)
-	}
-}
-
-// probe queues the policy probe on p: a typed command, whose reply (a
-// map in RESP3, a flat list in RESP2) is read into a map of strings
-// rather than a map of interfaces.
-func probe(ctx context.Context, p redis.Pipeliner) *redis.MapStringStringCmd {
-	pc := probeCommand(ctx)
-	_ = p.Process(ctx, pc) // a pipeline only queues it
-	return pc
-}
-
-// probeCommand is the policy probe's command, not yet sent.
-func probeCommand(ctx context.Context) *redis.MapStringStringCmd {
-	return redis.NewMapStringStringCmd(ctx, probeCmd...)
-}
-
-// probed returns the refusal the probe's reply (nil when not sent) asks
-// for: nil when the policy is noeviction.
-func probed(pc *redis.MapStringStringCmd) error {
-	if pc == nil {
-		return nil
-	}
-	v, err := pc.Result()
-	switch {
-	case err != nil && (isServerError(err) || isRefused(err) || strings.Contains(err.Error(), "can't parse")):
-		// Refused, or a reply that is not a map (or a list) of strings.
-		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err))
-	case err != nil:
-		return fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err)
-	}
-	policy, ok := v["maxmemory-policy"]
-	switch {
-	case !ok:
-		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: unexpected reply to CONFIG GET maxmemory-policy", ErrUnavailable))
-	case policy != "noeviction":
-		return refuse(ErrUnavailable, whyEvictionOn, fmt.Errorf("%w: maxmemory-policy %s", ErrUnavailable, policy))
-	}
-	return nil
 }
 
 // waitsForAOF reports whether m, which runs AOF with appendfsync always,
@@ -425,15 +321,6 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	if r.probeErr != nil && r.err == nil {
-		// Eviction may be on (or the policy could not be read): whatever
-		// the script answered is refused, and the checks run at once (not
-		// for a transport error of the probe, as in exchange).
-		if Reason(r.probeErr) != "" {
-			s.checkSoon()
-		}
-		return nil, r.probeErr
-	}
 	if r.err != nil {
 		if s.dur.cluster != nil {
 			s.dur.cluster.ReloadState(context.WithoutCancel(ctx))
@@ -446,11 +333,11 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 	return r.v, nil
 }
 
-// pipeResult is a pipeline's script reply, its error, the durability
-// verdict, and the policy probe's.
+// pipeResult is a pipeline's script reply, its error, and the
+// durability verdict.
 type pipeResult struct {
-	v                     any
-	err, durErr, probeErr error
+	v           any
+	err, durErr error
 }
 
 // pipePool holds the channels pipeline hands its goroutine (see donePool).
@@ -463,29 +350,18 @@ func (s *Store) pipelineOnce(ctx context.Context, c *redis.Client, sc *script, c
 	if r.err != nil && isNoScript(r.err) {
 		r = s.pipelined(ctx, c, sc, cmd, true)
 	}
-	if Reason(r.probeErr) == whyEvictionOn {
-		// Here, not in pipelineOn: an answer that comes after the
-		// caller's deadline still holds every call for the check.
-		s.holdForCheck(r.probeErr)
-	}
 	return r
 }
 
-// pipelined sends cmd (as EVAL when eval is set), the policy probe when
-// on (right after the script: see [policyProbe]), and the WAIT and WAITAOF
+// pipelined sends cmd (as EVAL when eval is set) and the WAIT and WAITAOF
 // of the setting in one pipeline on c.
 func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd []any, eval bool) pipeResult {
 	if eval {
 		cmd = asEval(*sc, cmd)
 	}
-	var queue [4]redis.Cmder
+	var queue [3]redis.Cmder
 	sv := redis.NewCmd(ctx, cmd...)
 	cmds := append(queue[:0], sv)
-	var pc *redis.MapStringStringCmd
-	if s.dur.probes(sc) {
-		pc = probeCommand(ctx)
-		cmds = append(cmds, pc)
-	}
 	var w, wa *redis.Cmd
 	if s.dur.wait != nil {
 		w = redis.NewCmd(ctx, s.dur.wait...)
@@ -506,9 +382,9 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 	s.dur.donePipeline(c, p)
 	v, err := sv.Result()
 	if err != nil {
-		return pipeResult{err: err, probeErr: probed(pc)}
+		return pipeResult{err: err}
 	}
-	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF), probeErr: probed(pc)}
+	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF)}
 }
 
 // pipeline returns an empty pipeline on c: for the store's own client one
@@ -572,12 +448,11 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// holdForCheck has every call refuse with err (an evicting policy the
-// probe read, or loss counters a script found moved) until a check has
-// judged the server: the check acts on the evictions (settle) before it
-// replaces the refusal, so neither a policy switched back to noeviction
-// meanwhile nor commands regrown past the baseline after a reset let a
-// claim be answered first before the counters are judged.
+// holdForCheck has every call refuse with err (loss counters a script
+// found moved) until a check has judged the server: the check acts on the
+// evictions (settle) before it replaces the refusal, so commands regrown
+// past the baseline after a reset do not let a claim be answered first
+// before the counters are judged.
 func (s *Store) holdForCheck(err error) {
 	s.srv.cond.CompareAndSwap(nil, &err)
 	s.checkSoon()

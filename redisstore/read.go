@@ -58,7 +58,7 @@ var readRecordLua = script{readRecordScript, "786f1d1592d831b51c764dbf367f82dacd
 // [Store.AcquireRecord] of id would find, by Redis's clock (a lapsed lease
 // or an expired entry has expired in Redis, and reads free), in one round
 // trip that sends no write command, so a Redis at maxmemory answers it.
-// It needs none of the Durability waits or the policy probe. Like
+// It needs none of the Durability waits. Like
 // AcquireRecord it refuses while the server checks refuse and while the
 // ID's shard is fenced or its marker is missing
 // ([ErrFenced], with [replay.RetryAt]): a free read of a key space that

@@ -417,7 +417,7 @@ func awaitExchange(ctx context.Context, f func() ([]any, error, error)) (replies
 // sendRecordOnce is sendRecord on the calling goroutine.
 func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, cmds [][]any, at int) ([]any, error, error) {
 	var p pipeliner
-	if s.dur.pipelines(sc) { // the policy probe and the waits run on the connection that wrote
+	if s.dur.pipelines() { // the waits run on the connection that wrote
 		c, err := s.dur.pinned(ctx, marker)
 		if err != nil {
 			return nil, nil, err
@@ -442,9 +442,9 @@ func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, c
 	return replies, durErr, nil
 }
 
-// exchange sends cmds (the script as EVAL when eval is set, followed by
-// the policy probe when it is on) through p, or one by one through the
-// client when p is nil, and reads their replies.
+// exchange sends cmds (the script as EVAL when eval is set) through p,
+// or one by one through the client when p is nil, and reads their
+// replies.
 // A nil reply is nil; any other error ends the exchange.
 func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]any, at int, eval bool) ([]any, error, error) {
 	replies := make([]any, len(cmds))
@@ -464,7 +464,7 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 		}
 		return replies, nil, nil
 	}
-	// The probe and the waits are keyless: they go only on one server's
+	// The waits are keyless: they go only on one server's
 	// connection (the pinned master, or the client's one server), never
 	// through a Cluster client that would send them to a node of its
 	// choosing (a recheck may turn them on after sendRecordOnce chose p).
@@ -474,15 +474,11 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	}
 	pipe := p.Pipeline()
 	sent := make([]*redis.Cmd, len(cmds))
-	var pc *redis.MapStringStringCmd
 	for i, cmd := range cmds {
 		if i == at && eval {
 			cmd = asEval(*sc, cmd)
 		}
 		sent[i] = pipe.Do(ctx, cmd...)
-		if i == at && one && s.dur.probes(sc) {
-			pc = probe(ctx, pipe) // right after the script: see policyProbe
-		}
 	}
 	var w, wa *redis.Cmd
 	if one && s.dur.wait != nil {
@@ -494,20 +490,8 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	}
 	pipe.Exec(ctx) // errors are read per command
 	// The script's error first: NOSCRIPT sends the pipeline again.
-	probeErr := probed(pc)
-	if Reason(probeErr) == whyEvictionOn {
-		s.holdForCheck(probeErr)
-	}
 	if err := sent[at].Err(); err != nil {
 		return nil, nil, err
-	}
-	if probeErr != nil {
-		// Eviction may be on (or the policy could not be read): whatever
-		// the script answered is refused, and the checks run at once.
-		if Reason(probeErr) != "" {
-			s.checkSoon()
-		}
-		return nil, nil, probeErr
 	}
 	for i, c := range sent {
 		v, err := c.Result()

@@ -71,33 +71,26 @@
 //     lifetime and
 //     writes a loss entry in the key space's ledger (at once when a claim
 //     finds its shard's marker missing).
-//   - Eviction switched on at run time: every step that can take a free
-//     ID (a claim, an acquisition) is followed, in the same pipeline on
-//     the same connection, by CONFIG GET maxmemory-policy (a confirmation
-//     or renewal answers for the caller's own lease, which eviction cannot
-//     give to another holder); when it answers anything
-//     but noeviction the call is refused ([ErrUnavailable], with a
-//     [Reason] naming the policy; the script may have written, and its
-//     claim is never reported first), and every call refuses until a
-//     check of the server has run, which fences the key space when keys
-//     were evicted or eviction is possible (TestPolicyProbe/refusal holds until the check).
-//     The probe runs only on a *redis.Client or *redis.ClusterClient whose
-//     server answers CONFIG GET (the checks find out, and warn once when
-//     it does not), and not with [Options.AllowEviction].
-//   - Eviction, or CONFIG RESETSTAT, between two checks, whatever the
-//     policy is by then: the script of every step that can take a free ID
-//     reads INFO stats itself and refuses ([ErrUnavailable], a [Reason]
-//     naming the counters) when evicted_keys differs from what the last
-//     check read on that master, or total_commands_processed is below it;
-//     every call then refuses until a check, run at once, has judged the
-//     server, which takes the new counters as its baseline only after
-//     fencing for them. So no ID is answered free
-//     after an eviction before the check that fences for it has run
-//     (TestChecks/a free ID is refused while the counters moved). Left: a
-//     reset followed by more commands than the server had run until the
-//     last check, found by the check's other witnesses (see
-//     [Options.RecheckInterval]); a *redis.Ring, or a Cluster master the
-//     checks have not read yet, where the script compares nothing.
+//   - Eviction switched on at run time, or CONFIG RESETSTAT, between two
+//     checks, whatever the policy is by then: Redis evicts only before a
+//     command runs, never inside a script, and counts every key it
+//     evicts in evicted_keys. The script of every step that can take a
+//     free ID (a claim, an acquisition; a confirmation or renewal answers
+//     for the caller's own lease, which eviction cannot give to another
+//     holder) reads INFO stats itself and refuses ([ErrUnavailable], a
+//     [Reason] naming the counters) when evicted_keys differs from what
+//     the last check read on that master, or total_commands_processed is
+//     below it; every call then refuses until a check, run at once, has
+//     judged the server, which takes the new counters as its baseline
+//     only after fencing for them. So no ID is answered free after an
+//     eviction before the check that fences for it has run (TestChecks/a
+//     free ID is refused while the counters moved). On a Cluster master
+//     the checks have not read yet (a failover, a new node) those steps
+//     are refused the same way until a check has read it. Left: a reset
+//     followed by more commands than the server had run until the last
+//     check, found by the check's other witnesses (see
+//     [Options.RecheckInterval]); a *redis.Ring, or a server that refuses
+//     INFO, where the script compares nothing.
 //   - A failover or restart (a new run_id behind the client) is checked
 //     as Open checks a server: refused ([ErrConfig]) while it does not fit
 //     the Options, served once it does, and fenced only for loss it shows
@@ -282,12 +275,11 @@ type Options struct {
 	// AllowEviction, eviction made possible after the store saw the server
 	// (the policy with maxmemory set) or evicted_keys growing is evidence
 	// of loss and fences the key space (see RecheckInterval), and every
-	// guarded script is followed by CONFIG GET maxmemory-policy on its
-	// connection, which refuses the call's answer while the policy evicts
-	// (see the package doc); with it, evictions are the accepted risk,
-	// fence nothing, and no probe is sent. A Redis that refuses CONFIG GET
-	// or INFO (managed services) cannot be checked: the store runs, sends
-	// no probe, and logs that it could not check. The check still runs
+	// step that can take a free ID is refused from the first eviction
+	// until that fence (see the package doc); with it, evictions are the
+	// accepted risk and fence nothing. A Redis that refuses CONFIG GET
+	// or INFO (managed services) cannot be checked: the store runs, and
+	// logs that it could not check. The check still runs
 	// with AllowEviction: when the risk is present it is logged (one Warn
 	// line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowEviction bool
@@ -331,16 +323,14 @@ type Options struct {
 	// the key space for one horizon (one ledger entry, one
 	// [replay.EventFenceRaised] per shard); the fences then refuse, until they
 	// open or an operator reopens the key space. A claim that finds its
-	// shard's marker missing, or a claim whose policy probe reads an
-	// evicting maxmemory-policy (see AllowEviction), has the next call run
-	// the checks at once. Otherwise this interval is the window: claims
-	// answered between the change and the check are not covered, and it
-	// can only be shortened, not closed, by a lower value. For eviction it
-	// is left only where the probe cannot run (CONFIG GET refused, a
-	// client other than *redis.Client or *redis.ClusterClient: an entry
-	// evicted by a volatile-* policy and claimed again inside it is
-	// accepted twice), and after a policy switched on and back off between
-	// two of the store's scripts.
+	// shard's marker missing, or whose script finds the loss counters
+	// moved (see AllowEviction), has the next call run the checks at once.
+	// Otherwise this interval is the window: claims answered between the
+	// change and the check are not covered, and it can only be shortened,
+	// not closed, by a lower value. For eviction it is left only where
+	// the scripts cannot read the counters (INFO refused, a *redis.Ring:
+	// an entry evicted by a volatile-* policy and claimed again inside it
+	// is accepted twice).
 	// Each recheck is a few commands on every master (ROLE, INFO server,
 	// stats and commandstats, CONFIG GET, TIME, one EXISTS), also while
 	// the store is idle. Zero means DefaultRecheckInterval (1 s); negative,
@@ -415,7 +405,7 @@ type Store struct {
 	checked      atomic.Bool
 	recheckEvery time.Duration
 	// srv is what the checks know of each server (by run_id), and the
-	// refusal they left (see loss.go).
+	// refusal they left (see baseline.go and loss.go).
 	srv       servers
 	warned    atomic.Uint32 // what warnOnce has logged
 	lastCheck atomic.Int64  // unix ms of the last server check
@@ -550,9 +540,6 @@ func New(client Client, opts Options) (*Store, error) {
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	s.boundArg.Store(&s.horizonArg)
-	if opts.AllowEviction {
-		d.probe = nil // eviction accepted: nothing to probe for
-	}
 	s.dur = d
 	var b [8]byte
 	rand.Read(b[:])
@@ -626,10 +613,10 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // claims of the same ID returns true, and once it has, no later call
 // returns true for id before until (by Redis's clock) through any single
 // fault of the store: a restart without persistence, FLUSHALL or eviction
-// (the shard is fenced: [ErrFenced]; eviction switched on at run time
-// refuses the claim by the policy probe, see [Options.AllowEviction], or
-// where the probe cannot run from the store's next check, see
-// [Options.RecheckInterval]), a failover to a replica that missed
+// (the shard is fenced: [ErrFenced]; an eviction since the store's last
+// check refuses the claim by the loss counters its script reads, see
+// [Options.AllowEviction], or where they cannot be read from the store's
+// next check, see [Options.RecheckInterval]), a failover to a replica that missed
 // the write (with a [Durability] setting: [ErrNotDurable] instead of true),
 // or a lagging instance clock ([ErrClockSkew]).
 //

@@ -103,13 +103,12 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 }
 
 // send sends cmd, a guarded script of sc on marker's shard, with the
-// policy probe and the Durability wait pipelined after it when they are
-// on (see [policyProbe]), on the caller's
+// Durability wait pipelined after it when it is on, on the caller's
 // goroutine when direct is set (see [Store.direct]). A durability failure
 // that came with the script's reply is returned apart, as durErr, for
 // [Store.verdict]: it matters only when the script wrote.
 func (s *Store) send(ctx context.Context, sc *script, marker string, cmd []any, direct bool) (v any, durErr, err error) {
-	if !s.dur.pipelines(sc) {
+	if !s.dur.pipelines() {
 		v, err = s.evalOn(ctx, sc, cmd, direct)
 		return v, nil, err
 	}

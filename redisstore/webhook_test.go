@@ -298,7 +298,10 @@ func (h *countingHandler) processed(id string) int {
 // runs.
 func busyRedis(t *testing.T, d time.Duration) <-chan struct{} {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ReadTimeout: 10 * time.Second, MaxRetries: -1})
+	// No read deadline: the loop ends by itself, and a spell of CPU time
+	// (os.clock, on Valkey) takes several times as long on a loaded
+	// machine.
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ReadTimeout: -1, MaxRetries: -1})
 	// Valkey (8.0) freezes TIME for the length of a script, so a loop on
 	// TIME would spin until the busy-reply threshold there; it has
 	// os.clock (CPU time, which a spinning script spends at least as fast
