@@ -34,7 +34,11 @@
 #                        which skips changed lines and takes unchanged ones
 #                        when a hunk has context lines inside. The files run
 #                        are still those listed; add --changed BASE to skip
-#                        the unchanged ones.
+#                        the unchanged ones. (gremlins names a file from the
+#                        directory it mutates, git from the repository's
+#                        top: a git wrapper passes --relative, without which
+#                        a file outside the root package had every mutant
+#                        skipped.)
 #   --budget SECONDS     start no file once SECONDS have passed; a file
 #                        already started always runs to the end (gremlins'
 #                        own per-mutant timeouts, a multiple of the file's
@@ -289,14 +293,30 @@ cd "$(where "$MUT_TESTS")"
 GOWORK="$work/go.work" "$MUT_GO" "${args[@]}" ${timeout:+-timeout "$timeout"} -failfast .
 WRAP
 chmod +x "$wrapdir/go"
-# git, for --lines: gremlins reads "git diff --merge-base REF" for --diff;
-# this answers with a diff that adds MUT_LINES to MUT_FILE (named, as
-# gremlins names files, relative to the directory it mutates).
+# go for every run: gremlins' "go mod download" (which, in workspace mode,
+# rewrites go.work.sum) does nothing; the tests fetch what they lack.
+shimdir="$scratch/shim"
+mkdir -p "$shimdir"
+cat >"$shimdir/go" <<'WRAP'
+#!/usr/bin/env bash
+if [ "${1:-} ${2:-}" = "mod download" ]; then exit 0; fi
+exec "$MUT_GO" "$@"
+WRAP
+chmod +x "$shimdir/go"
+# git, for --lines and --diff: gremlins reads "git diff --merge-base REF"
+# and names a file relative to the directory it mutates, where git names
+# it from the repository's top (so, without this, --diff on a file outside
+# the root package skipped every mutant). With MUT_LINES it answers with a
+# diff that adds those lines to MUT_FILE; else it runs git diff
+# --relative=MUT_RELATIVE.
 realgit=$(command -v git)
-cat >"$wrapdir/git" <<'WRAP'
+gitdir="$scratch/gitbin"
+mkdir -p "$gitdir"
+cat >"$gitdir/git" <<'WRAP'
 #!/usr/bin/env bash
 set -euo pipefail
-if [ "${1:-}" != diff ] || [ -z "${MUT_LINES:-}" ]; then exec "$MUT_GIT" "$@"; fi
+if [ "${1:-}" != diff ]; then exec "$MUT_GIT" "$@"; fi
+if [ -z "${MUT_LINES:-}" ]; then shift; exec "$MUT_GIT" diff --relative="$MUT_RELATIVE" "$@"; fi
 printf 'diff --git a/%s b/%s\n--- a/%s\n+++ b/%s\n' "$MUT_FILE" "$MUT_FILE" "$MUT_FILE" "$MUT_FILE"
 IFS=, read -ra ranges <<<"$MUT_LINES"
 for r in "${ranges[@]}"; do
@@ -305,7 +325,7 @@ for r in "${ranges[@]}"; do
   for ((i = a; i <= b; i++)); do echo +; done
 done
 WRAP
-chmod +x "$wrapdir/git"
+chmod +x "$gitdir/git"
 
 start=$SECONDS
 reports=()
@@ -344,15 +364,22 @@ for f in "${files[@]}"; do
   calldir=.
   [ "$mod" = . ] || [ "$dir" = "$mod" ] || calldir=${dir#"$mod"/}
   [ "$mod" = . ] && calldir=$dir
+  path="$shimdir:$PATH"
   if [ -n "$lines" ]; then
     onlydiff=(--diff HEAD)
     wrapenv+=("MUT_GIT=$realgit" "MUT_LINES=$lines" "MUT_FILE=$base")
+    path="$gitdir:$path"
+  elif [ -n "$diffbase" ] && [ "$dir" != . ]; then
+    wrapenv+=("MUT_GIT=$realgit" "MUT_RELATIVE=$dir")
+    path="$gitdir:$path"
   fi
   if [ "$mod" != . ] || [ -n "$testdir$runre$tags$lines" ]; then
     pkg=$(cd "$dir" && "$realgo" list -f '{{.ImportPath}}' .)
-    wrapenv+=("PATH=$wrapdir:$PATH" "MUT_GO=$realgo" "MUT_REPO=$root" "MUT_MOD=$mod" "MUT_CALLDIR=$calldir"
+    path="$wrapdir:$path"
+    wrapenv+=("MUT_REPO=$root" "MUT_MOD=$mod" "MUT_CALLDIR=$calldir"
       "MUT_TESTS=${testdir:-$dir}" "MUT_PKG=$pkg" "MUT_RUN=$runre" "MUT_TAGS=$tags")
   fi
+  wrapenv+=("PATH=$path" "MUT_GO=$realgo")
   json="$out/$(echo "$f" | tr / _).json"
   echo "--- gremlins $f${testdir:+ (tests of $testdir)}${runre:+ (-run $runre)}${tags:+ (-tags $tags)}"
   rc=0
