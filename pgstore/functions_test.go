@@ -205,22 +205,12 @@ func newRefusesARoleThatMayNotExecuteTheFunctions(t *testing.T) {
 	admin := p.pool(t)
 	name := migratedTable(t, admin)
 	owner := storeOn(t, admin, func(o *Options) { o.Table = name })
-	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
-	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT SELECT, INSERT, UPDATE, DELETE ON "` + name + `" TO ` + role,
-		`REVOKE EXECUTE ON FUNCTION ` + owner.fnSigs[2] + ` FROM PUBLIC`} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		admin.Exec(bg(), `DROP OWNED BY `+role)
-		admin.Exec(bg(), `DROP ROLE `+role)
-	})
-	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.User = role })
+	pool := p.loginRole(t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON "`+name+`" TO {role}`,
+		`REVOKE EXECUTE ON FUNCTION `+owner.fnSigs[2]+` FROM PUBLIC`)
 	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "EXECUTE") {
 		t.Fatalf("New as a role that may not execute the reset: %v; want ErrConfig naming EXECUTE", err)
 	}
-	if _, err := admin.Exec(bg(), `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+role); err != nil {
+	if _, err := admin.Exec(bg(), `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User); err != nil {
 		t.Fatal(err)
 	}
 	commitWork(t, storeOn(t, pool, func(o *Options) { o.Table = name }), "granted")

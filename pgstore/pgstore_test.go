@@ -284,56 +284,18 @@ func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 	admin := p.pool(t)
 	for _, grant := range []string{"", "SELECT", "SELECT, INSERT, UPDATE"} {
 		t.Run("grant "+grant, func(t *testing.T) {
-			role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
-			qs := []string{`CREATE ROLE ` + role + ` LOGIN`}
+			var grants []string
 			if grant != "" {
-				qs = append(qs, `GRANT `+grant+` ON ctoken_replay TO `+role)
+				grants = append(grants, `GRANT `+grant+` ON ctoken_replay TO {role}`)
 			}
-			for _, q := range qs {
-				if _, err := admin.Exec(bg(), q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			t.Cleanup(func() {
-				admin.Exec(bg(), `REVOKE ALL ON ctoken_replay FROM `+role)
-				admin.Exec(bg(), `DROP ROLE `+role)
-			})
-			cfg, err := pgxpool.ParseConfig(p.url())
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.ConnConfig.User = role
-			pool, err := pgxpool.NewWithConfig(bg(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			pool := p.loginRole(t, admin, grants...)
 			if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 				t.Fatalf("New as a role granted %q: %v; want ErrConfig", grant, err)
 			}
 		})
 	}
 	// Granted all four, the role runs a store.
-	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
-	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT SELECT, INSERT, UPDATE, DELETE ON ctoken_replay TO ` + role} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		admin.Exec(bg(), `REVOKE ALL ON ctoken_replay FROM `+role)
-		admin.Exec(bg(), `DROP ROLE `+role)
-	})
-	cfg, err := pgxpool.ParseConfig(p.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := p.loginRole(t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON ctoken_replay TO {role}`)
 	s := storeOn(t, pool)
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("Claim as a role granted all four = %v, %v; want first", first, err)

@@ -346,6 +346,24 @@ func (p *pgServer) poolWith(t testing.TB, edit func(*pgxpool.Config)) *pgxpool.P
 	return pool
 }
 
+// loginRole makes a login role of its own on p, runs grants as admin
+// (each with {role} standing for its name), and returns a pool connecting
+// as it, closed when t ends; the role and its privileges are dropped then.
+func (p *pgServer) loginRole(t testing.TB, admin *pgxpool.Pool, grants ...string) *pgxpool.Pool {
+	t.Helper()
+	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
+	for _, q := range append([]string{`CREATE ROLE {role} LOGIN`}, grants...) {
+		if _, err := admin.Exec(bg(), strings.ReplaceAll(q, "{role}", role)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec(bg(), `DROP OWNED BY `+role)
+		admin.Exec(bg(), `DROP ROLE `+role)
+	})
+	return p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.User = role })
+}
+
 // needServer returns the shared server, skipping the test without one
 // (failing it under CI=true).
 func needServer(t testing.TB) *pgServer {

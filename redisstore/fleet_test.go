@@ -16,10 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -38,7 +36,6 @@ const (
 
 	fleetItems    = 10_000
 	fleetPageSize = 100
-	fleetPages    = fleetItems / fleetPageSize
 	oneTimeTTL    = time.Minute
 	stateTool     = "state.redeem"
 	listTool      = "items.list"
@@ -92,7 +89,6 @@ type instance struct {
 	cfg    atomic.Pointer[fleetConfig]
 	replay replay.Store // shared by the fleet; nil (a private store) when the test needs none
 	srv    *httptest.Server
-	pages  atomic.Int64 // pages served since start
 }
 
 // fleetResp is every endpoint's JSON reply.
@@ -154,7 +150,6 @@ func (in *instance) handler() http.Handler {
 				return
 			}
 		}
-		in.pages.Add(1)
 		in.reply(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("POST /onetime/issue", func(w http.ResponseWriter, r *http.Request) {
@@ -253,41 +248,6 @@ func newFleet(t *testing.T, n int, store replay.Store) *fleet {
 	return f
 }
 
-// reload rebuilds instance i's issuer and codec from the environment, as a
-// rolling config reload does.
-func (f *fleet) reload(i int) {
-	f.t.Helper()
-	cfg, err := configFromEnv(f.instances[i].replay)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.instances[i].cfg.Store(cfg)
-}
-
-// restart stops instance i and starts it again on the same address with a
-// configuration read afresh from the environment.
-func (f *fleet) restart(i int) {
-	f.t.Helper()
-	in := f.instances[i]
-	addr := in.srv.Listener.Addr().String()
-	in.srv.Close()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		f.t.Fatalf("restart %s: %v", in.name, err)
-	}
-	cfg, err := configFromEnv(f.instances[i].replay)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	in.cfg.Store(cfg)
-	in.pages.Store(0)
-	srv := httptest.NewUnstartedServer(in.handler())
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	in.srv = srv
-}
-
 // do sends one request to instance i (or, for i < 0, to the next instance in
 // round-robin order).
 func (f *fleet) do(i int, method, path, caller string, body []byte) fleetResp {
@@ -313,250 +273,24 @@ func (f *fleet) do(i int, method, path, caller string, body []byte) fleetResp {
 	return r
 }
 
-// lister is a client paging through the collection, starting over when told
-// its cursor expired (code 1020).
-type lister struct {
-	f        *fleet
-	caller   string
-	cursor   string
-	seen     map[int]int
-	done     bool
-	requests int
-	restarts int
-	served   map[string]int // pages per instance in the current pass
-}
-
-func newLister(f *fleet, caller string) *lister {
-	return &lister{f: f, caller: caller, seen: map[int]int{}, served: map[string]int{}}
-}
-
-func (l *lister) startOver() {
-	l.cursor, l.done = "", false
-	l.seen, l.served = map[int]int{}, map[string]int{}
-	l.restarts++
-}
-
-// step fetches one page and returns the refusal's code (0 when served).
-func (l *lister) step() int {
-	l.f.t.Helper()
-	if l.done {
-		l.f.t.Fatal("step after the last page")
-	}
-	l.requests++
-	r := l.f.do(-1, http.MethodGet, "/items?collection=books&cursor="+url.QueryEscape(l.cursor), l.caller, nil)
-	if r.Status != http.StatusOK {
-		if r.Code == 0 {
-			l.f.t.Fatalf("page refused by %s without a cursor code: status %d, %q", r.Instance, r.Status, r.Error)
-		}
-		return r.Code
-	}
-	for _, it := range r.Items {
-		l.seen[it]++
-	}
-	l.served[r.Instance]++
-	l.cursor = r.Next
-	l.done = r.Next == ""
-	return 0
-}
-
-// steps fetches n pages, each of which must be served.
-func (l *lister) steps(n int) {
-	l.f.t.Helper()
-	for range n {
-		if code := l.step(); code != 0 {
-			l.f.t.Fatalf("page %d refused with code %d", len(l.seen)/fleetPageSize+1, code)
-		}
-	}
-}
-
-// finish pages to the end; every page must be served.
-func (l *lister) finish() {
-	l.f.t.Helper()
-	for i := 0; !l.done; i++ {
-		if i > fleetPages {
-			l.f.t.Fatal("more pages than the collection has")
-		}
-		l.steps(1)
-	}
-}
-
-// checkComplete asserts every item was seen exactly once in this pass.
-func (l *lister) checkComplete() {
-	l.f.t.Helper()
-	if !l.done {
-		l.f.t.Fatal("listing not finished")
-	}
-	if len(l.seen) != fleetItems {
-		l.f.t.Fatalf("saw %d distinct items, want %d", len(l.seen), fleetItems)
-	}
-	for i := range fleetItems {
-		if n := l.seen[i]; n != 1 {
-			l.f.t.Fatalf("item %d seen %d times, want exactly once", i, n)
-		}
-	}
-}
-
 func fleetKey() string { return ctoken.EncodeKey(ctoken.RandomKey()) }
 
-// TestFleet pins a fleet of instances sharing one Redis: paging, key
-// rotation, restarts with a new session, single-use tokens, each exactly
-// once, failing closed when Redis dies. (A continuation's lost round on a
-// fleet: TestAnswersTheRetryOfALostRound in mcp/drivertest.)
+// TestFleet pins a fleet of instances sharing one Redis: single-use tokens
+// redeemed once across it, and failing closed when Redis dies. (Paging,
+// key rotation and sessions across instances touch no store: the root
+// package's TestCursorFleetSharesKeysAndSession, TestCursorKeyRotation and
+// TestCursorOfAnotherKeyAndSessionHasUnknownKeyReason. A continuation's
+// lost round on a fleet: TestAnswersTheRetryOfALostRound in
+// mcp/drivertest.)
 func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"pages every item exactly once", fleetPagesEveryItemExactlyOnce},
-		{"key rotation loses nothing", fleetKeyRotationLosesNothing},
-		{"unknown key breaks a mixed fleet", fleetPromotingUnknownKeyBreaksMixedFleet},
-		{"restart with a new session", fleetRestartWithNewSessionStartsOverCleanly},
 		{"single use on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"redeems fail closed when redis dies", fleetRedeemsFailClosedWhenRedisDies},
 	} {
 		t.Run(tc.name, tc.test)
-	}
-}
-
-func fleetPagesEveryItemExactlyOnce(t *testing.T) {
-	t.Setenv(envFleetKeys, fleetKey())
-	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, nil)
-
-	l := newLister(f, "alice")
-	l.finish()
-	l.checkComplete()
-	if l.requests != fleetPages {
-		t.Fatalf("%d requests for %d pages", l.requests, fleetPages)
-	}
-	// Round robin: every instance verified cursors the others issued.
-	for _, in := range f.instances {
-		if n := l.served[in.name]; n < fleetPages/len(f.instances) {
-			t.Fatalf("instance %s served %d pages, want at least %d", in.name, n, fleetPages/len(f.instances))
-		}
-	}
-
-	// Cursors stay bound to their caller and arguments on every instance.
-	first := f.do(0, http.MethodGet, "/items?collection=books", "alice", nil)
-	for i := range f.instances {
-		if r := f.do(i, http.MethodGet, "/items?collection=books&cursor="+url.QueryEscape(first.Next), "mallory", nil); r.Code != ctoken.CodeCursorInvalid {
-			t.Fatalf("another caller's cursor on %s: status %d code %d, want code %d", r.Instance, r.Status, r.Code, ctoken.CodeCursorInvalid)
-		}
-		if r := f.do(i, http.MethodGet, "/items?collection=films&cursor="+url.QueryEscape(first.Next), "alice", nil); r.Code != ctoken.CodeCursorInvalid {
-			t.Fatalf("cursor for other arguments on %s: status %d code %d, want code %d", r.Instance, r.Status, r.Code, ctoken.CodeCursorInvalid)
-		}
-	}
-}
-
-func fleetKeyRotationLosesNothing(t *testing.T) {
-	k1, k2 := fleetKey(), fleetKey()
-	t.Setenv(envFleetKeys, k1)
-	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, nil)
-	l := newLister(f, "alice")
-	l.steps(10)
-	signedWithK1 := l.cursor
-	l.steps(10)
-
-	// Step 1: add the new key as a previous key, instance by instance, with
-	// traffic between each reload. Every instance still signs with k1.
-	t.Setenv(envFleetKeys, k1+","+k2)
-	for i := range f.instances {
-		f.reload(i)
-		l.steps(5)
-	}
-	// Step 2: promote the new key, instance by instance. Instances already
-	// promoted sign with k2; the others verify k2 as a previous key.
-	t.Setenv(envFleetKeys, k2+","+k1)
-	for i := range f.instances {
-		f.reload(i)
-		l.steps(5)
-	}
-	l.finish()
-	l.checkComplete()
-	if l.restarts != 0 {
-		t.Fatalf("the client had to start over %d times during the rotation", l.restarts)
-	}
-
-	// A cursor signed with the old key verifies until the key is dropped ...
-	for i := range f.instances {
-		if r := f.do(i, http.MethodGet, "/items?collection=books&cursor="+url.QueryEscape(signedWithK1), "alice", nil); r.Status != http.StatusOK {
-			t.Fatalf("k1 cursor on %s before k1 is dropped: status %d code %d", r.Instance, r.Status, r.Code)
-		}
-	}
-	// ... step 3, once every k1 cursor has aged out, drops it: then it is refused.
-	t.Setenv(envFleetKeys, k2)
-	for i := range f.instances {
-		f.reload(i)
-		if r := f.do(i, http.MethodGet, "/items?collection=books&cursor="+url.QueryEscape(signedWithK1), "alice", nil); r.Code != ctoken.CodeCursorInvalid {
-			t.Fatalf("k1 cursor on %s after k1 is dropped: status %d code %d, want code %d", r.Instance, r.Status, r.Code, ctoken.CodeCursorInvalid)
-		}
-	}
-}
-
-// Promoting a new key on one instance before the others know it splits the
-// fleet: its cursors are forgeries to the rest. This is why rotation takes
-// the two rolling steps above.
-func fleetPromotingUnknownKeyBreaksMixedFleet(t *testing.T) {
-	k1, k2 := fleetKey(), fleetKey()
-	t.Setenv(envFleetKeys, k1)
-	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, nil)
-	t.Setenv(envFleetKeys, k2+","+k1)
-	f.reload(0)
-	r := f.do(0, http.MethodGet, "/items?collection=books", "alice", nil)
-	if r.Status != http.StatusOK {
-		t.Fatalf("first page: status %d", r.Status)
-	}
-	for _, i := range []int{1, 2} {
-		if got := f.do(i, http.MethodGet, "/items?collection=books&cursor="+url.QueryEscape(r.Next), "alice", nil); got.Code != ctoken.CodeCursorInvalid {
-			t.Fatalf("k2 cursor on k1-only %s: status %d code %d, want code %d", got.Instance, got.Status, got.Code, ctoken.CodeCursorInvalid)
-		}
-	}
-}
-
-func fleetRestartWithNewSessionStartsOverCleanly(t *testing.T) {
-	t.Setenv(envFleetKeys, fleetKey())
-	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, nil)
-	l := newLister(f, "alice")
-	l.steps(30)
-
-	// One instance comes back with a new session (a session change being
-	// rolled out, or a misconfigured instance). The next cursor it sees, or
-	// the next one it issues, is from another session: code 1020, "start
-	// over", never 1021.
-	t.Setenv(envFleetSession, "fleet-session-2")
-	f.restart(1)
-	var code int
-	for range 2 * len(f.instances) {
-		if code = l.step(); code != 0 {
-			break
-		}
-	}
-	if code != ctoken.CodeCursorExpired {
-		t.Fatalf("after the restart: code %d, want %d", code, ctoken.CodeCursorExpired)
-	}
-	// While sessions are mixed, a client never gets past one instance with
-	// the other session, and every refusal says "start over".
-	l.startOver()
-	for range 2 * len(f.instances) {
-		if code := l.step(); code != 0 && code != ctoken.CodeCursorExpired {
-			t.Fatalf("mixed sessions: code %d, want 0 or %d", code, ctoken.CodeCursorExpired)
-		} else if code != 0 {
-			l.startOver()
-		}
-	}
-
-	// The rest of the fleet takes the new session; the client starts over
-	// and pages through everything exactly once, with no further refusal.
-	f.restart(0)
-	f.restart(2)
-	l.startOver()
-	l.finish()
-	l.checkComplete()
-	if l.served["i1"] == 0 {
-		t.Fatal("the restarted instance served no page")
 	}
 }
 

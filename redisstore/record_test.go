@@ -42,9 +42,7 @@ func TestRecord(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"acquire, busy, done carries the record", acquireRecordThenBusyThenDoneCarriesTheRecord},
 		{"entry layout", recordEntryLayout},
-		{"at the limits round trips", recordAtTheLimitsRoundTrips},
 		{"reads entries without a record", recordReadsEntriesWithoutARecord},
 		{"plain steps on record entries", plainStepsOnRecordEntries},
 		{"resent after a lost reply", recordStepsResentAfterLostReplyAnswerTheSame},
@@ -57,7 +55,6 @@ func TestRecord(t *testing.T) {
 		{"unknown outcome released with its token", acquireRecordWithUnknownOutcomeIsReleasedWithItsToken},
 		{"timed out acquire released later", timedOutAcquireRecordIsReleasedOnceRedisAnswers},
 		{"late acquire finds its cancel note", lateAcquireRecordFindsItsCancelNote},
-		{"concurrent acquires, one wins", concurrentAcquireRecordsExactlyOneWins},
 		{"edited in redis is refused", recordEditedInRedisIsRefused},
 		{"earlier layout still replays", recordOfTheEarlierLayoutStillReplays},
 		{"confirm leaves no staging key", confirmRecordLeavesNoStagingKey},
@@ -70,86 +67,6 @@ func TestRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, tc.test)
 	}
-}
-
-func acquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	fp, other, result := []byte("fp-1"), []byte("fp-2"), []byte(`{"id":"pay_1"}`)
-	l := acquireRecord(t, s, "k", fp, replay.LeaseAcquired)
-	if l.Token == "" || l.Fingerprint != nil || l.Result != nil {
-		t.Fatalf("acquired = %+v; want a token and no record", l)
-	}
-	busy := acquireRecord(t, s, "k", other, replay.LeaseBusy)
-	if !bytes.Equal(busy.Fingerprint, fp) || busy.Result != nil || busy.Token != "" || busy.Wait <= 50*time.Second || busy.Wait > time.Minute {
-		t.Fatalf("busy = %+v; want the holder's fingerprint and about a minute to wait", busy)
-	}
-	if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatal(err)
-	}
-	done := acquireRecord(t, s, "k", other, replay.LeaseDone)
-	if !bytes.Equal(done.Fingerprint, fp) || !bytes.Equal(done.Result, result) || done.Token != "" {
-		t.Fatalf("done = %+v; want the confirmed fingerprint and result", done)
-	}
-	// The returned slices are the caller's.
-	done.Result[0] = 'X'
-	if again := acquireRecord(t, s, "k", fp, replay.LeaseDone); !bytes.Equal(again.Result, result) {
-		t.Fatalf("result after the caller changed its copy = %q", again.Result)
-	}
-	t.Run("a resent confirmation is applied once", func(t *testing.T) {
-		if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("resent ConfirmRecord = %v; want nil", err)
-		}
-	})
-	t.Run("another record under the same token is lost and changes nothing", func(t *testing.T) {
-		if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
-		}
-		if r := acquireRecord(t, s, "k", fp, replay.LeaseDone); !bytes.Equal(r.Result, result) {
-			t.Fatalf("result = %q, want the first", r.Result)
-		}
-	})
-	t.Run("a confirmation after a takeover is lost", func(t *testing.T) {
-		a := acquireRecord(t, s, "t", fp, replay.LeaseAcquired)
-		if err := s.ReleaseLease(ctx, "t", a.Token); err != nil {
-			t.Fatal(err)
-		}
-		b := acquireRecord(t, s, "t", other, replay.LeaseAcquired)
-		if err := s.ConfirmRecord(ctx, "t", a.Token, time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("ConfirmRecord after a takeover = %v; want ErrLeaseLost", err)
-		}
-		if r := acquireRecord(t, s, "t", fp, replay.LeaseBusy); !bytes.Equal(r.Fingerprint, other) {
-			t.Fatalf("busy after the lost confirmation = %+v; want the new holder's fingerprint", r)
-		}
-		if err := s.ConfirmRecord(ctx, "t", b.Token, time.Now().Add(time.Hour), other, result); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("a confirmation after the lease ended with the ID free records", func(t *testing.T) {
-		r, err := s.AcquireRecord(ctx, "e", 30*time.Millisecond, fp)
-		if err != nil || r.State != replay.LeaseAcquired {
-			t.Fatal(r, err)
-		}
-		time.Sleep(60 * time.Millisecond)
-		if err := s.ConfirmRecord(ctx, "e", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("ConfirmRecord after the lease ended = %v; want nil", err)
-		}
-		if d := acquireRecord(t, s, "e", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
-			t.Fatalf("done = %+v", d)
-		}
-	})
-	t.Run("an empty fingerprint is kept as empty", func(t *testing.T) {
-		a := acquireRecord(t, s, "nofp", nil, replay.LeaseAcquired)
-		if b := acquireRecord(t, s, "nofp", fp, replay.LeaseBusy); len(b.Fingerprint) != 0 {
-			t.Fatalf("busy = %+v; want no fingerprint", b)
-		}
-		if err := s.ConfirmRecord(ctx, "nofp", a.Token, time.Now().Add(time.Hour), nil, result); err != nil {
-			t.Fatal(err)
-		}
-		if d := acquireRecord(t, s, "nofp", fp, replay.LeaseDone); len(d.Fingerprint) != 0 || !bytes.Equal(d.Result, result) {
-			t.Fatalf("done = %+v", d)
-		}
-	})
 }
 
 // The layout record.go documents, read back from Redis: the lease
@@ -200,32 +117,6 @@ func keysOf(t *testing.T, c *redis.Client, s *Store) []string {
 		t.Fatal(err)
 	}
 	return keys
-}
-
-// The largest fingerprint and result the contract allows, every byte value
-// in both, go to Redis and back unchanged.
-func recordAtTheLimitsRoundTrips(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	fp := make([]byte, replay.MaxFingerprintBytes)
-	result := make([]byte, replay.MaxResultBytes)
-	for i := range fp {
-		fp[i] = byte(255 - i)
-	}
-	for i := range result {
-		result[i] = byte(i * 7)
-	}
-	l := acquireRecord(t, s, "max", fp, replay.LeaseAcquired)
-	if b := acquireRecord(t, s, "max", nil, replay.LeaseBusy); !bytes.Equal(b.Fingerprint, fp) {
-		t.Fatal("busy fingerprint differs")
-	}
-	if err := s.ConfirmRecord(ctx, "max", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatal(err)
-	}
-	d := acquireRecord(t, s, "max", nil, replay.LeaseDone)
-	if !bytes.Equal(d.Fingerprint, fp) || !bytes.Equal(d.Result, result) {
-		t.Fatalf("done record differs: fingerprint %d bytes, result %d bytes", len(d.Fingerprint), len(d.Result))
-	}
 }
 
 // Entries written without a record — by ConfirmLease, Claim, or older
@@ -915,35 +806,6 @@ func lateAcquireRecordFindsItsCancelNote(t *testing.T) {
 		t.Fatalf("entry = %q, %v; want the note", v, err)
 	}
 	acquireRecord(t, s, "n", []byte("fp"), replay.LeaseAcquired)
-}
-
-// Concurrent acquires with records: exactly one holds the ID, every other
-// sees its fingerprint.
-func concurrentAcquireRecordsExactlyOneWins(t *testing.T) {
-	s, _ := newTestStore(t)
-	var wg sync.WaitGroup
-	var acquired, busy atomic.Int32
-	for i := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := s.AcquireRecord(context.Background(), "race", time.Minute, []byte(fmt.Sprint("fp", i)))
-			switch {
-			case err != nil:
-				t.Error(err)
-			case r.State == replay.LeaseAcquired:
-				acquired.Add(1)
-			case r.State == replay.LeaseBusy && bytes.HasPrefix(r.Fingerprint, []byte("fp")):
-				busy.Add(1)
-			default:
-				t.Errorf("unexpected %+v", r)
-			}
-		}()
-	}
-	wg.Wait()
-	if acquired.Load() != 1 || busy.Load() != 31 {
-		t.Fatalf("%d acquired, %d busy; want 1 and 31", acquired.Load(), busy.Load())
-	}
 }
 
 func TestParseEntry(t *testing.T) {

@@ -12,7 +12,8 @@
 # docs/contributing/mutation-survivors.md do not count against the adjusted
 # efficacy.
 #
-# Files are paths relative to the repository root, in the root module. With
+# Files are paths relative to the repository root, in the root module or in
+# a nested module (a store: `scripts/mutation.sh sqlitestore/lease.go`). With
 # none, the default list is the security code: every non-test file but
 # doc.go of the root package (tokens, keys, one-time, state, fingerprint)
 # and of webhook/, replay/, internal/{b64,mac,reason,cursorwire,jcs} where
@@ -33,7 +34,11 @@
 #                        which skips changed lines and takes unchanged ones
 #                        when a hunk has context lines inside. The files run
 #                        are still those listed; add --changed BASE to skip
-#                        the unchanged ones.
+#                        the unchanged ones. (gremlins names a file from the
+#                        directory it mutates, git from the repository's
+#                        top: a git wrapper passes --relative, without which
+#                        a file outside the root package had every mutant
+#                        skipped.)
 #   --budget SECONDS     start no file once SECONDS have passed; a file
 #                        already started always runs to the end (gremlins'
 #                        own per-mutant timeouts, a multiple of the file's
@@ -47,6 +52,27 @@
 #   --out DIR            keep each file's gremlins JSON and log in DIR
 #                        (default: a temporary directory, removed at exit)
 #   --list               print the files that would run, and exit
+#   --tests DIR          the package whose tests judge the mutants, a
+#                        directory relative to the repository root (default:
+#                        the mutated file's own package). It may be in
+#                        another module of go.work: sqlitestore's suite runs
+#                        in sqlitestore/drivertest. Tests that need a server
+#                        find it as they always do (run the script under
+#                        .ci/redis.sh; pgstore's TestMain starts its own).
+#   --run REGEX          only the tests matching REGEX (go test -run), to
+#                        see which mutants one set of tests kills
+#   --tags TAGS          build tags for the tests (-tags ncruces)
+#   --lines A-B[,C-D...] only the mutants on those lines of the one file
+#                        named: a test's reach, at a fraction of the file's
+#                        cost (gremlins --diff, fed a diff that adds them)
+#
+# A file in a nested module, --tests, --run or --tags put a wrapper for go
+# before gremlins on PATH: gremlins copies the file's module (not go.work,
+# which the nested modules need) and runs the mutated package's tests. The
+# wrapper runs --tests' package instead, under a go.work that uses gremlins'
+# copy for the mutated module and its nested modules and the repository for
+# every other module; the coverage run goes through it too (-coverpkg the
+# mutated package), so "not covered" means not covered by those tests.
 #
 # Exit status: 0 when the threshold holds (or no listed file changed under
 # --changed), 1 when it does not or gremlins fails, 2 on a usage error.
@@ -64,6 +90,10 @@ diffbase=""
 budget=0
 list_only=0
 keep=""
+testdir=""
+runre=""
+tags=""
+lines=""
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -75,6 +105,10 @@ while [ $# -gt 0 ]; do
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --out) keep=${2:?--out needs a directory}; shift 2 ;;
     --list) list_only=1; shift ;;
+    --tests) testdir=${2:?--tests needs a directory}; shift 2 ;;
+    --run) runre=${2:?--run needs a regular expression}; shift 2 ;;
+    --tags) tags=${2:?--tags needs build tags}; shift 2 ;;
+    --lines) lines=${2:?--lines needs line ranges}; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     --*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
@@ -119,6 +153,35 @@ for f in "${files[@]}"; do
     exit 2
   fi
 done
+
+if [ -n "$lines" ]; then
+  if ! [[ "$lines" =~ ^[0-9]+-[0-9]+(,[0-9]+-[0-9]+)*$ ]]; then
+    echo "mutation.sh: --lines $lines: want A-B[,C-D...]" >&2
+    exit 2
+  fi
+  if [ ${#files[@]} -ne 1 ] || [ -n "$diffbase$changed" ]; then
+    echo "mutation.sh: --lines takes one file, and no --diff or --changed" >&2
+    exit 2
+  fi
+fi
+testdir=${testdir%/}
+if [ -n "$testdir" ]; then
+  case "$testdir" in
+    /*|*..*) echo "mutation.sh: --tests $testdir: want a directory relative to the repository root" >&2; exit 2 ;;
+  esac
+  if ! compgen -G "$testdir/*_test.go" >/dev/null; then
+    echo "mutation.sh: --tests $testdir: no tests there" >&2
+    exit 2
+  fi
+fi
+
+# modof prints the directory (relative to the repository root, "." for the
+# root module) of the module holding directory $1.
+modof() {
+  local d=$1
+  while [ "$d" != . ] && [ ! -f "$d/go.mod" ]; do d=$(dirname "$d"); done
+  echo "$d"
+}
 
 if [ -n "$diffbase" ] && ! git rev-parse --verify --quiet "$diffbase^{commit}" >/dev/null; then
   # gremlins would fail later, per file, with a less helpful message.
@@ -171,6 +234,99 @@ else
   out=$(mktemp -d)
   trap 'rm -rf "$scratch" "$out"' EXIT
 fi
+# The go wrapper (see the header): written once, used for a file in a
+# nested module or when --tests, --run or --tags is given.
+realgo=$(command -v go)
+wrapdir="$scratch/bin"
+mkdir -p "$wrapdir"
+cat >"$wrapdir/go" <<'WRAP'
+#!/usr/bin/env bash
+# go, as gremlins calls it, for scripts/mutation.sh. MUT_* come from there.
+set -euo pipefail
+case "${1:-} ${2:-}" in
+  "mod download") exit 0 ;; # in workspace mode it rewrites go.work.sum; the tests fetch what they lack
+  test\ *) shift ;;
+  *) exec "$MUT_GO" "$@" ;;
+esac
+cover="" timeout=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -coverprofile) cover=$2; shift 2 ;;
+    -timeout) timeout=$2; shift 2 ;;
+    -tags|-coverpkg) shift 2 ;;
+    *) shift ;;
+  esac
+done
+args=(test -count=1)
+[ -z "$MUT_TAGS" ] || args+=(-tags "$MUT_TAGS")
+[ -z "$MUT_RUN" ] || args+=(-run "$MUT_RUN")
+if [ -n "$cover" ]; then
+  # The coverage run, in the repository (gremlins runs it from the module).
+  cd "$MUT_REPO/$MUT_TESTS"
+  exec "$MUT_GO" "${args[@]}" -coverpkg "$MUT_PKG" -coverprofile "$cover" .
+fi
+# A mutant: the working directory is the mutated package in gremlins' copy
+# of module $MUT_MOD.
+copy=$PWD
+[ "$MUT_CALLDIR" = . ] || copy=${copy%/"$MUT_CALLDIR"}
+# where D (relative to the repository root) is in this run: in the copy
+# when it is in the mutated module, else in the repository.
+where() {
+  if [ "$MUT_MOD" = . ]; then echo "$copy/$1"
+  elif [ "$1" = "$MUT_MOD" ]; then echo "$copy"
+  elif [ "${1#"$MUT_MOD"/}" != "$1" ]; then echo "$copy/${1#"$MUT_MOD"/}"
+  else echo "$MUT_REPO/$1"; fi
+}
+work=$(mktemp -d "$copy/.mutwork-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+while IFS= read -r line; do
+  if [[ "$line" =~ ^([[:space:]]*(use[[:space:]]+)?)\.(/([^[:space:]]*))?[[:space:]]*$ ]]; then
+    d=${BASH_REMATCH[4]}; printf '%s%s\n' "${BASH_REMATCH[1]}" "$(where "${d:-.}")"
+  elif [[ "$line" =~ ^(replace[[:space:]].*=\>[[:space:]]*)\.(/([^[:space:]]*))?[[:space:]]*$ ]]; then
+    d=${BASH_REMATCH[3]}; printf '%s%s\n' "${BASH_REMATCH[1]}" "$(where "${d:-.}")"
+  else
+    printf '%s\n' "$line"
+  fi
+done <"$MUT_REPO/go.work" >"$work/go.work"
+[ ! -f "$MUT_REPO/go.work.sum" ] || cp "$MUT_REPO/go.work.sum" "$work/go.work.sum"
+cd "$(where "$MUT_TESTS")"
+GOWORK="$work/go.work" "$MUT_GO" "${args[@]}" ${timeout:+-timeout "$timeout"} -failfast .
+WRAP
+chmod +x "$wrapdir/go"
+# go for every run: gremlins' "go mod download" (which, in workspace mode,
+# rewrites go.work.sum) does nothing; the tests fetch what they lack.
+shimdir="$scratch/shim"
+mkdir -p "$shimdir"
+cat >"$shimdir/go" <<'WRAP'
+#!/usr/bin/env bash
+if [ "${1:-} ${2:-}" = "mod download" ]; then exit 0; fi
+exec "$MUT_GO" "$@"
+WRAP
+chmod +x "$shimdir/go"
+# git, for --lines and --diff: gremlins reads "git diff --merge-base REF"
+# and names a file relative to the directory it mutates, where git names
+# it from the repository's top (so, without this, --diff on a file outside
+# the root package skipped every mutant). With MUT_LINES it answers with a
+# diff that adds those lines to MUT_FILE; else it runs git diff
+# --relative=MUT_RELATIVE.
+realgit=$(command -v git)
+gitdir="$scratch/gitbin"
+mkdir -p "$gitdir"
+cat >"$gitdir/git" <<'WRAP'
+#!/usr/bin/env bash
+set -euo pipefail
+if [ "${1:-}" != diff ]; then exec "$MUT_GIT" "$@"; fi
+if [ -z "${MUT_LINES:-}" ]; then shift; exec "$MUT_GIT" diff --relative="$MUT_RELATIVE" "$@"; fi
+printf 'diff --git a/%s b/%s\n--- a/%s\n+++ b/%s\n' "$MUT_FILE" "$MUT_FILE" "$MUT_FILE" "$MUT_FILE"
+IFS=, read -ra ranges <<<"$MUT_LINES"
+for r in "${ranges[@]}"; do
+  a=${r%-*} b=${r#*-}
+  printf '@@ -%d,0 +%d,%d @@\n' $((a - 1)) "$a" $((b - a + 1))
+  for ((i = a; i <= b; i++)); do echo +; done
+done
+WRAP
+chmod +x "$gitdir/git"
+
 start=$SECONDS
 reports=()
 skipped=()
@@ -203,10 +359,31 @@ for f in "${files[@]}"; do
     skipped+=("$f")
     continue
   fi
+  wrapenv=()
+  mod=$(modof "$dir")
+  calldir=.
+  [ "$mod" = . ] || [ "$dir" = "$mod" ] || calldir=${dir#"$mod"/}
+  [ "$mod" = . ] && calldir=$dir
+  path="$shimdir:$PATH"
+  if [ -n "$lines" ]; then
+    onlydiff=(--diff HEAD)
+    wrapenv+=("MUT_GIT=$realgit" "MUT_LINES=$lines" "MUT_FILE=$base")
+    path="$gitdir:$path"
+  elif [ -n "$diffbase" ] && [ "$dir" != . ]; then
+    wrapenv+=("MUT_GIT=$realgit" "MUT_RELATIVE=$dir")
+    path="$gitdir:$path"
+  fi
+  if [ "$mod" != . ] || [ -n "$testdir$runre$tags$lines" ]; then
+    pkg=$(cd "$dir" && "$realgo" list -f '{{.ImportPath}}' .)
+    path="$wrapdir:$path"
+    wrapenv+=("MUT_REPO=$root" "MUT_MOD=$mod" "MUT_CALLDIR=$calldir"
+      "MUT_TESTS=${testdir:-$dir}" "MUT_PKG=$pkg" "MUT_RUN=$runre" "MUT_TAGS=$tags")
+  fi
+  wrapenv+=("PATH=$path" "MUT_GO=$realgo")
   json="$out/$(echo "$f" | tr / _).json"
-  echo "--- gremlins $f"
+  echo "--- gremlins $f${testdir:+ (tests of $testdir)}${runre:+ (-run $runre)}${tags:+ (-tags $tags)}"
   rc=0
-  (cd "$root" && TMPDIR="$scratch" GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1" env "${gitenv[@]}" "$gremlins" unleash "./$dir" --workers "$workers" \
+  (cd "$root/$mod" && TMPDIR="$scratch" GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1" env "${gitenv[@]}" "${wrapenv[@]}" "$gremlins" unleash "./$calldir" --workers "$workers" \
       --timeout-coefficient "$coefficient" --invert-logical --invert-loopctrl \
       "${excludes[@]}" "${onlydiff[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
   if [ "$rc" -eq 0 ] && [ ! -s "$json" ] && grep -q '^No results to report' "$json.log"; then

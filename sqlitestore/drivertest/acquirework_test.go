@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,10 +59,7 @@ var (
 // (replay.WorkAcquirer): the lease is the Work's own transaction.
 func TestAcquireWork(t *testing.T) {
 	runOnEveryDriver(t, []driverCase{
-		{"commit keeps the app row and the record", acquireWorkCommit},
-		{"rollback keeps nothing and frees the ID", acquireWorkRollback},
 		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
-		{"concurrent duplicates: one holder", acquireWorkDuplicates},
 		{"agrees with AcquireRecord's lease", acquireWorkAfterLease},
 		{"lease running out rolls the work back", acquireWorkLeaseEnds},
 		{"claim in the work commits with it", acquireWorkClaim},
@@ -78,62 +74,6 @@ func TestAcquireWork(t *testing.T) {
 		{"handler's journal_mode never reaches a later Work", acquireWorkJournalChanged},
 		{"a store of another table in the file joins the work", acquireWorkJoinedByAnotherTable},
 	})
-}
-
-func acquireWorkCommit(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
-	insertApp(t, tx, "job")
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("the app row is visible outside the work before its commit (%d rows)", n)
-	}
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("result")); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("result")); err != nil {
-		t.Fatalf("a second Commit = %v; want the first's outcome (nil)", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows after Commit = %d; want 1", n)
-	}
-	for name, get := range map[string]func() (replay.Record, error){
-		"AcquireWork": func() (replay.Record, error) { return wantWork(t, s, "job", workFP, replay.LeaseDone), nil },
-		"AcquireRecord": func() (replay.Record, error) {
-			return s.AcquireRecord(ctx, "job", time.Minute, workFP)
-		},
-	} {
-		r, err := get()
-		if err != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, workFP) || string(r.Result) != "result" {
-			t.Errorf("%s after Commit = %+v, %v; want done with the record", name, r, err)
-		}
-	}
-	wantLease(t, s, "job", replay.LeaseDone)
-}
-
-func acquireWorkRollback(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
-	insertApp(t, tx, "job")
-	if err := w.Rollback(ctx); err != nil {
-		t.Fatalf("Rollback = %v", err)
-	}
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
-		t.Fatalf("Commit after Rollback = %v; want nil (a no-op)", err)
-	}
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("app rows after Rollback = %d; want 0", n)
-	}
-	// Free at once, without ReleaseLease: the lease was the transaction.
-	w2, tx2, _ := acquire(t, s, "job", time.Minute, workFP)
-	insertApp(t, tx2, "job")
-	if err := w2.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
-		t.Fatalf("the retry's Commit = %v", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows after the retry = %d; want 1", n)
-	}
 }
 
 // acquireWorkHeldIsBusy: while a Work holds the ID (and the store's
@@ -178,54 +118,6 @@ func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 		t.Fatalf("Commit = %v", err)
 	}
 	wantWork(t, s, "job", workFP, replay.LeaseDone)
-}
-
-func acquireWorkDuplicates(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{Timeout: 10 * time.Second})
-	const callers = 16
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		works []replay.Work
-		busy  int
-		errs  []error
-	)
-	start := make(chan struct{})
-	for range callers {
-		wg.Go(func() {
-			<-start
-			r, w, err := s.AcquireWork(ctx, "job", time.Minute, workFP)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case w != nil:
-				works = append(works, w)
-			case r.State == replay.LeaseBusy:
-				busy++
-			default:
-				errs = append(errs, errors.New("answered "+r.State.String()))
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if len(works) != 1 || busy != callers-1 || len(errs) > 0 {
-		t.Fatalf("%d concurrent AcquireWork of one ID: %d Works, %d busy, errors %v; want 1 Work and %d busy", callers, len(works), busy, errs, callers-1)
-	}
-	tx, err := sqlitestore.TxFrom(works[0].Context(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertApp(t, tx, "job")
-	if err := works[0].Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
-	if n := appRows(t, db, "job"); n != 1 {
-		t.Fatalf("app rows = %d; want 1", n)
-	}
 }
 
 func acquireWorkAfterLease(t *testing.T, d Driver) {
