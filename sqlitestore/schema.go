@@ -156,6 +156,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	case missing:
 		inc = newToken()
 		stmts, _ = schema(unquote(t), inc, 0)
+	case !haveSide && seq > 0:
+		return fmt.Errorf("%w: %s", ErrForgotten, noSidecar(set.path, t, seq))
 	case haveSide && side.Incarnation != inc:
 		return fmt.Errorf("%w: %s is not the database a store used at this path before", ErrForgotten, set.path)
 	case haveSide && seq < side.Seq:

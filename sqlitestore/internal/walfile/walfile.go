@@ -18,14 +18,27 @@ const (
 	frameHead  = 24
 )
 
+// ErrDamaged is Committed's error for a WAL whose bytes changed after
+// SQLite wrote them: a header that is not a WAL's, or a whole frame of the
+// header's salts after the frame that ends the log. SQLite writes a
+// generation's frames in order, so only a changed byte leaves one there; a
+// write cut short (a torn tail) leaves none. A power cut that wrote a
+// later frame of the last, unacknowledged, transaction before an earlier
+// one reads as damaged too.
+var ErrDamaged = errors.New("walfile: the WAL is damaged")
+
 // Committed reads a WAL's valid frames up to the last commit and returns
 // the page size, the database's pages after that commit, and each page's
-// offset of its last committed image.
+// offset of its last committed image: what SQLite's recovery reads. An
+// empty file has none. With ErrDamaged it returns what SQLite reads too.
 func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, err error) {
 	var hdr [headerSize]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		if err == io.EOF {
+	if n, err := f.ReadAt(hdr[:], 0); err != nil {
+		switch {
+		case err == io.EOF && n == 0:
 			return 0, 0, nil, nil
+		case err == io.EOF:
+			return 0, 0, nil, ErrDamaged
 		}
 		return 0, 0, nil, err
 	}
@@ -33,12 +46,12 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 	magic := be.Uint32(hdr[0:])
 	size = int(be.Uint32(hdr[8:]))
 	if magic&^1 != walMagic || size < 512 || size > 65536 || size&(size-1) != 0 {
-		return 0, 0, nil, nil
+		return 0, 0, nil, ErrDamaged
 	}
 	bigEndian := magic&1 == 1
 	s1, s2 := checksum(bigEndian, 0, 0, hdr[:24])
 	if s1 != be.Uint32(hdr[24:]) || s2 != be.Uint32(hdr[28:]) {
-		return 0, 0, nil, nil
+		return 0, 0, nil, ErrDamaged
 	}
 	if be.Uint32(hdr[4:]) != walVersion {
 		return 0, 0, nil, errors.New("a WAL file of an unknown version")
@@ -50,10 +63,11 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 	var pending []frame
 	last = map[uint32]int64{}
 	buf := make([]byte, frameHead+size)
-	for off := int64(headerSize); ; off += int64(len(buf)) {
+	off := int64(headerSize)
+	for ; ; off += int64(len(buf)) {
 		if _, err := f.ReadAt(buf, off); err != nil {
 			if err == io.EOF {
-				break
+				return size, pages, last, nil // a torn tail, or none
 			}
 			return 0, 0, nil, err
 		}
@@ -74,7 +88,19 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 			pending, pages = pending[:0], commit
 		}
 	}
-	return size, pages, last, nil
+	// The frame at off ends the log: damaged if a whole frame of this
+	// generation follows it.
+	for off += int64(len(buf)); ; off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if err == io.EOF {
+				return size, pages, last, nil
+			}
+			return 0, 0, nil, err
+		}
+		if bytes.Equal(buf[8:16], hdr[16:24]) {
+			return size, pages, last, ErrDamaged
+		}
+	}
 }
 
 // checksum continues SQLite's WAL checksum (s1, s2) over b.
