@@ -291,15 +291,27 @@ var errNoTable = errors.New("no such table")
 func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
 
 // open is New's check, then one write; repair: one was unfinished.
+//
+// Both run in one write transaction: every store writes its sidecar
+// before its first commit and records in it only sequences committed, so
+// with no commit between the reads, the sidecar and the marker agree.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool, err error) {
 	q := connQuerier{ctx, conn}
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		return false, unavailable(ctx, err)
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
 	side, haveSide, inc, seq, err := judgeFiles(ctx, q, g.place, s.boot, s.now().UnixNano(), true)
 	if err != nil {
 		return false, err
 	}
 	if !haveSide {
 		// A table no store ran on (judgeFiles): its sidecar before its
-		// first write, merged with another New's meanwhile.
+		// first write.
 		side = sidecar{Incarnation: inc, Seq: seq}
 		if err := writeSidecar(sidecarFile(s.path, s.table), side, false); err != nil {
 			return false, fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
@@ -312,9 +324,6 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 		return false, unavailable(ctx, err)
 	}
 	// One write: a read-only file or a full disk fails here.
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
-		return false, unavailable(ctx, err)
-	}
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
 	if f := new(fenced); errors.As(err, f) {
 		// Rearm's fence: the store is built and refuses until it ends.
@@ -323,16 +332,13 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	if err == nil {
 		_, err = q.exec(`COMMIT`)
 	}
-	if err == nil {
-		g.saw(seq)
-	}
 	if err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		if errors.Is(err, ErrForgotten) {
 			return false, err
 		}
 		return false, unavailable(ctx, fmt.Errorf("a first write: %w", err))
 	}
+	g.saw(seq)
 	g.refusal.Store(nil)
 	g.persist(s)
 	s.relinkWAL()

@@ -483,24 +483,34 @@ func withoutItsSidecar(t *testing.T) {
 					s.Close()
 				}
 			})
-			t.Run("two first News at once on a table Schema made are served", func(t *testing.T) {
+			t.Run("first News at once on a new file are served", func(t *testing.T) {
+				// Four programs start on a file no store ran on, each with
+				// its own *sql.DB, half of them running Migrate first, as a
+				// restart with a migration step does; a round each, as
+				// they read and write the sidecar and the marker in any
+				// order.
 				schema, err := sqlitestore.Schema("")
 				if err != nil {
 					t.Fatal(err)
 				}
-				for range 20 { // a round each: the two read and write the sidecar in any order
+				for round := range 50 {
 					path := filepath.Join(t.TempDir(), "replay.db")
 					db := d.Open(t, path)
 					if _, err := db.ExecContext(ctx, schema); err != nil {
 						t.Fatal(err)
 					}
 					db.Close()
-					dbs := []*sql.DB{d.Open(t, path), d.Open(t, path)}
-					errs := make([]error, 2)
+					errs := make([]error, 4)
 					var wg sync.WaitGroup
-					for i := range 2 {
+					for i := range errs {
+						db := d.Open(t, path)
 						wg.Go(func() {
-							s, err := sqlitestore.New(ctx, dbs[i], sqlitestore.Options{SweepInterval: -1})
+							if i%2 == 1 {
+								if errs[i] = sqlitestore.Migrate(ctx, db, ""); errs[i] != nil {
+									return
+								}
+							}
+							s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 							if err == nil {
 								s.Close()
 							}
@@ -509,7 +519,7 @@ func withoutItsSidecar(t *testing.T) {
 					}
 					wg.Wait()
 					if err := errors.Join(errs...); err != nil {
-						t.Fatalf("New = %v; want two stores", err)
+						t.Fatalf("round %d: %v; want every Migrate and New served", round, err)
 					}
 				}
 			})
