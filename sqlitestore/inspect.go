@@ -151,7 +151,7 @@ func describe(q querier, f string, p place, inc string, seq, now int64) string {
 		last, lacks, total, err := linkLoss(q, p.path, f, p.table, inc, seq, now)
 		switch {
 		case errors.Is(err, walfile.ErrDamaged):
-			return "a WAL the store kept, damaged (a byte changed since SQLite wrote it): what it held cannot be judged"
+			return "a WAL the store kept, its header damaged (a byte changed since SQLite wrote it): what it held cannot be judged"
 		case err != nil:
 			return "a WAL the store kept, unreadable: " + err.Error()
 		case last > seq:

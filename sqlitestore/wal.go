@@ -103,7 +103,7 @@ func judgeWALLinks(q querier, path, table, inc string, seq, now int64, remove bo
 		last, lacks, total, err := linkLoss(q, path, link, table, inc, seq, now)
 		switch {
 		case errors.Is(err, walfile.ErrDamaged):
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the WAL kept at %s is damaged (a byte changed since SQLite wrote it), so what it held cannot be judged", ErrForgotten, path, link)
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the header of the WAL kept at %s is not a WAL's (a byte changed since SQLite wrote it), so what it held cannot be judged", ErrForgotten, path, link)
 		case err != nil:
 			return fmt.Errorf("%w: judging the WAL kept at %s: %w", ErrUnavailable, link, err)
 		case last > seq:
@@ -185,7 +185,7 @@ type storeRowOf struct {
 // escaped Work) on the pages the database holds after the last commit,
 // and how many store rows there are too long for their page to be read
 // (a long key and a record's result: the row goes on overflow pages),
-// which the database is taken to lack. A damaged WAL is refused.
+// which the database is taken to lack. A damaged header is refused.
 func walRows(link, inc string, reserved int, now int64) (seq int64, rows []storeRowOf, cut int, err error) {
 	// O_NONBLOCK: a FIFO put at the name never blocks the open.
 	f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0)

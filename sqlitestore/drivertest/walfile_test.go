@@ -92,8 +92,8 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		want := dumpTable(t, d, recovered)
 
 		// The reader: its committed pages over the database file.
-		// A damaged WAL (a byte flipped before a frame of the log) New
-		// refuses; what the reader returns with it is still SQLite's.
+		// A damaged header New refuses; what the reader returns with it
+		// is still SQLite's.
 		size, pages, last, err := walfile.Committed(bytes.NewReader(wal))
 		if err != nil && !errors.Is(err, walfile.ErrDamaged) {
 			t.Fatal(err)

@@ -18,19 +18,19 @@ const (
 	frameHead  = 24
 )
 
-// ErrDamaged is Committed's error for a WAL whose bytes changed after
-// SQLite wrote them: a header that is not a WAL's, or a whole frame of the
-// header's salts after the frame that ends the log. SQLite writes a
-// generation's frames in order, so only a changed byte leaves one there; a
-// write cut short (a torn tail) leaves none. A power cut that wrote a
-// later frame of the last, unacknowledged, transaction before an earlier
-// one reads as damaged too.
+// ErrDamaged is Committed's error for a file whose header is not a WAL's.
+// A frame is not judged: SQLite's recovery ends the log at the first frame
+// of another salt or checksum, and so does Committed, whatever follows it.
+// Frames of the log's salts follow that break in routine cases: an
+// unfinished transaction's, after a later one wrote fewer frames over
+// them, or one whose frames SQLite rewrote in place before its commit
+// rewrote their checksums; they cannot be told from a changed byte.
 var ErrDamaged = errors.New("walfile: the WAL is damaged")
 
 // Committed reads a WAL's valid frames up to the last commit and returns
 // the page size, the database's pages after that commit, and each page's
 // offset of its last committed image: what SQLite's recovery reads. An
-// empty file has none. With ErrDamaged it returns what SQLite reads too.
+// empty file has none.
 func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, err error) {
 	var hdr [headerSize]byte
 	if n, err := f.ReadAt(hdr[:], 0); err != nil {
@@ -73,12 +73,12 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 		}
 		pgno, commit := be.Uint32(buf[0:]), be.Uint32(buf[4:])
 		if pgno == 0 || !bytes.Equal(buf[8:16], hdr[16:24]) {
-			break
+			return size, pages, last, nil
 		}
 		s1, s2 = checksum(bigEndian, s1, s2, buf[:8])
 		s1, s2 = checksum(bigEndian, s1, s2, buf[frameHead:])
 		if s1 != be.Uint32(buf[16:]) || s2 != be.Uint32(buf[20:]) {
-			break
+			return size, pages, last, nil
 		}
 		pending = append(pending, frame{pgno, off + frameHead})
 		if commit != 0 {
@@ -86,19 +86,6 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 				last[fr.pgno] = fr.off
 			}
 			pending, pages = pending[:0], commit
-		}
-	}
-	// The frame at off ends the log: damaged if a whole frame of this
-	// generation follows it.
-	for off += int64(len(buf)); ; off += int64(len(buf)) {
-		if _, err := f.ReadAt(buf, off); err != nil {
-			if err == io.EOF {
-				return size, pages, last, nil
-			}
-			return 0, 0, nil, err
-		}
-		if bytes.Equal(buf[8:16], hdr[16:24]) {
-			return size, pages, last, ErrDamaged
 		}
 	}
 }
