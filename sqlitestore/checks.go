@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,28 +291,39 @@ var errNoTable = errors.New("no such table")
 func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
 
 // open is New's check, then one write; repair: one was unfinished.
+//
+// Both run in one write transaction: every store writes its sidecar
+// before its first commit and records in it only sequences committed, so
+// with no commit between the reads, the sidecar and the marker agree.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool, err error) {
 	q := connQuerier{ctx, conn}
-	var db io.ReaderAt
-	if s.file != nil {
-		db = s.file.f
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		return false, unavailable(ctx, err)
 	}
-	side, haveSide, inc, seq, err := judgeFiles(ctx, q, g.place, s.boot, db, true)
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	side, haveSide, inc, seq, err := judgeFiles(ctx, q, g.place, s.boot, s.now().UnixNano(), true)
 	if err != nil {
 		return false, err
 	}
+	if !haveSide {
+		// A table no store ran on (judgeFiles): its sidecar before its
+		// first write.
+		side = sidecar{Incarnation: inc, Seq: seq}
+		if err := writeSidecar(sidecarFile(s.path, s.table), side, false); err != nil {
+			return false, fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
+		}
+	}
 	g.incarnation = inc
 	g.seq.Store(seq)
-	if haveSide {
-		g.persisted = side
-	}
+	g.persisted = side
 	if g.info, err = os.Stat(s.path); err != nil {
 		return false, unavailable(ctx, err)
 	}
 	// One write: a read-only file or a full disk fails here.
-	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
-		return false, unavailable(ctx, err)
-	}
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
 	if f := new(fenced); errors.As(err, f) {
 		// Rearm's fence: the store is built and refuses until it ends.
@@ -322,16 +332,13 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	if err == nil {
 		_, err = q.exec(`COMMIT`)
 	}
-	if err == nil {
-		g.saw(seq)
-	}
 	if err != nil {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		if errors.Is(err, ErrForgotten) {
 			return false, err
 		}
 		return false, unavailable(ctx, fmt.Errorf("a first write: %w", err))
 	}
+	g.saw(seq)
 	g.refusal.Store(nil)
 	g.persist(s)
 	s.relinkWAL()
@@ -339,11 +346,12 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 }
 
 // judgeFiles is New's judgement, before its first write, of the table in
-// the database at p.path (read through q; its file through db, nil if it
-// cannot be opened) and of the hidden files beside it, on the machine's
-// boot. remove: drop each kept WAL the database holds (New); else it
-// changes nothing (Inspect).
-func judgeFiles(ctx context.Context, q querier, p place, boot string, db io.ReaderAt, remove bool) (side sidecar, haveSide bool, inc string, seq int64, err error) {
+// the database at p.path (read through q) and of the hidden files beside
+// it, on the machine's boot at now. remove: drop each kept WAL the
+// database holds (New); else it changes nothing (Inspect). A table a
+// store ran on (its marker's sequence above Migrate's 0) needs its
+// sidecar: without it the file's history is unknown.
+func judgeFiles(ctx context.Context, q querier, p place, boot string, now int64, remove bool) (side sidecar, haveSide bool, inc string, seq int64, err error) {
 	side, haveSide, err = readSidecar(sidecarFile(p.path, p.table))
 	if err != nil {
 		return side, false, "", 0, err
@@ -359,6 +367,8 @@ func judgeFiles(ctx context.Context, q querier, p place, boot string, db io.Read
 		err = fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(p.table))
 	case err != nil:
 		err = unavailable(ctx, err)
+	case !haveSide && seq > 0:
+		err = refuse("%s", noSidecar(p.path, p.table, seq))
 	case haveSide && side.Incarnation != inc:
 		err = refuse("%s is not the database the store used at this path before (deleted and made again, or replaced)", p.path)
 	case haveSide && seq < side.Seq:
@@ -368,9 +378,15 @@ func judgeFiles(ctx context.Context, q querier, p place, boot string, db io.Read
 	case haveSide && side.Repair != "" && (side.Repair != boot || boot == ""):
 		err = refuse("the machine went down before the store's repair after an I/O error of %s finished: pages of acknowledged claims may be gone", p.path)
 	default:
-		err = judgeWALLinks(p.path, p.table, inc, seq, db, remove)
+		err = judgeWALLinks(q, p.path, p.table, inc, seq, now, remove)
 	}
 	return side, haveSide, inc, seq, err
+}
+
+// noSidecar says why a table a store ran on, at sequence seq, without
+// its sidecar is refused.
+func noSidecar(path, table string, seq int64) string {
+	return fmt.Sprintf("a store ran on %s (its marker's sequence is %d) but its sidecar %s is missing, so what happened to the file since cannot be judged (moved, copied or renamed without its hidden files, which the glob %s* leaves behind, or the sidecar deleted): put the hidden files back beside it, renamed for its name, or re-arm it", path, seq, sidecarFile(path, table), filepath.Base(path))
 }
 
 // step opens every write transaction, checking the marker. A durable one

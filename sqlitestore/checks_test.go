@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
 func TestSettingsCheck(t *testing.T) {
@@ -258,19 +260,23 @@ func newRefusesNilDB(t *testing.T) {
 	}
 }
 
-// FuzzLastSeq: no WAL file, however malformed, panics the judgement of a
-// kept WAL, and a file shorter than a WAL header holds no sequence.
-func FuzzLastSeq(f *testing.F) {
-	f.Add([]byte{})
-	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 0x10, 0}, make([]byte, 4096)...))
+// FuzzWALRows: no WAL file, however malformed (its freelist too), panics
+// the judgement of a kept WAL; an empty file holds no sequence and no row,
+// and any other shorter than a WAL header is refused as damaged.
+func FuzzWALRows(f *testing.F) {
+	f.Add([]byte{}, uint8(0))
+	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 0x10, 0}, make([]byte, 4096)...), uint8(8))
 	link := filepath.Join(f.TempDir(), "wal")
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(t *testing.T, b []byte, reserved uint8) {
 		if err := os.WriteFile(link, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		seq, _, err := lastSeq(link, link, "inc", nil)
-		if len(b) < 32 && (seq != 0 || err != nil) {
-			t.Fatalf("lastSeq of %d bytes = %d, %v; want 0, nil (shorter than a header)", len(b), seq, err)
+		seq, rows, cut, err := walRows(link, "inc", int(reserved), 0)
+		switch {
+		case len(b) == 0 && (seq != 0 || rows != nil || cut != 0 || err != nil):
+			t.Fatalf("walRows of an empty file = %d, %d rows, %d cut, %v; want 0, none, nil", seq, len(rows), cut, err)
+		case len(b) > 0 && len(b) < 32 && !errors.Is(err, walfile.ErrDamaged):
+			t.Fatalf("walRows of %d bytes = %v; want ErrDamaged (shorter than a header)", len(b), err)
 		}
 	})
 }

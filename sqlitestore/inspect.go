@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
 // command is the operator's command for SQLite stores (cmd/ctoken-sqlite).
@@ -129,11 +129,7 @@ func Inspect(ctx context.Context, db *sql.DB, opts Options) (State, error) {
 	case err != nil && !errors.Is(err, errNoTable) && !errors.Is(malformed(err, set.path, p.table), ErrForgotten):
 		return State{}, unavailable(ctx, err) // a malformed file is New's refusal, below
 	}
-	var file io.ReaderAt
-	if f, err := os.Open(set.path); err == nil {
-		defer f.Close()
-		file = f
-	}
+	now := time.Now().UnixNano()
 	// A kept WAL is read for the marker of the database's incarnation,
 	// else of the sidecar's (the table is gone from the file).
 	inc := st.Incarnation
@@ -141,25 +137,27 @@ func Inspect(ctx context.Context, db *sql.DB, opts Options) (State, error) {
 		inc = c.Incarnation
 	}
 	for _, f := range hiddenFiles(set.path, t) {
-		st.Files = append(st.Files, File{f, describe(f, p, inc, st.Seq, file)})
+		st.Files = append(st.Files, File{f, describe(connQuerier{ctx, conn}, f, p, inc, st.Seq, now)})
 	}
-	_, _, _, _, err = judgeFiles(ctx, connQuerier{ctx, conn}, p, bootID(), file, false)
+	_, _, _, _, err = judgeFiles(ctx, connQuerier{ctx, conn}, p, bootID(), now, false)
 	st.Refusal = p.lift(malformed(err, set.path, p.table))
 	return st, nil
 }
 
 // describe says what the hidden file f records, for the database of
-// incarnation inc at sequence seq, its file readable through db.
-func describe(f string, p place, inc string, seq int64, db io.ReaderAt) string {
+// incarnation inc at sequence seq, read through q at now.
+func describe(q querier, f string, p place, inc string, seq, now int64) string {
 	if strings.HasPrefix(f, walLinkPrefix(p.path, p.table)) {
-		last, copied, err := lastSeq(f, p.path, inc, db)
+		last, lacks, total, err := linkLoss(q, p.path, f, p.table, inc, seq, now)
 		switch {
+		case errors.Is(err, walfile.ErrDamaged):
+			return "a WAL the store kept, its header damaged (a byte changed since SQLite wrote it): what it held cannot be judged"
 		case err != nil:
 			return "a WAL the store kept, unreadable: " + err.Error()
 		case last > seq:
 			return fmt.Sprintf("a WAL the store kept, with commits the database lacks (its sequence %d, the database's %d)", last, seq)
-		case last == seq && last > 0 && !copied:
-			return fmt.Sprintf("a WAL the store kept, at the database's sequence %d, whose pages the database file does not hold as a complete checkpoint leaves them", seq)
+		case lacks > 0:
+			return fmt.Sprintf("a WAL the store kept, at the database's sequence %d, with %d of its %d live rows the database lacks", seq, lacks, total)
 		}
 		return fmt.Sprintf("a WAL the store kept, which the database holds (its sequence %d, the database's %d): New removes it", last, seq)
 	}

@@ -118,11 +118,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	}
 	// Migrate knows no Horizon: its refusals name DefaultHorizon's fence.
 	defer func() { err = place{set.path, t, DefaultHorizon}.lift(err) }()
-	side, haveSide, err := readSidecar(sidecarFile(set.path, t))
-	if err != nil && !rearm {
-		return err
-	}
 	q := connQuerier{ctx, conn}
+	// The sidecar is read under the write lock, as New's (guard.open).
 	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 		return unavailable(ctx, err)
 	}
@@ -132,6 +129,10 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		}
 	}()
+	side, haveSide, err := readSidecar(sidecarFile(set.path, t))
+	if err != nil && !rearm {
+		return err
+	}
 	s := &Store{table: t}
 	inc, _, seq, err := s.marker(q)
 	missing := errors.Is(err, errNoTable)
@@ -156,6 +157,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	case missing:
 		inc = newToken()
 		stmts, _ = schema(unquote(t), inc, 0)
+	case !haveSide && seq > 0:
+		return fmt.Errorf("%w: %s", ErrForgotten, noSidecar(set.path, t, seq))
 	case haveSide && side.Incarnation != inc:
 		return fmt.Errorf("%w: %s is not the database a store used at this path before", ErrForgotten, set.path)
 	case haveSide && seq < side.Seq:

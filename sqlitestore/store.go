@@ -50,7 +50,8 @@ var (
 	// matches [replay.ErrExpired]). It matches [replay.ErrInvalidClaim].
 	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
 	// ErrForgotten reports that the database no longer holds claims it
-	// acknowledged: every call refuses until an operator runs [Rearm]. Its
+	// acknowledged, or may not (its history cannot be judged): every call
+	// refuses until an operator runs [Rearm]. Its
 	// message names the hidden files found and the command line of
 	// ctoken-sqlite (cmd/ctoken-sqlite) that does.
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
@@ -232,7 +233,8 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.boot = bootID()
 	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
 	s.guard.place = place{s.path, s.table, s.horizon}
-	// Held in every journal mode: New compares a kept WAL's pages with it.
+	// Held before the first write: a failed write-back is seen only by a
+	// descriptor open before it (heldfile.go).
 	if s.file, err = openHeld(s.path); err != nil {
 		s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)
 	} else {

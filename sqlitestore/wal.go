@@ -1,13 +1,14 @@
 package sqlitestore
 
 import (
-	"bytes"
 	"cmp"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -17,9 +18,9 @@ import (
 
 // A WAL deleted after a crash takes commits the database file lacks, so
 // each Store keeps a hidden hard link to its WAL until Close checkpoints
-// it whole. New judges a link that is not the WAL in place by the highest
-// marker sequence in it: the database holds that WAL's last durable commit
-// if its own sequence is not lower, wherever VACUUM put the marker.
+// it whole. New judges a link that is not the WAL in place by what the
+// stores wrote in it, read through SQL wherever SQLite put it since
+// (linkLoss).
 
 // walLinkPrefix starts every WAL link name of table; a table name holds
 // neither '-' nor '.', so no other file's name starts with it.
@@ -78,15 +79,11 @@ func (s *Store) relinkWAL() {
 	}
 }
 
-// judgeWALLinks removes each link the database (sequence seq, its file
-// readable through db) is known to hold, and refuses with ErrForgotten at
-// the first it may not: the link's last sequence is higher, or equal while
-// some page of the link that holds store rows differs from what SQLite
-// reads now (a checkpoint cut short copies the marker's low page before
-// the claims' higher ones; a file rewritten after the WAL's deletion,
-// VACUUM, differs too, which only an operator can tell apart). Stale
-// temporary links are removed. Unless remove, it removes nothing.
-func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt, remove bool) error {
+// judgeWALLinks removes each link the database (sequence seq, read
+// through q at now) is known to hold, and refuses with ErrForgotten at
+// the first it may not (linkLoss). Stale temporary links are removed.
+// Unless remove, it removes nothing.
+func judgeWALLinks(q querier, path, table, inc string, seq, now int64, remove bool) error {
 	links, err := withPrefix(walLinkPrefix(path, table))
 	if err != nil {
 		return fmt.Errorf("%w: listing the WALs kept beside %s: %w", ErrUnavailable, path, err)
@@ -103,15 +100,16 @@ func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt, remove bo
 		if curErr == nil && os.SameFile(info, cur) {
 			continue // the WAL in place: a running store's link
 		}
-		last, copied, err := lastSeq(link, path, inc, db)
-		if err != nil {
-			return fmt.Errorf("%w: reading the WAL kept at %s: %w", ErrUnavailable, link, err)
-		}
+		last, lacks, total, err := linkLoss(q, path, link, table, inc, seq, now)
 		switch {
+		case errors.Is(err, walfile.ErrDamaged):
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the header of the WAL kept at %s is not a WAL's (a byte changed since SQLite wrote it), so what it held cannot be judged", ErrForgotten, path, link)
+		case err != nil:
+			return fmt.Errorf("%w: judging the WAL kept at %s: %w", ErrUnavailable, link, err)
 		case last > seq:
 			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database no longer does (sequence %d, the database's %d; that WAL is kept at %s)", ErrForgotten, path, last, seq, link)
-		case last == seq && last > 0 && !copied:
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database file is not the copy of it a complete checkpoint leaves (a checkpoint cut short, or the file rewritten since: VACUUM, a restored copy; that WAL is kept at %s): if the WAL was not deleted (a checkpoint, then VACUUM), -fence 0 in the command at the end of this message is enough", ErrForgotten, path, link)
+		case lacks > 0:
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and the database lacks %d of the %d live rows it held (a checkpoint cut short, rows another store table released since, or rows too long for their page to be judged; that WAL is kept at %s)", ErrForgotten, path, lacks, total, link)
 		}
 		if !remove {
 			continue
@@ -130,6 +128,168 @@ func judgeWALLinks(path, table, inc string, seq int64, db io.ReaderAt, remove bo
 		}
 	}
 	return nil
+}
+
+// linkLoss compares what the WAL kept at link says the stores wrote with
+// what the database at path (table's marker of incarnation inc at
+// sequence seq, read through q at now) holds, wherever SQLite put it: the
+// WAL's last sequence of inc's marker and, when it equals seq, how many of
+// the live rows of the WAL (of total) the database lacks. The database
+// holds the WAL when neither is lost: a lower sequence lacks the WAL's
+// last durable commit; a higher one is a store's later commit, which it
+// holds only if it held this WAL's; at an equal one, the file must hold
+// every row of the WAL that must still be in it (a claim or record live at
+// now, an escaped Work), as the WAL has it, in table or in another store
+// table (lacking): a checkpoint cut short copies the marker's page before
+// higher ones, then the WAL was deleted.
+func linkLoss(q querier, path, link, table, inc string, seq, now int64) (last int64, lacks, total int, err error) {
+	// The database header's reserved bytes per page, through the held
+	// descriptor: closing one would release SQLite's locks on the file.
+	var hdr [100]byte
+	h, err := openHeld(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if _, err := h.f.ReadAt(hdr[:], 0); err != nil {
+		return 0, 0, 0, err
+	}
+	last, rows, cut, err := walRows(link, inc, int(hdr[20]), now)
+	if err != nil || last != seq {
+		return last, 0, 0, err
+	}
+	lacks, total = cut, cut+len(rows)
+	if len(rows) > 0 {
+		tables, err := storeTables(q, table)
+		if err != nil {
+			return last, 0, 0, err
+		}
+		n, err := lacking(q, tables, rows)
+		if err != nil {
+			return last, 0, 0, err
+		}
+		lacks += n
+	}
+	return last, lacks, total, nil
+}
+
+// storeRowOf is a store row as a page of the WAL holds it.
+type storeRowOf struct {
+	key, state, token []byte
+	until             int64
+}
+
+// walRows reads the WAL at link, of a database whose pages keep reserved
+// bytes unless the WAL's page 1 says otherwise: the highest sequence of
+// inc's marker on the last committed image of any page, the rows that
+// must still be in the database (a claim or record live at now, an
+// escaped Work) on the pages the database holds after the last commit,
+// and how many store rows there are too long for their page to be read
+// (a long key and a record's result: the row goes on overflow pages),
+// which the database is taken to lack. A damaged header is refused.
+func walRows(link, inc string, reserved int, now int64) (seq int64, rows []storeRowOf, cut int, err error) {
+	// O_NONBLOCK: a FIFO put at the name never blocks the open.
+	f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	defer f.Close()
+	size, npages, last, err := walfile.Committed(f)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	var readErr error
+	image := func(pgno uint32) []byte {
+		off, ok := last[pgno]
+		if !ok {
+			return nil
+		}
+		page := make([]byte, size)
+		if _, err := f.ReadAt(page, off); err != nil && err != io.EOF {
+			readErr = cmp.Or(readErr, err)
+			return nil
+		}
+		return page
+	}
+	p1 := image(1)
+	if len(p1) >= 100 {
+		reserved = int(p1[20])
+	}
+	free := walfile.Free(image, func(pgno uint32) bool { _, ok := last[pgno]; return ok })
+	for pgno := range last {
+		page := image(pgno)
+		if page == nil {
+			continue
+		}
+		entries, err := walfile.IndexEntries(page, pgno, size-reserved)
+		if err != nil {
+			continue // not a page of an index b-tree
+		}
+		held := pgno <= npages && !free[pgno]
+		for _, e := range entries {
+			cols, ok := walfile.Record(e)
+			if !ok || len(cols) != 7 || !storeRow(cols) {
+				continue
+			}
+			if isMarker(cols, inc) {
+				seq = max(seq, cols[6].Int)
+			}
+			r := storeRowOf{cols[0].Bytes, cols[1].Bytes, cols[2].Bytes, cols[3].Int}
+			switch {
+			case !held:
+			case cols[3].Cut: // its first four columns not all on the page
+				cut++
+			case string(r.state) == "w" || r.until > now && (string(r.state) == "c" || string(r.state) == "d"):
+				rows = append(rows, r)
+			}
+		}
+	}
+	return seq, rows, cut, readErr
+}
+
+// storeTables lists table, then the file's other tables that hold a
+// store's marker row.
+func storeTables(q querier, table string) ([]string, error) {
+	var names sql.NullString
+	if err := q.queryRow(`SELECT group_concat(name, ' ') FROM sqlite_master WHERE type = 'table'`).Scan(&names); err != nil {
+		return nil, err
+	}
+	tables := []string{table}
+	for _, name := range strings.Fields(names.String) {
+		t, fault := tableName(name)
+		if fault != "" || "main."+t == table {
+			continue
+		}
+		var n int
+		if err := q.queryRow(`SELECT count(*) FROM main.` + t + ` WHERE key = ` + markerKey + ` AND state = 'm'`).Scan(&n); err == nil && n == 1 {
+			tables = append(tables, "main."+t)
+		}
+	}
+	return tables, nil
+}
+
+// lacking is how many of rows none of tables holds as the WAL has it. A
+// row is told by its columns alone, so a row another table holds the same
+// counts as held, and one of another table's rows that table's store
+// released since counts as lacking (a refusal: docs/sqlitestore.md).
+func lacking(q querier, tables []string, rows []storeRowOf) (int, error) {
+	in := make([]string, len(tables))
+	for i, t := range tables {
+		in[i] = `EXISTS (SELECT 1 FROM ` + t + ` AS t WHERE t.key = v.column1 AND t.state = v.column2 AND t.token = v.column3 AND t.until = v.column4)`
+	}
+	held := 0
+	for chunk := range slices.Chunk(rows, 200) { // 800 arguments, under SQLite's oldest limit
+		values := strings.Repeat(", (?, ?, ?, ?)", len(chunk))[2:]
+		args := make([]any, 0, 4*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.key, string(r.state), string(r.token), r.until)
+		}
+		var n int
+		if err := q.queryRow(`SELECT count(*) FROM (VALUES `+values+`) AS v WHERE `+strings.Join(in, ` OR `), args...).Scan(&n); err != nil {
+			return 0, err
+		}
+		held += n
+	}
+	return len(rows) - held, nil
 }
 
 // malformed refuses what a checkpoint cut short leaves once the WAL is deleted.
@@ -151,71 +311,14 @@ func removeWALLinks(path, table string) error {
 	return err
 }
 
-// lastSeq is the highest sequence of the marker of incarnation inc on the
-// last committed image of any page of the WAL at link, and whether each
-// such image that holds rows of a store's table (up to the last commit's
-// size) is the page SQLite reads now: the last committed image in the WAL
-// at path, if there is one, else the database file's page (db). Pages of
-// other tables and indexes may differ: a program's writes after the crash
-// change them.
-func lastSeq(link, path, inc string, db io.ReaderAt) (seq int64, copied bool, err error) {
-	// O_NONBLOCK: a FIFO put at the name never blocks the open.
-	f, err := os.OpenFile(link, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return 0, false, err
-	}
-	defer f.Close()
-	size, npages, last, err := walfile.Committed(f)
-	if err != nil {
-		return 0, false, err
-	}
-	var cur io.ReaderAt
-	var curLast map[uint32]int64
-	if w, err := os.OpenFile(path+"-wal", os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
-		defer w.Close()
-		if csize, _, l, err := walfile.Committed(w); err == nil && csize == size {
-			cur, curLast = w, l
-		}
-	}
-	copied = db != nil
-	page, have := make([]byte, size), make([]byte, size)
-	for pgno, off := range last {
-		if _, err := f.ReadAt(page, off); err != nil && err != io.EOF {
-			return 0, false, err
-		}
-		entries, err := walfile.IndexEntries(page, pgno, size)
-		if err != nil {
-			continue // not a page of an index b-tree
-		}
-		rows := false
-		for _, e := range entries {
-			cols, total, ok := walfile.Record(e)
-			if !ok || total != 7 || len(cols) < 4 || !storeRow(cols) {
-				continue
-			}
-			rows = true
-			if len(cols) == 7 && isMarker(cols, inc) {
-				seq = max(seq, cols[6].Int)
-			}
-		}
-		if copied && rows && pgno <= npages {
-			var n int
-			if coff, ok := curLast[pgno]; ok {
-				n, _ = cur.ReadAt(have, coff)
-			} else {
-				n, _ = db.ReadAt(have, int64(pgno-1)*int64(size))
-			}
-			copied = n == size && bytes.Equal(page, have)
-		}
-	}
-	return seq, copied, nil
-}
-
 // storeRow reports whether a record's first columns are a store row's
-// (Schema): a BLOB key, a one-letter state, a TEXT token, an INTEGER until.
+// (Schema): a BLOB key, a one-letter state, a TEXT token, an INTEGER
+// until; those past the page (Cut) by their types.
 func storeRow(cols []walfile.Value) bool {
-	return !cols[0].Text && !cols[0].IsInt && !cols[0].Null && len(cols[0].Bytes) > 0 &&
-		cols[1].Text && len(cols[1].Bytes) == 1 && strings.IndexByte("mclwd", cols[1].Bytes[0]) >= 0 &&
+	key, state := cols[0], cols[1]
+	blob := !key.Text && key.Bytes != nil // a NULL, an integer or a float has none
+	return blob && (key.Cut || len(key.Bytes) > 0) &&
+		state.Text && (state.Cut || len(state.Bytes) == 1 && strings.IndexByte("mclwd", state.Bytes[0]) >= 0) &&
 		cols[2].Text && cols[3].IsInt
 }
 
@@ -223,5 +326,5 @@ func storeRow(cols []walfile.Value) bool {
 func isMarker(cols []walfile.Value, inc string) bool {
 	return !cols[0].Text && string(cols[0].Bytes) == "\x00\x00" &&
 		cols[1].Text && string(cols[1].Bytes) == "m" &&
-		cols[2].Text && string(cols[2].Bytes) == inc && cols[6].IsInt
+		cols[2].Text && string(cols[2].Bytes) == inc && cols[6].IsInt && !cols[6].Cut
 }

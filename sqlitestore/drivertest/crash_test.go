@@ -446,7 +446,22 @@ func (p *faultProc) kill() {
 	<-p.exited
 }
 
-// lines returns what the child printed (after it exited).
+// waitLines waits until the child printed n lines, exited, or ran 20 s
+// (when a crash job stops).
+func (p *faultProc) waitLines(n int) {
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		if len(p.lines()) >= n {
+			return
+		}
+	}
+}
+
+// lines returns what the child printed.
 func (p *faultProc) lines() []string {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
@@ -632,9 +647,12 @@ func sigkillRounds(t *testing.T, d Driver, mode string, r *rand.Rand) {
 		} else {
 			p.waitReady(t)
 			startup = time.Since(started)
-			delay := 50*time.Millisecond + time.Duration(r.Int64N(int64(350*time.Millisecond)))
-			delays = append(delays, delay)
-			time.Sleep(delay)
+			ready := time.Now()
+			time.Sleep(50*time.Millisecond + time.Duration(r.Int64N(int64(350*time.Millisecond))))
+			// And not before it worked: a loaded machine gives it little
+			// of the delay.
+			p.waitLines(10)
+			delays = append(delays, time.Since(ready))
 		}
 		p.kill()
 		tally.add(p.lines(), fresh)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +86,7 @@ func TestLoss(t *testing.T) {
 		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
+		{"moved, copied or renamed without its sidecar", withoutItsSidecar},
 		{"WAL deleted after a crash", walDeletedAfterACrash},
 		{"clean stop, then another program writes", cleanStopThenAnotherProgramWrites},
 		{"WAL links after a crash", walLinksAfterACrash},
@@ -356,6 +358,171 @@ func deletedWhileStopped(t *testing.T) {
 				}
 				t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
 			}
+		})
+	}
+}
+
+// withoutItsSidecar: a database a store ran on (its marker's sequence
+// advanced) found without its sidecar, or beside the sidecar of another
+// database, has a history no one can judge: moved, copied or renamed
+// with the usual globs (replay.db*, which leave the hidden sidecar and
+// WAL links behind), or its sidecar deleted. Migrate and New refuse it
+// with ErrForgotten naming ctoken-sqlite rearm, which lifts it. A table
+// no store ran on yet (Migrate's, or Schema's SQL run by the team's own
+// migration) is served without one, and a store that restarts is served.
+func withoutItsSidecar(t *testing.T) {
+	ctx := context.Background()
+	mvGlob := func(t *testing.T, path, dir string, cp bool) string {
+		t.Helper()
+		files, err := filepath.Glob(path + "*")
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s*: nothing matches (%v)", path, err)
+		}
+		for _, f := range files {
+			to := filepath.Join(dir, filepath.Base(f))
+			if cp {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, to, b)
+			} else if err := os.Rename(f, to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	ways := []struct {
+		name string
+		act  func(t *testing.T, d Driver, path string) string // the path opened after
+	}{
+		{"mv replay.db* other/", func(t *testing.T, _ Driver, path string) string { return mvGlob(t, path, plainTempDir(t), false) }},
+		{"cp replay.db* backup/", func(t *testing.T, _ Driver, path string) string { return mvGlob(t, path, plainTempDir(t), true) }},
+		{"renamed with its -wal and -shm", func(t *testing.T, _ Driver, path string) string {
+			to := filepath.Join(filepath.Dir(path), "renamed.db")
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Rename(path+suffix, to+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Fatal(err)
+				}
+			}
+			return to
+		}},
+		{"its sidecar deleted", func(t *testing.T, _ Driver, path string) string { removeFiles(t, sidecarOf(path)); return path }},
+		{"cp replay.db* beside another database's sidecar", func(t *testing.T, d Driver, path string) string {
+			dir := plainTempDir(t)
+			other := filepath.Join(dir, filepath.Base(path))
+			db := d.Open(t, other)
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			removeFiles(t, other)
+			return mvGlob(t, path, dir, true)
+		}},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, w := range ways {
+				t.Run(w.name, func(t *testing.T) {
+					db, path := openMigrated(t, d)
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					claimAll(t, s, idList("a-", 3), time.Now().Add(time.Hour))
+					s.Close()
+					db.Close()
+					path = w.act(t, d, path)
+					db = d.Open(t, path)
+					names := func(err error) bool {
+						return errors.Is(err, sqlitestore.ErrForgotten) && strings.Contains(err.Error(), "ctoken-sqlite rearm -db ") &&
+							strings.Contains(err.Error(), filepath.Base(path)+" -table ctoken_replay")
+					}
+					if err := sqlitestore.Migrate(ctx, db, ""); !names(err) {
+						t.Fatalf("Migrate = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
+					}
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					if !names(err) {
+						if err == nil {
+							s.Close()
+						}
+						t.Fatalf("New = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
+					}
+					t.Logf("New: %v", err)
+					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
+						t.Fatal(err)
+					}
+					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					everyCallRefuses(t, s, "a-0", sqlitestore.ErrUnavailable)
+				})
+			}
+			t.Run("a table no store ran on yet, and a restart, are served", func(t *testing.T) {
+				for _, how := range []string{"Migrate", "Schema"} {
+					path := filepath.Join(t.TempDir(), "replay.db")
+					db := d.Open(t, path)
+					if how == "Migrate" {
+						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+							t.Fatal(err)
+						}
+					} else {
+						schema, err := sqlitestore.Schema("")
+						if err != nil {
+							t.Fatal(err)
+						}
+						if _, err := db.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
+							t.Fatal(err)
+						}
+					}
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
+					s.Close()
+					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					for _, id := range idList(how+"-", 3) {
+						if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
+							t.Fatalf("%s: Claim(%s) after a restart = %v, %v; want not first", how, id, first, err)
+						}
+					}
+					s.Close()
+				}
+			})
+			t.Run("first News at once on a new file are served", func(t *testing.T) {
+				// Four programs start on a file no store ran on, each with
+				// its own *sql.DB, half of them running Migrate first, as a
+				// restart with a migration step does; a round each, as
+				// they read and write the sidecar and the marker in any
+				// order.
+				schema, err := sqlitestore.Schema("")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for round := range 50 {
+					path := filepath.Join(t.TempDir(), "replay.db")
+					db := d.Open(t, path)
+					if _, err := db.ExecContext(ctx, schema); err != nil {
+						t.Fatal(err)
+					}
+					db.Close()
+					errs := make([]error, 4)
+					var wg sync.WaitGroup
+					for i := range errs {
+						db := d.Open(t, path)
+						wg.Go(func() {
+							if i%2 == 1 {
+								if errs[i] = sqlitestore.Migrate(ctx, db, ""); errs[i] != nil {
+									return
+								}
+							}
+							s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+							if err == nil {
+								s.Close()
+							}
+							errs[i] = err
+						})
+					}
+					wg.Wait()
+					if err := errors.Join(errs...); err != nil {
+						t.Fatalf("round %d: %v; want every Migrate and New served", round, err)
+					}
+				}
+			})
 		})
 	}
 }
@@ -652,7 +819,8 @@ func walLinksAfterACrash(t *testing.T) {
 			// What an operator does after a crash, with the application
 			// stopped: each act that keeps the WAL's commits costs nothing
 			// (New serves, every acknowledged ID refused); each that
-			// deletes them ends in ErrForgotten, never in service.
+			// deletes them, or leaves the hidden files behind, ends in
+			// ErrForgotten (refused), never in service.
 			shell := func(t *testing.T, path string, stmts ...string) {
 				t.Helper()
 				if _, err := exec.LookPath("sqlite3"); err != nil {
@@ -684,55 +852,60 @@ func walLinksAfterACrash(t *testing.T) {
 				}
 				removeFiles(t, files...)
 			}
-			// undecided: the file was rewritten after another session
-			// checkpointed the WAL, which New cannot tell from a
-			// checkpoint cut short: refused, and Rearm with a fence of 0
-			// (the operator knows the WAL was not deleted) serves with
-			// every acknowledged ID refused.
 			for _, act := range []struct {
-				name            string
-				do              func(t *testing.T, path string) string // the path New opens
-				lost, undecided bool
+				name    string
+				do      func(t *testing.T, path string) string // the path New opens
+				refused bool
 			}{
 				{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
 					shell(t, path, `PRAGMA integrity_check`)
 					return path
-				}, false, false},
-				{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false, false},
+				}, false},
+				{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false},
 				{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
 					shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
 					return path
-				}, false, true},
-				{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false, false},
+				}, false},
+				{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false},
 				{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
 					backup := filepath.Join(plainTempDir(t), "backup.db")
 					shell(t, path, `.backup `+backup)
 					restoreCopy(t, path, backup)
 					return path
-				}, false, false},
+				}, false},
 				{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
 					backup := filepath.Join(plainTempDir(t), "into.db")
 					session(t, d, path, Safe, `VACUUM INTO '`+backup+`'`)
 					restoreCopy(t, path, backup)
 					return path
-				}, false, true},
-				{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false, false},
-				{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false, false},
+				}, false},
+				{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false},
+				{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false},
 				{"rm -wal -shm", func(t *testing.T, path string) string {
 					removeFiles(t, path+"-wal", path+"-shm")
 					return path
-				}, true, false},
+				}, true},
 				{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
 					removeFiles(t, path+"-wal", path+"-shm")
 					session(t, d, path, Safe, `VACUUM`)
 					return path
-				}, true, false},
-				{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true, false},
+				}, true},
+				{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
 				{"rm replay.db-* then VACUUM", func(t *testing.T, path string) string {
 					rmGlob(t, path)
 					shell(t, path, `VACUUM`)
 					return path
-				}, true, false},
+				}, true},
+				{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
+					to := filepath.Join(plainTempDir(t), filepath.Base(path))
+					for _, suffix := range []string{"", "-wal", "-shm"} {
+						if err := os.Rename(path+suffix, to+suffix); err != nil {
+							t.Fatal(err)
+						}
+					}
+					removeFiles(t, to+"-wal", to+"-shm")
+					return to
+				}, true},
 			} {
 				t.Run("after a crash, "+act.name, func(t *testing.T) {
 					path := faultDB(t, d)
@@ -740,26 +913,14 @@ func walLinksAfterACrash(t *testing.T) {
 					path = act.do(t, path)
 					db := d.Open(t, path)
 					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					if act.undecided {
-						if !errors.Is(err, sqlitestore.ErrForgotten) {
-							if err == nil {
-								s.Close()
-							}
-							t.Fatalf("New = %v; want ErrForgotten (undecided)", err)
-						}
-						if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
-							t.Fatal(err)
-						}
-						s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					}
 					switch {
-					case act.lost && !errors.Is(err, sqlitestore.ErrForgotten):
+					case act.refused && !errors.Is(err, sqlitestore.ErrForgotten):
 						if err == nil {
 							refused(t, s, tally)
 							s.Close()
 						}
-						t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
-					case act.lost:
+						t.Fatalf("New after %s (%d claims acknowledged) = %v; want ErrForgotten", act.name, len(tally.acked), err)
+					case act.refused:
 						t.Logf("New: %v", err)
 					case err != nil:
 						t.Fatalf("New = %v; want a store (nothing was lost)", err)

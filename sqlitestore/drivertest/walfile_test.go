@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -91,8 +92,10 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		want := dumpTable(t, d, recovered)
 
 		// The reader: its committed pages over the database file.
+		// A damaged header New refuses; what the reader returns with it
+		// is still SQLite's.
 		size, pages, last, err := walfile.Committed(bytes.NewReader(wal))
-		if err != nil {
+		if err != nil && !errors.Is(err, walfile.ErrDamaged) {
 			t.Fatal(err)
 		}
 		applied := base
@@ -337,14 +340,14 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 			t.Fatalf("page %d: %v", pgno, err)
 		}
 		for _, e := range entries {
-			cols, total, ok := walfile.Record(e)
+			cols, ok := walfile.Record(e)
 			if !ok {
 				t.Fatalf("page %d: a malformed record", pgno)
 			}
-			if total != 7 {
+			if len(cols) != 7 {
 				continue // the until index
 			}
-			if len(cols) < 4 {
+			if cols[3].Cut {
 				t.Fatalf("page %d: a store row whose key, state, token and until are not on its page", pgno)
 			}
 			got[string(cols[0].Bytes)] = fmt.Sprint(string(cols[1].Bytes), " ", cols[3].Int)

@@ -14,7 +14,7 @@
 //
 // rearm runs sqlitestore.Rearm with the fence: claims are refused until it
 // ends (a fence of the stores' Horizon if the lost claims matter, 0 when
-// the message says nothing was lost). It judges the files as they are, so
+// you know nothing was lost). It judges the files as they are, so
 // the application must be stopped: it holds the database with an exclusive
 // lock while it runs, and refuses when another connection has the file
 // open (in WAL mode, any open connection; in other journal modes only one

@@ -70,25 +70,27 @@ func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, err 
 }
 
 // Value is one column of a record: Null, an Int, or Bytes (TEXT if Text).
-// A float is neither.
+// A float is neither. A Cut column's bytes run past the page onto
+// overflow pages: Bytes holds those on the page and Int is 0.
 type Value struct {
-	Null, Text, IsInt bool
-	Int               int64
-	Bytes             []byte
+	Null, Text, IsInt, Cut bool
+	Int                    int64
+	Bytes                  []byte
 }
 
-// Record decodes a record's columns as far as payload holds them; total
-// is how many its header lists, ok false for a malformed header.
-func Record(payload []byte) (cols []Value, total int, ok bool) {
+// Record decodes a record's columns, every one its header lists, as far as
+// payload holds them (those past it Cut); ok is false for a malformed
+// header.
+func Record(payload []byte) (cols []Value, ok bool) {
 	hsize, hn := sqliteVarint(payload)
 	if hn == 0 || hsize < uint64(hn) || hsize > uint64(len(payload)) {
-		return nil, 0, false
+		return nil, false
 	}
 	var types []uint64
 	for p := hn; p < int(hsize); {
 		t, tn := sqliteVarint(payload[p:hsize])
 		if tn == 0 {
-			return nil, 0, false
+			return nil, false
 		}
 		types, p = append(types, t), p+tn
 	}
@@ -101,6 +103,7 @@ func Record(payload []byte) (cols []Value, total int, ok bool) {
 			v.Null = true
 		case t >= 1 && t <= 6:
 			size = [...]int{0, 1, 2, 3, 4, 6, 8}[t]
+			v.IsInt = true
 		case t == 7:
 			size = 8
 		case t == 8, t == 9:
@@ -109,10 +112,15 @@ func Record(payload []byte) (cols []Value, total int, ok bool) {
 			size = int((t - 12) / 2)
 			v.Text = t%2 == 1
 		default:
-			return nil, 0, false // 10 and 11 are reserved
+			return nil, false // 10 and 11 are reserved
 		}
 		if size > len(body) {
-			return cols, len(types), true // the rest is on overflow pages
+			v.Cut = true
+			if t >= 12 {
+				v.Bytes = body
+			}
+			cols, body = append(cols, v), body[len(body):]
+			continue
 		}
 		switch {
 		case t >= 1 && t <= 6:
@@ -121,13 +129,13 @@ func Record(payload []byte) (cols []Value, total int, ok bool) {
 				x = x<<8 | int64(b)
 			}
 			shift := 64 - 8*size
-			v.IsInt, v.Int = true, x<<shift>>shift // sign-extended
+			v.Int = x << shift >> shift // sign-extended
 		case t >= 12:
 			v.Bytes = body[:size]
 		}
 		cols, body = append(cols, v), body[size:]
 	}
-	return cols, len(types), true
+	return cols, true
 }
 
 // sqliteVarint reads SQLite's varint and its length, 0 when b ends first.
@@ -146,4 +154,36 @@ func sqliteVarint(b []byte) (uint64, int) {
 		}
 	}
 	return 0, 0
+}
+
+// Free returns the pages on the freelist of the database whose page 1 and
+// trunk pages image returns (nil when it has none of the page), as far as
+// it has the trunks, and of those only the pages in reports: a page freed
+// stays as it was last written, which the database no longer reads. The
+// map holds no more pages than in does.
+func Free(image func(pgno uint32) []byte, in func(pgno uint32) bool) map[uint32]bool {
+	be := binary.BigEndian
+	free := map[uint32]bool{}
+	p1 := image(1)
+	if len(p1) < 100 {
+		return free
+	}
+	for trunk := be.Uint32(p1[32:]); trunk != 0 && !free[trunk]; {
+		b := image(trunk)
+		if len(b) < 8 {
+			break
+		}
+		free[trunk] = true
+		n := int(be.Uint32(b[4:]))
+		if n > (len(b)-8)/4 {
+			break
+		}
+		for i := range n {
+			if leaf := be.Uint32(b[8+4*i:]); in(leaf) {
+				free[leaf] = true
+			}
+		}
+		trunk = be.Uint32(b[0:])
+	}
+	return free
 }

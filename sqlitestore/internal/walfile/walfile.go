@@ -18,14 +18,27 @@ const (
 	frameHead  = 24
 )
 
+// ErrDamaged is Committed's error for a file whose header is not a WAL's.
+// A frame is not judged: SQLite's recovery ends the log at the first frame
+// of another salt or checksum, and so does Committed, whatever follows it.
+// Frames of the log's salts follow that break in routine cases: an
+// unfinished transaction's, after a later one wrote fewer frames over
+// them, or one whose frames SQLite rewrote in place before its commit
+// rewrote their checksums; they cannot be told from a changed byte.
+var ErrDamaged = errors.New("walfile: the WAL is damaged")
+
 // Committed reads a WAL's valid frames up to the last commit and returns
 // the page size, the database's pages after that commit, and each page's
-// offset of its last committed image.
+// offset of its last committed image: what SQLite's recovery reads. An
+// empty file has none.
 func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, err error) {
 	var hdr [headerSize]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		if err == io.EOF {
+	if n, err := f.ReadAt(hdr[:], 0); err != nil {
+		switch {
+		case err == io.EOF && n == 0:
 			return 0, 0, nil, nil
+		case err == io.EOF:
+			return 0, 0, nil, ErrDamaged
 		}
 		return 0, 0, nil, err
 	}
@@ -33,12 +46,12 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 	magic := be.Uint32(hdr[0:])
 	size = int(be.Uint32(hdr[8:]))
 	if magic&^1 != walMagic || size < 512 || size > 65536 || size&(size-1) != 0 {
-		return 0, 0, nil, nil
+		return 0, 0, nil, ErrDamaged
 	}
 	bigEndian := magic&1 == 1
 	s1, s2 := checksum(bigEndian, 0, 0, hdr[:24])
 	if s1 != be.Uint32(hdr[24:]) || s2 != be.Uint32(hdr[28:]) {
-		return 0, 0, nil, nil
+		return 0, 0, nil, ErrDamaged
 	}
 	if be.Uint32(hdr[4:]) != walVersion {
 		return 0, 0, nil, errors.New("a WAL file of an unknown version")
@@ -50,21 +63,22 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 	var pending []frame
 	last = map[uint32]int64{}
 	buf := make([]byte, frameHead+size)
-	for off := int64(headerSize); ; off += int64(len(buf)) {
+	off := int64(headerSize)
+	for ; ; off += int64(len(buf)) {
 		if _, err := f.ReadAt(buf, off); err != nil {
 			if err == io.EOF {
-				break
+				return size, pages, last, nil // a torn tail, or none
 			}
 			return 0, 0, nil, err
 		}
 		pgno, commit := be.Uint32(buf[0:]), be.Uint32(buf[4:])
 		if pgno == 0 || !bytes.Equal(buf[8:16], hdr[16:24]) {
-			break
+			return size, pages, last, nil
 		}
 		s1, s2 = checksum(bigEndian, s1, s2, buf[:8])
 		s1, s2 = checksum(bigEndian, s1, s2, buf[frameHead:])
 		if s1 != be.Uint32(buf[16:]) || s2 != be.Uint32(buf[20:]) {
-			break
+			return size, pages, last, nil
 		}
 		pending = append(pending, frame{pgno, off + frameHead})
 		if commit != 0 {
@@ -74,7 +88,6 @@ func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, er
 			pending, pages = pending[:0], commit
 		}
 	}
-	return size, pages, last, nil
 }
 
 // checksum continues SQLite's WAL checksum (s1, s2) over b.

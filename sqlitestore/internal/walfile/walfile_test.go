@@ -2,7 +2,10 @@ package walfile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
+	"errors"
+	"runtime"
 	"testing"
 )
 
@@ -38,60 +41,103 @@ func walOf(size int, pgnos []uint32, commit []bool) []byte {
 	return out
 }
 
+// TestCommitted: the frames SQLite's recovery reads, up to the last
+// commit, ending at the first frame of another salt or a bad checksum
+// whatever follows it (an unfinished transaction's frames, a torn tail,
+// stale frames); a header that is not a WAL's is ErrDamaged.
 func TestCommitted(t *testing.T) {
 	frame := int64(frameHead + 512)
 	at := func(i int) int64 { return headerSize + int64(i)*frame + frameHead }
+	withHeader := func(w []byte, edit func([]byte)) []byte {
+		edit(w)
+		s1, s2 := checksum(false, 0, 0, w[:24])
+		binary.BigEndian.PutUint32(w[24:], s1)
+		binary.BigEndian.PutUint32(w[28:], s2)
+		return w
+	}
+	const damaged, other = "damaged", "another error"
 	tests := []struct {
-		name   string
-		wal    []byte
-		want   map[uint32]int64
-		errors bool
+		name string
+		wal  []byte
+		want map[uint32]int64
+		err  string
 	}{
-		{"empty file", nil, nil, false},
-		{"header alone", walOf(512, nil, nil), map[uint32]int64{}, false},
-		{"a commit", walOf(512, []uint32{1, 2}, []bool{false, true}), map[uint32]int64{1: at(0), 2: at(1)}, false},
-		{"the last image of a page", walOf(512, []uint32{2, 2, 3}, []bool{true, false, true}), map[uint32]int64{2: at(1), 3: at(2)}, false},
-		{"frames after the last commit", walOf(512, []uint32{1, 2, 3}, []bool{true, false, false}), map[uint32]int64{1: at(0)}, false},
-		{"a torn frame ends the log", walOf(512, []uint32{1, 2}, []bool{true, true})[:headerSize+2*frame-1], map[uint32]int64{1: at(0)}, false},
-		{"a bad checksum ends the log", func() []byte {
-			w := walOf(512, []uint32{1, 2, 3}, []bool{true, true, true})
+		{"empty file", nil, nil, ""},
+		{"header alone", walOf(512, nil, nil), map[uint32]int64{}, ""},
+		{"a commit", walOf(512, []uint32{1, 2}, []bool{false, true}), map[uint32]int64{1: at(0), 2: at(1)}, ""},
+		{"the last image of a page", walOf(512, []uint32{2, 2, 3}, []bool{true, false, true}), map[uint32]int64{2: at(1), 3: at(2)}, ""},
+		{"frames after the last commit", walOf(512, []uint32{1, 2, 3}, []bool{true, false, false}), map[uint32]int64{1: at(0)}, ""},
+		{"a torn frame ends the log", walOf(512, []uint32{1, 2}, []bool{true, true})[:headerSize+2*frame-1], map[uint32]int64{1: at(0)}, ""},
+		{"a bad checksum of the last frame ends the log", func() []byte {
+			w := walOf(512, []uint32{1, 2}, []bool{true, true})
 			w[at(1)+7] ^= 1
 			return w
-		}(), map[uint32]int64{1: at(0)}, false},
-		{"another salt ends the log", func() []byte {
+		}(), map[uint32]int64{1: at(0)}, ""},
+		{"another salt of the last frame ends the log", func() []byte {
 			w := walOf(512, []uint32{1, 2}, []bool{true, true})
 			w[headerSize+frame+8] ^= 1
 			return w
-		}(), map[uint32]int64{1: at(0)}, false},
-		{"a bad header checksum: no log", func() []byte {
+		}(), map[uint32]int64{1: at(0)}, ""},
+		{"stale frames of another generation after the log", func() []byte {
+			w := walOf(512, []uint32{1, 2, 3}, []bool{true, true, true})
+			for i := 1; i < 3; i++ {
+				w[headerSize+int64(i)*frame+8] ^= 1 // another salt
+			}
+			return w
+		}(), map[uint32]int64{1: at(0)}, ""},
+		{"an unfinished transaction's frames after a later, shorter one", func() []byte {
+			// Killed with frames 2 to 4 of a transaction written; the
+			// next program wrote one transaction of two frames over them.
+			killed := walOf(512, []uint32{1, 2, 3, 4}, []bool{true, false, false, false})
+			w := walOf(512, []uint32{1, 5}, []bool{true, true})
+			return append(w, killed[len(w):]...)
+		}(), map[uint32]int64{1: at(0), 5: at(1)}, ""},
+		{"a frame rewritten in place before its transaction's commit", func() []byte {
+			// SQLite rewrites a page of the open transaction in its frame
+			// and fixes the checksums after it at the commit: killed before.
+			w := walOf(512, []uint32{1, 2, 3, 4}, []bool{true, false, false, true})
+			w[at(1)+7] ^= 1
+			return w
+		}(), map[uint32]int64{1: at(0)}, ""},
+		{"a bad checksum of the first frame ends the log", func() []byte {
+			w := walOf(512, []uint32{1, 2}, []bool{false, true})
+			w[at(0)+100] ^= 1
+			return w
+		}(), map[uint32]int64{}, ""},
+		{"another salt of the first frame ends the log", func() []byte {
+			w := walOf(512, []uint32{1, 2}, []bool{true, true})
+			w[headerSize+8] ^= 1
+			return w
+		}(), map[uint32]int64{}, ""},
+		{"shorter than a header: damaged", walOf(512, nil, nil)[:20], nil, damaged},
+		{"a bad header checksum: damaged", func() []byte {
 			w := walOf(512, []uint32{1}, []bool{true})
 			w[25] ^= 1
 			return w
-		}(), nil, false},
-		{"another magic: no log", func() []byte {
+		}(), nil, damaged},
+		{"another magic: damaged", func() []byte {
 			w := walOf(512, []uint32{1}, []bool{true})
 			w[0] ^= 0x80
 			return w
-		}(), nil, false},
-		{"a page size not a power of two: no log", func() []byte {
-			w := walOf(512, []uint32{1}, []bool{true})
+		}(), nil, damaged},
+		{"a page size not a power of two: damaged", withHeader(walOf(512, []uint32{1}, []bool{true}), func(w []byte) {
 			binary.BigEndian.PutUint32(w[8:], 1000)
-			return w
-		}(), nil, false},
-		{"another version with a valid checksum: refused", func() []byte {
-			w := walOf(512, nil, nil)
+		}), nil, damaged},
+		{"a page size over 64 KiB: damaged", withHeader(walOf(512, []uint32{1}, []bool{true}), func(w []byte) {
+			binary.BigEndian.PutUint32(w[8:], 1<<17)
+		}), nil, damaged},
+		{"another version with a valid checksum: refused", withHeader(walOf(512, nil, nil), func(w []byte) {
 			binary.BigEndian.PutUint32(w[4:], walVersion+1)
-			s1, s2 := checksum(false, 0, 0, w[:24])
-			binary.BigEndian.PutUint32(w[24:], s1)
-			binary.BigEndian.PutUint32(w[28:], s2)
-			return w
-		}(), nil, true},
+		}), nil, other},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, got, err := Committed(bytes.NewReader(tc.wal))
-			if (err != nil) != tc.errors {
-				t.Fatalf("err = %v; want an error: %v", err, tc.errors)
+			switch {
+			case tc.err == "" && err != nil,
+				tc.err == damaged && !errors.Is(err, ErrDamaged),
+				tc.err == other && (err == nil || errors.Is(err, ErrDamaged)):
+				t.Fatalf("err = %v; want %s", err, cmp.Or(tc.err, "none"))
 			}
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %v; want %v", got, tc.want)
@@ -112,7 +158,7 @@ func FuzzCommitted(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		size, _, last, err := Committed(bytes.NewReader(b))
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrDamaged) {
 			return
 		}
 		for pgno, off := range last {
@@ -139,12 +185,9 @@ func FuzzIndexEntries(f *testing.F) {
 			return
 		}
 		for _, e := range entries {
-			cols, total, ok := Record(e)
+			cols, ok := Record(e)
 			if !ok {
 				continue
-			}
-			if len(cols) > total {
-				t.Fatalf("%d columns read of %d", len(cols), total)
 			}
 			for _, c := range cols {
 				if len(c.Bytes) > len(e) {
@@ -155,13 +198,14 @@ func FuzzIndexEntries(f *testing.F) {
 	})
 }
 
+// TestRecord: every column the header lists, those past the payload (on
+// overflow pages) Cut with the bytes the payload holds.
 func TestRecord(t *testing.T) {
 	tests := []struct {
-		name  string
-		rec   []byte
-		want  []Value
-		total int
-		ok    bool
+		name string
+		rec  []byte
+		want []Value
+		ok   bool
 	}{
 		{"null, ints of every width, 0 and 1", []byte{10, 0, 1, 2, 3, 4, 5, 6, 8, 9,
 			0xff,
@@ -171,25 +215,114 @@ func TestRecord(t *testing.T) {
 			0x80, 0, 0, 0, 0, 0,
 			0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 			[]Value{{Null: true}, {IsInt: true, Int: -1}, {IsInt: true, Int: 256}, {IsInt: true, Int: -2}, {IsInt: true, Int: 7},
-				{IsInt: true, Int: -1 << 47}, {IsInt: true, Int: 1<<63 - 1}, {IsInt: true, Int: 0}, {IsInt: true, Int: 1}}, 9, true},
-		{"blob and text", []byte{3, 16, 17, 1, 2, 'x', 'y'}, []Value{{Bytes: []byte{1, 2}}, {Text: true, Bytes: []byte("xy")}}, 2, true},
-		{"a column past the payload: on overflow pages", []byte{3, 1, 20, 5}, []Value{{IsInt: true, Int: 5}}, 2, true},
-		{"a reserved type", []byte{2, 10}, nil, 0, false},
-		{"a header longer than the payload", []byte{9, 1}, nil, 0, false},
-		{"an empty payload", nil, nil, 0, false},
+				{IsInt: true, Int: -1 << 47}, {IsInt: true, Int: 1<<63 - 1}, {IsInt: true, Int: 0}, {IsInt: true, Int: 1}}, true},
+		{"blob and text", []byte{3, 16, 17, 1, 2, 'x', 'y'}, []Value{{Bytes: []byte{1, 2}}, {Text: true, Bytes: []byte("xy")}}, true},
+		{"a column past the payload: on overflow pages", []byte{3, 1, 20, 5}, []Value{{IsInt: true, Int: 5}, {Cut: true, Bytes: []byte{}}}, true},
+		{"a text cut short, and the integer after it", []byte{3, 29, 1, 'a', 'b'}, []Value{{Text: true, Cut: true, Bytes: []byte("ab")}, {IsInt: true, Cut: true}}, true},
+		{"a reserved type", []byte{2, 10}, nil, false},
+		{"a header longer than the payload", []byte{9, 1}, nil, false},
+		{"an empty payload", nil, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cols, total, ok := Record(tc.rec)
-			if ok != tc.ok || total != tc.total || len(cols) != len(tc.want) {
-				t.Fatalf("Record = %+v, %d, %v; want %+v, %d, %v", cols, total, ok, tc.want, tc.total, tc.ok)
+			cols, ok := Record(tc.rec)
+			if ok != tc.ok || len(cols) != len(tc.want) {
+				t.Fatalf("Record = %+v, %v; want %+v, %v", cols, ok, tc.want, tc.ok)
 			}
 			for i := range cols {
 				if cols[i].Null != tc.want[i].Null || cols[i].IsInt != tc.want[i].IsInt || cols[i].Int != tc.want[i].Int ||
-					cols[i].Text != tc.want[i].Text || !bytes.Equal(cols[i].Bytes, tc.want[i].Bytes) {
+					cols[i].Text != tc.want[i].Text || cols[i].Cut != tc.want[i].Cut || !bytes.Equal(cols[i].Bytes, tc.want[i].Bytes) ||
+					(cols[i].Bytes == nil) != (tc.want[i].Bytes == nil) {
 					t.Fatalf("column %d = %+v; want %+v", i, cols[i], tc.want[i])
 				}
 			}
 		})
+	}
+}
+
+// TestFree: the freelist is read from page 1's first trunk through the
+// trunks image has, each trunk and its leaves the WAL has free; a trunk
+// image lacks, a leaf count past the page and a cycle of trunks end the
+// walk.
+func TestFree(t *testing.T) {
+	be := binary.BigEndian
+	trunk := func(next uint32, leaves ...uint32) []byte {
+		b := make([]byte, 512)
+		be.PutUint32(b[0:], next)
+		be.PutUint32(b[4:], uint32(len(leaves)))
+		for i, l := range leaves {
+			be.PutUint32(b[8+4*i:], l)
+		}
+		return b
+	}
+	page1 := func(first uint32) []byte {
+		b := make([]byte, 512)
+		be.PutUint32(b[32:], first)
+		return b
+	}
+	tooMany := trunk(0, 9)
+	be.PutUint32(tooMany[4:], 200)
+	for _, tc := range []struct {
+		name  string
+		pages map[uint32][]byte
+		want  []uint32
+	}{
+		{"no page 1", map[uint32][]byte{3: trunk(0, 4)}, nil},
+		{"an empty freelist", map[uint32][]byte{1: page1(0)}, nil},
+		{"two trunks", map[uint32][]byte{1: page1(3), 3: trunk(6, 4, 5), 6: trunk(0, 7)}, []uint32{3, 4, 5, 6, 7}},
+		{"a trunk missing ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(6, 4)}, []uint32{3, 4}},
+		{"a leaf count past the page ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(8, 4), 8: tooMany}, []uint32{3, 4, 8}},
+		{"a cycle of trunks ends the walk", map[uint32][]byte{1: page1(3), 3: trunk(6, 4), 6: trunk(3, 5)}, []uint32{3, 4, 5, 6}},
+		{"a leaf the WAL lacks is left out", map[uint32][]byte{1: page1(3), 3: trunk(0, 4, 99)}, []uint32{3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := func(pgno uint32) bool { return pgno != 99 }
+			free := Free(func(pgno uint32) []byte { return tc.pages[pgno] }, in)
+			if len(free) != len(tc.want) {
+				t.Fatalf("Free = %v; want %v", free, tc.want)
+			}
+			for _, p := range tc.want {
+				if !free[p] {
+					t.Fatalf("Free = %v; want %v", free, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestFreeMemoryIsBoundedByTheWALsFrames: a hostile WAL of 1000 trunk pages
+// of 64 KiB, each listing 16 382 leaves the WAL has no image of (16
+// million in all), gives a map of the trunks alone.
+func TestFreeMemoryIsBoundedByTheWALsFrames(t *testing.T) {
+	const size, trunks = 65536, 1000
+	be := binary.BigEndian
+	p1 := make([]byte, size)
+	be.PutUint32(p1[32:], 2)
+	b := make([]byte, size)
+	n := (size - 8) / 4
+	be.PutUint32(b[4:], uint32(n))
+	image := func(pgno uint32) []byte {
+		if pgno == 1 {
+			return p1
+		}
+		if pgno < 2 || pgno >= 2+trunks {
+			return nil
+		}
+		be.PutUint32(b[0:], (pgno+1)%(2+trunks))
+		for i := range n {
+			be.PutUint32(b[8+4*i:], 1_000_000+pgno*uint32(n)+uint32(i))
+		}
+		return b
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	free := Free(image, func(pgno uint32) bool { return pgno < 2+trunks })
+	runtime.ReadMemStats(&m1)
+	if len(free) != trunks {
+		t.Fatalf("Free = %d pages; want the %d trunks", len(free), trunks)
+	}
+	if grew := m1.TotalAlloc - m0.TotalAlloc; grew > 8<<20 {
+		t.Fatalf("Free allocated %d MB for %d pages", grew>>20, len(free))
 	}
 }
