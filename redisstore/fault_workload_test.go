@@ -418,6 +418,24 @@ func (wl *workload) mark() wlMark {
 	return wlMark{time.Now(), wl.accepts.Load(), wl.hookAcks.Load(), wl.redeems.Load(), wl.copies.Load()}
 }
 
+// awaitSuccesses waits until the workload has accepted tokens plus
+// acknowledged deliveries at least n times and returns the mark it saw;
+// it fails the test if that takes longer than limit.
+func (wl *workload) awaitSuccesses(n int64, limit time.Duration) wlMark {
+	wl.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		m := wl.mark()
+		if m.accepts+m.acks >= n {
+			return m
+		}
+		if m.at.After(deadline) {
+			wl.t.Fatalf("%d successes after %v, waiting for %d", m.accepts+m.acks, limit, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // rate is the tokens accepted plus deliveries acknowledged per second
 // between two marks.
 func rate(a, b wlMark) float64 {
