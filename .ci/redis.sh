@@ -107,7 +107,7 @@ export CTOKEN_REDIS_SERVER="$server"
 echo "redis.sh: $(basename "$server") $("$server" --version | awk '{print $3}') on $CTOKEN_REDIS_ADDR" >&2
 
 if [ $# -eq 0 ]; then
-	set -- sh -c "cd '$root/redisstore' && go test -race -count=1 -timeout 600s ./..."
+	set -- sh -c "cd '$root/redisstore' && go test -race -count=1 -timeout 1200s ./..."
 fi
 set +e
 "$@"

@@ -19,10 +19,10 @@ if ! command -v sqlite3 >/dev/null 2>&1; then
 fi
 
 echo "--- [${SECONDS}s] sqlitestore: go test -race (no driver)"
-(cd "$root/sqlitestore" && go test -race -count=1 -timeout 300s ./...)
+(cd "$root/sqlitestore" && go test -race -count=1 -timeout 900s ./...)
 
 echo "--- [${SECONDS}s] sqlitestore/cmd/ctoken-sqlite (its own module, on modernc): go test -race"
-(cd "$root/sqlitestore/cmd/ctoken-sqlite" && go test -race -count=1 -timeout 300s ./...)
+(cd "$root/sqlitestore/cmd/ctoken-sqlite" && go test -race -count=1 -timeout 900s ./...)
 
 # The three drivers run side by side (each its own test binary, temporary
 # files and processes): 52 s here against 127 s one after the other. Each
@@ -34,7 +34,7 @@ echo "--- [${SECONDS}s] sqlitestore/drivertest on modernc, ncruces and mattn, si
 tags=(modernc ncruces mattn)
 pids=()
 for tag in "${tags[@]}"; do
-	(cd "$root/sqlitestore/drivertest" && go vet -tags "$tag" ./... && go test -race -tags "$tag" -count=1 -timeout 600s ./...) >"$logs/$tag" 2>&1 &
+	(cd "$root/sqlitestore/drivertest" && go vet -tags "$tag" ./... && go test -race -tags "$tag" -count=1 -timeout 1200s ./...) >"$logs/$tag" 2>&1 &
 	pids+=($!)
 done
 failed=0
