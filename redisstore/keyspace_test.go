@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -703,31 +702,6 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			}
 		})
 	}
-}
-
-// BenchmarkOpenKeySpaceCheck measures what Open adds to its server checks
-// on a provisioned key space (TIME and the 64 markers in one pipeline),
-// beside one claim on the same server as the floor.
-func BenchmarkOpenKeySpaceCheck(b *testing.B) {
-	s, _ := newTestStore(b)
-	ctx := context.Background()
-	b.Run("claim", func(b *testing.B) {
-		until := time.Now().Add(time.Hour)
-		i := 0
-		for b.Loop() {
-			i++
-			if _, err := s.Claim(ctx, strconv.Itoa(i), until); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("key space check", func(b *testing.B) {
-		for b.Loop() {
-			if err := s.checkKeySpace(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // A server without persistence that restarted while no store ran looks
