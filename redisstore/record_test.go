@@ -53,8 +53,6 @@ func TestRecord(t *testing.T) {
 		{"one slot scripts", recordStepsSendOneSlotScripts},
 		{"fail closed", recordStepsFailClosed},
 		{"unknown outcome released with its token", acquireRecordWithUnknownOutcomeIsReleasedWithItsToken},
-		{"timed out acquire released later", timedOutAcquireRecordIsReleasedOnceRedisAnswers},
-		{"late acquire finds its cancel note", lateAcquireRecordFindsItsCancelNote},
 		{"edited in redis is refused", recordEditedInRedisIsRefused},
 		{"earlier layout still replays", recordOfTheEarlierLayoutStillReplays},
 		{"confirm leaves no staging key", confirmRecordLeavesNoStagingKey},
@@ -724,88 +722,6 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	if c := rc2.get(2); c != nil {
 		t.Fatalf("a refused acquire sent %v after its GET", c)
 	}
-}
-
-// The busy-Redis case for records: Redis is busy past the store's
-// timeout, the acquire lands after the caller gave up, and the store frees
-// that lease once Redis answers, so the client's retry acquires at once
-// instead of waiting out the 30 s lease.
-func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	released := make(chan replay.Event, 4)
-	// Provisioned with the default timeout (its 128 round trips can take
-	// longer than 200 ms on a loaded machine).
-	prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
-	s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
-		Observer: func(e replay.Event) {
-			if e.Kind == replay.EventLeaseReleased {
-				released <- e
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	ctx := context.Background()
-	if _, err := s.AcquireRecord(ctx, "warm-up", time.Second, nil); err != nil { // load the script
-		t.Fatal(err)
-	}
-	const lease = 30 * time.Second
-	var id string
-	var start time.Time
-	for try := 0; ; try++ {
-		id = fmt.Sprint("d", try)
-		// Long enough to outlast a descheduled caller; when this one was
-		// descheduled longer (the busy spell ended before its acquire was
-		// answered), again with a spell twice as long and another ID.
-		busy := busyRedis(t, (2*time.Second)<<try)
-		start = time.Now()
-		r, err := s.AcquireRecord(ctx, id, lease, []byte("fp"))
-		<-busy
-		if err == nil && try < 3 {
-			continue // answered after the spell: Redis was not busy for it
-		}
-		if !errors.Is(err, ErrUnavailable) || r.State != 0 {
-			t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)
-		}
-		break
-	}
-	select {
-	case <-released:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the timed-out acquire was not released")
-	}
-	if r, err := s.AcquireRecord(ctx, id, lease, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord after the release = %+v, %v; want acquired", r, err)
-	}
-	if el := time.Since(start); el >= lease {
-		t.Fatalf("retry acquired after %v, not before the lease ended", el)
-	}
-}
-
-// A release that reaches Redis before the late acquire leaves a note: the
-// acquire with a record takes nothing when it lands.
-func lateAcquireRecordFindsItsCancelNote(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	token := "0123456789abcdef0123456789abcdef"
-	done := make(chan struct{}, 1)
-	s.opts.Observer = func(e replay.Event) {
-		if e.Kind == replay.EventLeaseReleased {
-			done <- struct{}{}
-		}
-	}
-	s.releaseLater("n", token, time.Now().Add(10*time.Second))
-	<-done
-	code, _, _, _, err := s.acquireRecord(ctx, "n", 10000, token, []byte("fp"))
-	if err != nil || code != 4 {
-		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
-	}
-	if v, err := c.Get(ctx, s.key("n")).Result(); err != nil || v != "X"+token {
-		t.Fatalf("entry = %q, %v; want the note", v, err)
-	}
-	acquireRecord(t, s, "n", []byte("fp"), replay.LeaseAcquired)
 }
 
 func TestParseEntry(t *testing.T) {
