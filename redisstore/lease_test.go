@@ -42,7 +42,6 @@ func TestLease(t *testing.T) {
 		{"renew refused while fenced", renewRefusedWhileFencedAsAcquireIs},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
-		{"renew with a stopped replica is not durable", renewWithStoppedReplicaIsNotDurable},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
 		{"acquire refused for a lagging clock keeps nothing", acquireRefusedForALaggingClockKeepsNothing},
 		{"acquire on a missing marker raises the fence", acquireOnAMissingMarkerRaisesTheFence},
@@ -494,41 +493,6 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
-	}
-}
-
-// With Durability, a renewal is a write like an acquisition: one the
-// replicas did not acknowledge fails with ErrNotDurable (it may or may not
-// hold after a failover); one that finds no lease of the token wrote
-// nothing and is lost, whatever the replicas.
-func renewWithStoppedReplicaIsNotDurable(t *testing.T) {
-	t.Parallel()
-	primary := newServer(t)
-	replica := newReplica(t, primary)
-	var ev events
-	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
-		Durability: Durability{Replicas: 1, Timeout: time.Second}})
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	replica.signal(syscall.SIGSTOP)
-	defer replica.signal(syscall.SIGCONT)
-	err = s.RenewLease(ctx, "a", l.Token, 2*time.Minute)
-	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
-		t.Fatalf("renewal with the replica stopped = %v; want ErrNotDurable", err)
-	}
-	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
-	}
-	if n := ev.count(replay.EventNotDurable); n != 1 {
-		t.Fatalf("%d not_durable events, want 1", n)
-	}
-	replica.signal(syscall.SIGCONT)
-	waitReplicas(t, primary, 1)
-	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
-		t.Fatalf("renewal retried with the replica back = %v", err)
 	}
 }
 
