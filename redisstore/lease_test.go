@@ -32,7 +32,6 @@ func TestLease(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"resent after a lost reply", leaseStepsResentAfterLostReplyAnswerTheSame},
-		{"acquire sees a claim as done", acquireLeaseSeesClaimAsDone},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
@@ -84,17 +83,6 @@ func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
 		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
-	}
-}
-
-func acquireLeaseSeesClaimAsDone(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "tok", time.Now().Add(time.Hour)); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	if l, err := s.AcquireLease(ctx, "tok", time.Minute); err != nil || l.State != replay.LeaseDone {
-		t.Fatalf("AcquireLease of a claimed id = %+v, %v; want done", l, err)
 	}
 }
 

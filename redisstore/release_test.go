@@ -19,7 +19,6 @@ func TestRelease(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"next claim is first", releaseMakesNextClaimFirst},
 		{"rejects invalid IDs", releaseRejectsInvalidIDs},
 		{"fails when redis is down or odd", releaseFailsWhenRedisDownOrOdd},
 		{"timed out acquire released later", timedOutAcquireIsReleasedOnceRedisAnswers},
@@ -186,24 +185,6 @@ func backgroundReleasesAreBounded(t *testing.T) {
 	s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
 	if n := ev.count(replay.EventLeaseAbandoned); n != maxPendingReleases+5 {
 		t.Fatal("a release started after Close")
-	}
-}
-
-func releaseMakesNextClaimFirst(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	until := time.Now().Add(time.Minute)
-	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
-		t.Fatalf("claim: first = %v, err = %v", first, err)
-	}
-	if err := s.Release(ctx, "retry-me"); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
-		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
-	}
-	if err := s.Release(ctx, "never-claimed"); err != nil {
-		t.Fatalf("release of an unclaimed id: %v", err)
 	}
 }
 
