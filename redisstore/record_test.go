@@ -58,7 +58,6 @@ func TestRecord(t *testing.T) {
 		{"resent confirm keeps keys together", resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether},
 		{"bytes never pass through lua", recordBytesNeverPassThroughLua},
 		{"steps wait for the implied AOF wait", recordStepsWaitForTheImpliedAOFWait},
-		{"steps run under the documented ACL", recordStepsRunUnderTheDocumentedACL},
 		{"confirm on a lost shard, no staging key", confirmRecordOnALostShardLeavesNoStagingKey},
 	} {
 		t.Run(tc.name, tc.test)
@@ -1164,55 +1163,6 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 			t.Fatalf("AcquireRecord after appendonly no = %+v, %v; want ErrNotDurable", r.State, err)
 		}
 	})
-}
-
-// Under the ACL docs/fleet-reference.md documents for the fleet's user (with the
-// hash commands and EXISTS it recommends), an idempotency record is
-// written and replayed: the confirm script's RENAME and PEXPIREAT run
-// under the same ACL as the script's caller.
-func recordStepsRunUnderTheDocumentedACL(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	srv := newServer(t)
-	admin := srv.client()
-	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha",
-		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "+rename", "+pexpireat", "~aclrec:*"}
-	if err := admin.Do(ctx, rules...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: "fleetrec", Password: "pw"})
-	t.Cleanup(func() { c.Close() })
-	provisioned(t, admin, Options{Prefix: "aclrec:", Logger: quietLogger()})
-	s, err := Open(ctx, c, Options{Prefix: "aclrec:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("Open under the ACL: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-	}
-	if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
-		t.Fatalf("ConfirmRecord under the documented ACL: %v", err)
-	}
-	got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-	if err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
-		t.Fatalf("replay under the ACL = %+v, %v", got, err)
-	}
-	// Without +rename the confirm fails closed, and says why: the ACL,
-	// not a staged record that expired.
-	if err := admin.Do(ctx, "ACL", "SETUSER", "fleetrec", "-rename").Err(); err != nil {
-		t.Fatal(err)
-	}
-	r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-	}
-	err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
-	if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
-		!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
-		t.Fatalf("ConfirmRecord without +rename = %v; want ErrUnavailable naming the ACL", err)
-	}
 }
 
 // The "fenced" case of TestRecord/confirm leaves no staging key predates the
