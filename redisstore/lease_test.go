@@ -42,7 +42,6 @@ func TestLease(t *testing.T) {
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
-		{"acquire refused for a lagging clock keeps nothing", acquireRefusedForALaggingClockKeepsNothing},
 		{"acquire on a missing marker raises the fence", acquireOnAMissingMarkerRaisesTheFence},
 		{"acquire of another holder's lease is busy", acquireRecordOfALeasedIDIsBusy},
 	} {
@@ -505,30 +504,6 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl <= 0 || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the failed renewal = %v, %v; want the lease as it was", pttl, err)
-	}
-}
-
-func acquireRefusedForALaggingClockKeepsNothing(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	lag, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(),
-		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lag.Close() })
-	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
-	if l, err := lag.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrClockSkew) || l.State != 0 {
-		t.Fatalf("AcquireLease from a lagging instance = %+v, %v; want ErrClockSkew", l, err)
-	}
-	if r, err := lag.AcquireRecord(ctx, "b", time.Minute, []byte("fp")); !errors.Is(err, ErrClockSkew) || r.State != 0 {
-		t.Fatalf("AcquireRecord from a lagging instance = %+v, %v; want ErrClockSkew", r, err)
-	}
-	if n, err := c.Exists(ctx, s.key("a"), s.key("b")).Result(); err != nil || n != 0 {
-		t.Fatalf("entries left by the refused acquisitions: %d, %v; want none", n, err)
-	}
-	if l, err := s.AcquireLease(ctx, "a", time.Minute); err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease after the refusal = %+v, %v; want acquired", l, err)
 	}
 }
 
