@@ -38,11 +38,9 @@ func TestLease(t *testing.T) {
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
 		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
-		{"renew refused while fenced", renewRefusedWhileFencedAsAcquireIs},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
-		{"acquire on a missing marker raises the fence", acquireOnAMissingMarkerRaisesTheFence},
 		{"acquire of another holder's lease is busy", acquireRecordOfALeasedIDIsBusy},
 	} {
 		t.Run(tc.name, tc.test)
@@ -372,43 +370,6 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	}
 }
 
-// A shard that lost its marker (a partial loss) is fenced by its next
-// guarded step: the renewal of a lease taken before is refused with
-// ErrFenced (and RetryAt), as AcquireLease is, and extends nothing.
-func renewRefusedWhileFencedAsAcquireIs(t *testing.T) {
-	t.Parallel()
-	c := newTestClient(t)
-	var ev events
-	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe, Logger: quietLogger()})
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-		t.Fatal(err)
-	}
-	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
-	if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
-		t.Fatalf("renewal on a shard that lost its marker = %v; want ErrFenced (%q)", err, whyFenceRaised)
-	}
-	if _, ok := replay.RetryAt(err); !ok {
-		t.Fatalf("the fenced renewal %v carries no RetryAt", err)
-	}
-	if err := s.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-		t.Fatalf("renewal while fenced = %v; want ErrFenced (%q)", err, whyFenced)
-	}
-	if _, err := s.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-		t.Fatalf("AcquireLease while fenced = %v; want ErrFenced (%q), as the renewal", err, whyFenced)
-	}
-	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
-		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
-	}
-	if n := ev.count(replay.EventFenceRaised); n != 1 {
-		t.Fatalf("%d fence_raised events, want 1", n)
-	}
-}
-
 // Redis restarted without persistence: the lease is gone with everything
 // else, and its renewal is refused as the store's other steps are (the
 // shard fenced), never answered with ErrLeaseLost as if another holder had
@@ -504,24 +465,6 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl <= 0 || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the failed renewal = %v, %v; want the lease as it was", pttl, err)
-	}
-}
-
-func acquireOnAMissingMarkerRaisesTheFence(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	if err := c.Del(ctx, s.tags[shardOf("lost")]).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "lost", time.Minute)
-	if !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || l.State != 0 {
-		t.Fatalf("AcquireLease on a shard without its marker = %+v, %v; want ErrFenced (%q)", l, err, whyFenceRaised)
-	}
-	if n, err := c.Exists(ctx, s.key("lost")).Result(); err != nil || n != 0 {
-		t.Fatalf("entry left by the refused acquisition: %d, %v; want none", n, err)
-	}
-	if m, err := c.Get(ctx, s.tags[shardOf("lost")]).Result(); err != nil || !strings.HasPrefix(m, "F") {
-		t.Fatalf("marker after the refusal = %q, %v; want a fence", m, err)
 	}
 }
 

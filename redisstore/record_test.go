@@ -47,7 +47,7 @@ func TestRecord(t *testing.T) {
 		{"resent after a lost reply", recordStepsResentAfterLostReplyAnswerTheSame},
 		{"resent acquire keeps its lease", resentAcquireRecordKeepsItsRemainingLease},
 		{"invalid arguments without redis", recordRefusesInvalidArgumentsWithoutRedis},
-		{"steps are guarded", recordStepsAreGuarded},
+		{"confirm past the horizon by redis clock", recordConfirmPastTheHorizonByRedisClockIsRefused},
 		{"one slot scripts", recordStepsSendOneSlotScripts},
 		{"fail closed", recordStepsFailClosed},
 		{"unknown outcome released with its token", acquireRecordWithUnknownOutcomeIsReleasedWithItsToken},
@@ -328,55 +328,22 @@ func recordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
 	}
 }
 
-// The guard's refusals reach the record steps as they reach the others.
-func recordStepsAreGuarded(t *testing.T) {
+// An instance 30 s ahead passes its own check of an until 59m50s away;
+// by Redis's clock it lies past the one-hour horizon: the record's
+// confirmation is refused as the other steps are.
+func recordConfirmPastTheHorizonByRedisClockIsRefused(t *testing.T) {
 	ctx := context.Background()
-	fp, result, tok := []byte("fp"), []byte("result"), "0123456789abcdef0123456789abcdef"
-	t.Run("fenced", func(t *testing.T) {
-		c := newTestClient(t)
-		var ev events
-		s, err := New(c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		// The shard of "a" lost its marker: the first step raises its fence.
-		if _, err := s.ProvisionNew(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || r.State != 0 {
-			t.Fatalf("AcquireRecord on a lost key space = %+v, %v; want ErrFenced", r, err)
-		}
-		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced || r.State != 0 {
-			t.Fatalf("AcquireRecord while fenced = %+v, %v; want ErrFenced", r, err)
-		}
-		if err := s.ConfirmRecord(ctx, "a", tok, time.Now().Add(time.Minute), fp, result); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-			t.Fatalf("ConfirmRecord while fenced = %v; want ErrFenced", err)
-		}
-		if ev.count(replay.EventFenceRaised) != 1 || ev.count(replay.EventFenced) != 2 {
-			t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 2", ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced))
-		}
-		if v, err := c.Get(ctx, s.key("a")).Result(); !errors.Is(err, redis.Nil) {
-			t.Fatalf("entry while fenced = %q, %v; want none", v, err)
-		}
-	})
-	t.Run("horizon by Redis's clock", func(t *testing.T) {
-		// An instance 30 s ahead passes its own check of an until 59m50s
-		// away; by Redis's clock it lies past the one-hour horizon.
-		c := newTestClient(t)
-		ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
-		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
-		l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
-		if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, result); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
-			t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
-		}
-	})
+	fp := []byte("fp")
+	c := newTestClient(t)
+	ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
+	l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, []byte("result")); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
+		t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
+	}
 }
 
 // recordingCommands is a scripted client answering the server checks, that
