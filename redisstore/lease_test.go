@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,7 @@ func TestLease(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"resent after a lost reply", leaseStepsResentAfterLostReplyAnswerTheSame},
+		{"resent after a lost reply", stepsResentAfterLostReplyAnswerTheSame},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
@@ -46,7 +47,9 @@ func TestLease(t *testing.T) {
 	}
 }
 
-func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+// A client that resends every command after a lost reply gets the same
+// answers from every step: each finds its own lease or entry.
+func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
@@ -79,6 +82,16 @@ func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
 		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
+	}
+	// The record steps: the acquire finds its own lease, the confirm its
+	// own record.
+	fp, result := []byte("fp"), []byte("result")
+	r := acquireRecord(t, s, "g", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("resent ConfirmRecord: %v", err)
+	}
+	if d := acquireRecord(t, s, "g", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+		t.Fatalf("after the confirmation = %+v; want done with the result", d)
 	}
 }
 

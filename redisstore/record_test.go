@@ -44,7 +44,6 @@ func TestRecord(t *testing.T) {
 		{"entry layout", recordEntryLayout},
 		{"reads entries without a record", recordReadsEntriesWithoutARecord},
 		{"plain steps on record entries", plainStepsOnRecordEntries},
-		{"resent after a lost reply", recordStepsResentAfterLostReplyAnswerTheSame},
 		{"resent acquire keeps its lease", resentAcquireRecordKeepsItsRemainingLease},
 		{"invalid arguments without redis", recordRefusesInvalidArgumentsWithoutRedis},
 		{"confirm past the horizon by redis clock", recordConfirmPastTheHorizonByRedisClockIsRefused},
@@ -230,25 +229,6 @@ func plainStepsOnRecordEntries(t *testing.T) {
 			t.Fatal("ConfirmLease changed the record")
 		}
 	})
-}
-
-// A client that resends every command after a lost reply gets the same
-// answers: the acquire finds its own lease, the confirm its own record.
-func recordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
-	c := newTestClient(t)
-	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
-	ctx := context.Background()
-	fp, result := []byte("fp"), []byte("result")
-	l, err := s.AcquireRecord(ctx, "d", time.Minute, fp)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("resent AcquireRecord = %+v, %v; want acquired", l, err)
-	}
-	if err := s.ConfirmRecord(ctx, "d", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord: %v", err)
-	}
-	if d, err := s.AcquireRecord(ctx, "d", time.Minute, fp); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
-		t.Fatalf("after the confirmation = %+v, %v; want done with the result", d, err)
-	}
 }
 
 // A resent acquire writes its lease again (so the WAIT after it covers
