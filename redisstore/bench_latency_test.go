@@ -21,7 +21,8 @@ func reportQuantiles(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "p99-ns")
 }
 
-// BenchmarkClaimLatency is BenchmarkClaim with per-claim quantiles.
+// BenchmarkClaimLatency measures first claims (one guarded script each)
+// with per-claim quantiles.
 func BenchmarkClaimLatency(b *testing.B) {
 	s, _ := newTestStore(b)
 	ctx := context.Background()

@@ -919,9 +919,11 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 }
 
 // Under the ACL docs/fleet-reference.md documents (no hash commands, no EXISTS, no
-// CONFIG), on a real redis-server, the store opens and serves, keeping
-// what it saw of the server in memory only; with the hash commands and
-// EXISTS allowed too, it keeps its baselines in <prefix>servers.
+// CONFIG), on a real redis-server, the store opens and serves claims,
+// leases and records, keeping what it saw of the server in memory only;
+// with the hash commands and EXISTS allowed too, it keeps its baselines
+// in <prefix>servers. A record's confirmation without +rename is refused
+// naming the ACL.
 func checksRunUnderTheDocumentedACL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -978,12 +980,37 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)); err != nil {
 				t.Fatalf("ConfirmLease under the ACL: %v", err)
 			}
+			// An idempotency record is written and replayed: the confirm
+			// script's RENAME and PEXPIREAT run under the caller's ACL.
+			r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
+			if err != nil || r.State != replay.LeaseAcquired {
+				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
+			}
+			if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
+				t.Fatalf("ConfirmRecord under the ACL: %v", err)
+			}
+			if got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp")); err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
+				t.Fatalf("replay under the ACL = %+v, %v", got, err)
+			}
 			n, err := admin.HLen(ctx, s.serversKey()).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if kept := n > 0; kept != tt.kept {
 				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
+			}
+			// Without +rename the confirm fails closed, and says why: the
+			// ACL, not a staged record that expired.
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
+				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
+			}
+			err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
+			if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
+				!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
+				t.Fatalf("ConfirmRecord without +rename = %v; want ErrUnavailable naming the ACL", err)
 			}
 		})
 	}

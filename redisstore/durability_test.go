@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,7 @@ func TestDurability(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"claim with a stopped replica", claimWithStoppedReplicaIsNotDurable},
+		{"steps with a stopped replica", stepsWithAStoppedReplicaAreNotDurable},
 		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
@@ -57,18 +58,35 @@ func TestDurability(t *testing.T) {
 	}
 }
 
-func claimWithStoppedReplicaIsNotDurable(t *testing.T) {
+// With Durability, every step that writes is answered only once the
+// replicas acknowledged it: with the replica stopped, a claim, an
+// acquisition, a renewal and both record steps fail with ErrNotDurable
+// (the write may or may not hold after a failover), each with an event; a
+// step that finds nothing of its own wrote nothing and is answered as
+// usual. Once the replica is back, their retries are applied once.
+func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
-	c := primary.client()
-	s := provisioned(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	var ev events
+	// A timeout of 1 s: the first writes' WAIT must not run out on a
+	// loaded machine (100 ms did, in a CI run beside other tests); each
+	// call with the replica stopped waits it out.
+	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
+		Durability: Durability{Replicas: 1, Timeout: time.Second}})
 	ctx := context.Background()
 	if first, err := s.Claim(ctx, "up", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim with the replica attached = %v, %v; want first", first, err)
 	}
+	l, err := s.AcquireLease(ctx, "a", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	fp, result := []byte("fp"), []byte("result")
+	up := acquireRecord(t, s, "rec", fp, replay.LeaseAcquired)
 	replica.signal(syscall.SIGSTOP)
 	defer replica.signal(syscall.SIGCONT)
+
 	first, err := s.Claim(ctx, "down", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
 		t.Fatalf("claim with the replica stopped = %v, %v; want ErrNotDurable", first, err)
@@ -77,10 +95,38 @@ func claimWithStoppedReplicaIsNotDurable(t *testing.T) {
 	if first, err := s.Claim(ctx, "down", time.Now().Add(time.Minute)); first {
 		t.Fatalf("resent claim = true, %v", err)
 	}
-	// A release is not waited for.
-	l, err := s.AcquireLease(ctx, "lease", time.Minute)
-	if err == nil || l.State != 0 {
+	if l, err := s.AcquireLease(ctx, "lease", time.Minute); err == nil || l.State != 0 {
 		t.Fatalf("acquire with the replica stopped = %+v, %v; want an error", l, err)
+	}
+	n := ev.count(replay.EventNotDurable)
+	err = s.RenewLease(ctx, "a", l.Token, 2*time.Minute)
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
+		t.Fatalf("renewal with the replica stopped = %v; want ErrNotDurable", err)
+	}
+	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
+	}
+	if r, err := s.AcquireRecord(ctx, "rec-down", time.Minute, fp); !errors.Is(err, ErrNotDurable) || Reason(err) != whyNotDurable || r.State != 0 {
+		t.Fatalf("AcquireRecord with the replica stopped = %+v, %v; want ErrNotDurable", r, err)
+	}
+	err = s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result)
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ConfirmRecord with the replica stopped = %v; want ErrNotDurable", err)
+	}
+	if got := ev.count(replay.EventNotDurable) - n; got != 3 {
+		t.Fatalf("%d not_durable events for the renewal and the record steps, want 3", got)
+	}
+
+	replica.signal(syscall.SIGCONT)
+	waitReplicas(t, primary, 1)
+	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
+		t.Fatalf("renewal retried with the replica back = %v", err)
+	}
+	if err := s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("retried ConfirmRecord = %v", err)
+	}
+	if d := acquireRecord(t, s, "rec", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+		t.Fatalf("done = %+v", d)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,11 +99,85 @@ func TestFence(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"claim refused until the horizon", claimRefusesWhileFencedThenServesAfterHorizon},
+		{"every step on a lost shard raises it", everyStepOnALostShardRaisesTheFence},
 		{"unknown marker value refuses", unknownMarkerValueRefuses},
 		{"claims beyond the horizon refused", claimsBeyondTheHorizonAreRefused},
 		{"open after an unwatched restart", openAfterAnUnwatchedRestartNamesIt},
 	} {
 		t.Run(tc.name, tc.test)
+	}
+}
+
+// The first step on a shard that lost its marker (a partial loss),
+// whichever it is, raises the shard's fence and is refused with ErrFenced
+// and RetryAt (one fence_raised event); the next is refused as fenced;
+// neither writes nor extends an entry.
+func everyStepOnALostShardRaisesTheFence(t *testing.T) {
+	t.Parallel()
+	fp, result := []byte("fp"), []byte("result")
+	// held is an ID of the shard of "a", leased before the loss.
+	held := "held"
+	for i := 0; shardOf(held) != shardOf("a"); i++ {
+		held = fmt.Sprint("held-", i)
+	}
+	for _, tc := range []struct {
+		name string
+		step func(ctx context.Context, s *Store, token string) error
+	}{
+		{"Claim", func(ctx context.Context, s *Store, _ string) error {
+			_, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+			return err
+		}},
+		{"AcquireLease", func(ctx context.Context, s *Store, _ string) error {
+			_, err := s.AcquireLease(ctx, "a", time.Minute)
+			return err
+		}},
+		{"RenewLease", func(ctx context.Context, s *Store, token string) error {
+			return s.RenewLease(ctx, held, token, time.Hour)
+		}},
+		{"AcquireRecord", func(ctx context.Context, s *Store, _ string) error {
+			_, err := s.AcquireRecord(ctx, "a", time.Minute, fp)
+			return err
+		}},
+		{"ConfirmRecord", func(ctx context.Context, s *Store, token string) error {
+			return s.ConfirmRecord(ctx, held, token, time.Now().Add(time.Hour), fp, result)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := newTestClient(t)
+			var ev events
+			s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe, Logger: quietLogger()})
+			l := acquireRecord(t, s, held, fp, replay.LeaseAcquired)
+			if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			err := tc.step(ctx, s, l.Token)
+			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
+				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q)", tc.name, err, whyFenceRaised)
+			}
+			if _, ok := replay.RetryAt(err); !ok {
+				t.Fatalf("the refusal %v carries no RetryAt", err)
+			}
+			if err := tc.step(ctx, s, l.Token); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
+				t.Fatalf("%s while fenced = %v; want ErrFenced (%q)", tc.name, err, whyFenced)
+			}
+			if r, f := ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced); r != 1 || f != 1 {
+				t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 1", r, f)
+			}
+			if n, err := c.Exists(ctx, s.key("a")).Result(); err != nil || n != 0 {
+				t.Fatalf("entry left by the refused steps: %d, %v; want none", n, err)
+			}
+			if v, err := c.Get(ctx, s.key(held)).Result(); err != nil || !strings.HasPrefix(v, "L") {
+				t.Fatalf("the lease after the refusals = %q, %v; want it as it was", v, err)
+			}
+			if pttl, err := c.PTTL(ctx, s.key(held)).Result(); err != nil || pttl > time.Minute {
+				t.Fatalf("PTTL of the lease after the refusals = %v, %v; want at most its minute", pttl, err)
+			}
+			if m, err := c.Get(ctx, s.tags[shardOf("a")]).Result(); err != nil || !strings.HasPrefix(m, "F") {
+				t.Fatalf("marker after the refusals = %q, %v; want a fence", m, err)
+			}
+		})
 	}
 }
 
@@ -703,31 +776,6 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			}
 		})
 	}
-}
-
-// BenchmarkOpenKeySpaceCheck measures what Open adds to its server checks
-// on a provisioned key space (TIME and the 64 markers in one pipeline),
-// beside one claim on the same server as the floor.
-func BenchmarkOpenKeySpaceCheck(b *testing.B) {
-	s, _ := newTestStore(b)
-	ctx := context.Background()
-	b.Run("claim", func(b *testing.B) {
-		until := time.Now().Add(time.Hour)
-		i := 0
-		for b.Loop() {
-			i++
-			if _, err := s.Claim(ctx, strconv.Itoa(i), until); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("key space check", func(b *testing.B) {
-		for b.Loop() {
-			if err := s.checkKeySpace(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // A server without persistence that restarted while no store ran looks

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,28 +32,24 @@ func TestLease(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"resent after a lost reply", leaseStepsResentAfterLostReplyAnswerTheSame},
-		{"acquire sees a claim as done", acquireLeaseSeesClaimAsDone},
+		{"resent after a lost reply", stepsResentAfterLostReplyAnswerTheSame},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
 		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
-		{"renew refused while fenced", renewRefusedWhileFencedAsAcquireIs},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
-		{"renew with a stopped replica is not durable", renewWithStoppedReplicaIsNotDurable},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
-		{"acquire refused for a lagging clock keeps nothing", acquireRefusedForALaggingClockKeepsNothing},
-		{"acquire on a missing marker raises the fence", acquireOnAMissingMarkerRaisesTheFence},
-		{"acquire of another holder's lease is busy", acquireRecordOfALeasedIDIsBusy},
 	} {
 		t.Run(tc.name, tc.test)
 	}
 }
 
-func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+// A client that resends every command after a lost reply gets the same
+// answers from every step: each finds its own lease or entry.
+func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
@@ -86,16 +83,15 @@ func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
 		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
 	}
-}
-
-func acquireLeaseSeesClaimAsDone(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "tok", time.Now().Add(time.Hour)); !first || err != nil {
-		t.Fatal(first, err)
+	// The record steps: the acquire finds its own lease, the confirm its
+	// own record.
+	fp, result := []byte("fp"), []byte("result")
+	r := acquireRecord(t, s, "g", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("resent ConfirmRecord: %v", err)
 	}
-	if l, err := s.AcquireLease(ctx, "tok", time.Minute); err != nil || l.State != replay.LeaseDone {
-		t.Fatalf("AcquireLease of a claimed id = %+v, %v; want done", l, err)
+	if d := acquireRecord(t, s, "g", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+		t.Fatalf("after the confirmation = %+v; want done with the result", d)
 	}
 }
 
@@ -386,43 +382,6 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	}
 }
 
-// A shard that lost its marker (a partial loss) is fenced by its next
-// guarded step: the renewal of a lease taken before is refused with
-// ErrFenced (and RetryAt), as AcquireLease is, and extends nothing.
-func renewRefusedWhileFencedAsAcquireIs(t *testing.T) {
-	t.Parallel()
-	c := newTestClient(t)
-	var ev events
-	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe, Logger: quietLogger()})
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-		t.Fatal(err)
-	}
-	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
-	if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
-		t.Fatalf("renewal on a shard that lost its marker = %v; want ErrFenced (%q)", err, whyFenceRaised)
-	}
-	if _, ok := replay.RetryAt(err); !ok {
-		t.Fatalf("the fenced renewal %v carries no RetryAt", err)
-	}
-	if err := s.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-		t.Fatalf("renewal while fenced = %v; want ErrFenced (%q)", err, whyFenced)
-	}
-	if _, err := s.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-		t.Fatalf("AcquireLease while fenced = %v; want ErrFenced (%q), as the renewal", err, whyFenced)
-	}
-	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
-		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
-	}
-	if n := ev.count(replay.EventFenceRaised); n != 1 {
-		t.Fatalf("%d fence_raised events, want 1", n)
-	}
-}
-
 // Redis restarted without persistence: the lease is gone with everything
 // else, and its renewal is refused as the store's other steps are (the
 // shard fenced), never answered with ErrLeaseLost as if another holder had
@@ -497,41 +456,6 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 	}
 }
 
-// With Durability, a renewal is a write like an acquisition: one the
-// replicas did not acknowledge fails with ErrNotDurable (it may or may not
-// hold after a failover); one that finds no lease of the token wrote
-// nothing and is lost, whatever the replicas.
-func renewWithStoppedReplicaIsNotDurable(t *testing.T) {
-	t.Parallel()
-	primary := newServer(t)
-	replica := newReplica(t, primary)
-	var ev events
-	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
-		Durability: Durability{Replicas: 1, Timeout: time.Second}})
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	replica.signal(syscall.SIGSTOP)
-	defer replica.signal(syscall.SIGCONT)
-	err = s.RenewLease(ctx, "a", l.Token, 2*time.Minute)
-	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
-		t.Fatalf("renewal with the replica stopped = %v; want ErrNotDurable", err)
-	}
-	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
-	}
-	if n := ev.count(replay.EventNotDurable); n != 1 {
-		t.Fatalf("%d not_durable events, want 1", n)
-	}
-	replica.signal(syscall.SIGCONT)
-	waitReplicas(t, primary, 1)
-	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
-		t.Fatalf("renewal retried with the replica back = %v", err)
-	}
-}
-
 // A renewal through a client that was closed fails with an error matching
 // ErrUnavailable (never ErrLeaseLost: whether the lease is live is
 // unknown), and leaves the lease as it was.
@@ -553,59 +477,5 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	}
 	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl <= 0 || pttl > 10*time.Second {
 		t.Fatalf("PTTL after the failed renewal = %v, %v; want the lease as it was", pttl, err)
-	}
-}
-
-func acquireRefusedForALaggingClockKeepsNothing(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	lag, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(),
-		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lag.Close() })
-	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
-	if l, err := lag.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrClockSkew) || l.State != 0 {
-		t.Fatalf("AcquireLease from a lagging instance = %+v, %v; want ErrClockSkew", l, err)
-	}
-	if r, err := lag.AcquireRecord(ctx, "b", time.Minute, []byte("fp")); !errors.Is(err, ErrClockSkew) || r.State != 0 {
-		t.Fatalf("AcquireRecord from a lagging instance = %+v, %v; want ErrClockSkew", r, err)
-	}
-	if n, err := c.Exists(ctx, s.key("a"), s.key("b")).Result(); err != nil || n != 0 {
-		t.Fatalf("entries left by the refused acquisitions: %d, %v; want none", n, err)
-	}
-	if l, err := s.AcquireLease(ctx, "a", time.Minute); err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease after the refusal = %+v, %v; want acquired", l, err)
-	}
-}
-
-func acquireOnAMissingMarkerRaisesTheFence(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	if err := c.Del(ctx, s.tags[shardOf("lost")]).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "lost", time.Minute)
-	if !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || l.State != 0 {
-		t.Fatalf("AcquireLease on a shard without its marker = %+v, %v; want ErrFenced (%q)", l, err, whyFenceRaised)
-	}
-	if n, err := c.Exists(ctx, s.key("lost")).Result(); err != nil || n != 0 {
-		t.Fatalf("entry left by the refused acquisition: %d, %v; want none", n, err)
-	}
-	if m, err := c.Get(ctx, s.tags[shardOf("lost")]).Result(); err != nil || !strings.HasPrefix(m, "F") {
-		t.Fatalf("marker after the refusal = %q, %v; want a fence", m, err)
-	}
-}
-
-func acquireRecordOfALeasedIDIsBusy(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	if _, err := s.AcquireRecord(ctx, "held", time.Minute, []byte("fp")); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.AcquireRecord(ctx, "held", time.Minute, []byte("fp"))
-	if err != nil || r.State != replay.LeaseBusy || string(r.Fingerprint) != "fp" || r.Wait <= 50*time.Second || r.Wait > time.Minute {
-		t.Fatalf("AcquireRecord of a leased ID = %+v, %v; want busy, its fingerprint, about a minute to wait", r, err)
 	}
 }

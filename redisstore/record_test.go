@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,16 +44,12 @@ func TestRecord(t *testing.T) {
 		{"entry layout", recordEntryLayout},
 		{"reads entries without a record", recordReadsEntriesWithoutARecord},
 		{"plain steps on record entries", plainStepsOnRecordEntries},
-		{"resent after a lost reply", recordStepsResentAfterLostReplyAnswerTheSame},
 		{"resent acquire keeps its lease", resentAcquireRecordKeepsItsRemainingLease},
 		{"invalid arguments without redis", recordRefusesInvalidArgumentsWithoutRedis},
-		{"steps are guarded", recordStepsAreGuarded},
-		{"stopped replica is not durable", recordWithStoppedReplicaIsNotDurable},
+		{"confirm past the horizon by redis clock", recordConfirmPastTheHorizonByRedisClockIsRefused},
 		{"one slot scripts", recordStepsSendOneSlotScripts},
 		{"fail closed", recordStepsFailClosed},
 		{"unknown outcome released with its token", acquireRecordWithUnknownOutcomeIsReleasedWithItsToken},
-		{"timed out acquire released later", timedOutAcquireRecordIsReleasedOnceRedisAnswers},
-		{"late acquire finds its cancel note", lateAcquireRecordFindsItsCancelNote},
 		{"edited in redis is refused", recordEditedInRedisIsRefused},
 		{"earlier layout still replays", recordOfTheEarlierLayoutStillReplays},
 		{"confirm leaves no staging key", confirmRecordLeavesNoStagingKey},
@@ -62,7 +57,6 @@ func TestRecord(t *testing.T) {
 		{"resent confirm keeps keys together", resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether},
 		{"bytes never pass through lua", recordBytesNeverPassThroughLua},
 		{"steps wait for the implied AOF wait", recordStepsWaitForTheImpliedAOFWait},
-		{"steps run under the documented ACL", recordStepsRunUnderTheDocumentedACL},
 		{"confirm on a lost shard, no staging key", confirmRecordOnALostShardLeavesNoStagingKey},
 	} {
 		t.Run(tc.name, tc.test)
@@ -237,25 +231,6 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	})
 }
 
-// A client that resends every command after a lost reply gets the same
-// answers: the acquire finds its own lease, the confirm its own record.
-func recordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
-	c := newTestClient(t)
-	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
-	ctx := context.Background()
-	fp, result := []byte("fp"), []byte("result")
-	l, err := s.AcquireRecord(ctx, "d", time.Minute, fp)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("resent AcquireRecord = %+v, %v; want acquired", l, err)
-	}
-	if err := s.ConfirmRecord(ctx, "d", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord: %v", err)
-	}
-	if d, err := s.AcquireRecord(ctx, "d", time.Minute, fp); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
-		t.Fatalf("after the confirmation = %+v, %v; want done with the result", d, err)
-	}
-}
-
 // A resent acquire writes its lease again (so the WAIT after it covers
 // it), with its remaining time, not a fresh lease.
 func resentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
@@ -333,122 +308,21 @@ func recordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
 	}
 }
 
-// The guard's refusals reach the record steps as they reach the others.
-func recordStepsAreGuarded(t *testing.T) {
+// An instance 30 s ahead passes its own check of an until 59m50s away;
+// by Redis's clock it lies past the one-hour horizon: the record's
+// confirmation is refused as the other steps are.
+func recordConfirmPastTheHorizonByRedisClockIsRefused(t *testing.T) {
 	ctx := context.Background()
-	fp, result, tok := []byte("fp"), []byte("result"), "0123456789abcdef0123456789abcdef"
-	t.Run("fenced", func(t *testing.T) {
-		c := newTestClient(t)
-		var ev events
-		s, err := New(c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		// The shard of "a" lost its marker: the first step raises its fence.
-		if _, err := s.ProvisionNew(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || r.State != 0 {
-			t.Fatalf("AcquireRecord on a lost key space = %+v, %v; want ErrFenced", r, err)
-		}
-		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced || r.State != 0 {
-			t.Fatalf("AcquireRecord while fenced = %+v, %v; want ErrFenced", r, err)
-		}
-		if err := s.ConfirmRecord(ctx, "a", tok, time.Now().Add(time.Minute), fp, result); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-			t.Fatalf("ConfirmRecord while fenced = %v; want ErrFenced", err)
-		}
-		if ev.count(replay.EventFenceRaised) != 1 || ev.count(replay.EventFenced) != 2 {
-			t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 2", ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced))
-		}
-		if v, err := c.Get(ctx, s.key("a")).Result(); !errors.Is(err, redis.Nil) {
-			t.Fatalf("entry while fenced = %q, %v; want none", v, err)
-		}
-	})
-	t.Run("clock skew", func(t *testing.T) {
-		c := newTestClient(t)
-		good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-		behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
-		var ev events
-		lag, err := New(c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lag.checked.Store(true) // as if its clock had jumped back after the checks passed
-		if r, err := lag.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew || r.State != 0 {
-			t.Fatalf("AcquireRecord from a clock 2 min behind = %+v, %v; want ErrClockSkew", r, err)
-		}
-		if err := lag.ConfirmRecord(ctx, "a", tok, behind().Add(time.Hour), fp, result); !errors.Is(err, ErrClockSkew) {
-			t.Fatalf("ConfirmRecord from a clock 2 min behind = %v; want ErrClockSkew", err)
-		}
-		if ev.count(replay.EventClockSkew) != 2 {
-			t.Fatalf("%d clock_skew events, want 2", ev.count(replay.EventClockSkew))
-		}
-	})
-	t.Run("horizon by Redis's clock", func(t *testing.T) {
-		// An instance 30 s ahead passes its own check of an until 59m50s
-		// away; by Redis's clock it lies past the one-hour horizon.
-		c := newTestClient(t)
-		ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
-		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
-		l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
-		if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, result); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
-			t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
-		}
-	})
-	t.Run("until past by Redis's clock", func(t *testing.T) {
-		c := newTestClient(t)
-		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
-		err := s.ConfirmRecord(ctx, "p", tok, time.Now().Add(-20*time.Second), fp, result)
-		if !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) || Reason(err) != whyPastRedis {
-			t.Fatalf("ConfirmRecord past by Redis's clock = %v; want ErrInvalidClaim and ErrExpired", err)
-		}
-	})
-}
-
-// With Durability{Replicas: 1} and the replica stopped, an acquire or a
-// confirmation the replica did not acknowledge is refused with
-// ErrNotDurable; the write stays on the primary, so a resent acquire is
-// not a second holder and a resent confirmation is applied once.
-func recordWithStoppedReplicaIsNotDurable(t *testing.T) {
-	t.Parallel()
-	primary := newServer(t)
-	replica := newReplica(t, primary)
-	var ev events
-	// A timeout of 1 s: the first acquire's WAIT must not run out on a
-	// loaded machine (100 ms did, in a CI run beside other tests); each
-	// call with the replica stopped waits it out.
-	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
-		Durability: Durability{Replicas: 1, Timeout: time.Second}})
-	ctx := context.Background()
-	fp, result := []byte("fp"), []byte("result")
-	up := acquireRecord(t, s, "up", fp, replay.LeaseAcquired)
-	replica.signal(syscall.SIGSTOP)
-	defer replica.signal(syscall.SIGCONT)
-	if r, err := s.AcquireRecord(ctx, "down", time.Minute, fp); !errors.Is(err, ErrNotDurable) || Reason(err) != whyNotDurable || r.State != 0 {
-		t.Fatalf("AcquireRecord with the replica stopped = %+v, %v; want ErrNotDurable", r, err)
+	fp := []byte("fp")
+	c := newTestClient(t)
+	ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
+	l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
 	}
-	err := s.ConfirmRecord(ctx, "up", up.Token, time.Now().Add(time.Hour), fp, result)
-	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("ConfirmRecord with the replica stopped = %v; want ErrNotDurable", err)
-	}
-	if ev.count(replay.EventNotDurable) != 2 {
-		t.Fatalf("%d not_durable events, want 2", ev.count(replay.EventNotDurable))
-	}
-	replica.signal(syscall.SIGCONT)
-	waitReplicas(t, primary, 1)
-	// The retry of the confirmation is applied once, now durably.
-	if err := s.ConfirmRecord(ctx, "up", up.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("retried ConfirmRecord = %v", err)
-	}
-	if d := acquireRecord(t, s, "up", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
-		t.Fatalf("done = %+v", d)
+	if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, []byte("result")); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
+		t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
 	}
 }
 
@@ -724,88 +598,6 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	if c := rc2.get(2); c != nil {
 		t.Fatalf("a refused acquire sent %v after its GET", c)
 	}
-}
-
-// The busy-Redis case for records: Redis is busy past the store's
-// timeout, the acquire lands after the caller gave up, and the store frees
-// that lease once Redis answers, so the client's retry acquires at once
-// instead of waiting out the 30 s lease.
-func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	released := make(chan replay.Event, 4)
-	// Provisioned with the default timeout (its 128 round trips can take
-	// longer than 200 ms on a loaded machine).
-	prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
-	s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
-		Observer: func(e replay.Event) {
-			if e.Kind == replay.EventLeaseReleased {
-				released <- e
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	ctx := context.Background()
-	if _, err := s.AcquireRecord(ctx, "warm-up", time.Second, nil); err != nil { // load the script
-		t.Fatal(err)
-	}
-	const lease = 30 * time.Second
-	var id string
-	var start time.Time
-	for try := 0; ; try++ {
-		id = fmt.Sprint("d", try)
-		// Long enough to outlast a descheduled caller; when this one was
-		// descheduled longer (the busy spell ended before its acquire was
-		// answered), again with a spell twice as long and another ID.
-		busy := busyRedis(t, (2*time.Second)<<try)
-		start = time.Now()
-		r, err := s.AcquireRecord(ctx, id, lease, []byte("fp"))
-		<-busy
-		if err == nil && try < 3 {
-			continue // answered after the spell: Redis was not busy for it
-		}
-		if !errors.Is(err, ErrUnavailable) || r.State != 0 {
-			t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)
-		}
-		break
-	}
-	select {
-	case <-released:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the timed-out acquire was not released")
-	}
-	if r, err := s.AcquireRecord(ctx, id, lease, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord after the release = %+v, %v; want acquired", r, err)
-	}
-	if el := time.Since(start); el >= lease {
-		t.Fatalf("retry acquired after %v, not before the lease ended", el)
-	}
-}
-
-// A release that reaches Redis before the late acquire leaves a note: the
-// acquire with a record takes nothing when it lands.
-func lateAcquireRecordFindsItsCancelNote(t *testing.T) {
-	s, c := newTestStore(t)
-	ctx := context.Background()
-	token := "0123456789abcdef0123456789abcdef"
-	done := make(chan struct{}, 1)
-	s.opts.Observer = func(e replay.Event) {
-		if e.Kind == replay.EventLeaseReleased {
-			done <- struct{}{}
-		}
-	}
-	s.releaseLater("n", token, time.Now().Add(10*time.Second))
-	<-done
-	code, _, _, _, err := s.acquireRecord(ctx, "n", 10000, token, []byte("fp"))
-	if err != nil || code != 4 {
-		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
-	}
-	if v, err := c.Get(ctx, s.key("n")).Result(); err != nil || v != "X"+token {
-		t.Fatalf("entry = %q, %v; want the note", v, err)
-	}
-	acquireRecord(t, s, "n", []byte("fp"), replay.LeaseAcquired)
 }
 
 func TestParseEntry(t *testing.T) {
@@ -1290,55 +1082,6 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 			t.Fatalf("AcquireRecord after appendonly no = %+v, %v; want ErrNotDurable", r.State, err)
 		}
 	})
-}
-
-// Under the ACL docs/fleet-reference.md documents for the fleet's user (with the
-// hash commands and EXISTS it recommends), an idempotency record is
-// written and replayed: the confirm script's RENAME and PEXPIREAT run
-// under the same ACL as the script's caller.
-func recordStepsRunUnderTheDocumentedACL(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	srv := newServer(t)
-	admin := srv.client()
-	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha",
-		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "+rename", "+pexpireat", "~aclrec:*"}
-	if err := admin.Do(ctx, rules...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: "fleetrec", Password: "pw"})
-	t.Cleanup(func() { c.Close() })
-	provisioned(t, admin, Options{Prefix: "aclrec:", Logger: quietLogger()})
-	s, err := Open(ctx, c, Options{Prefix: "aclrec:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("Open under the ACL: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-	}
-	if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
-		t.Fatalf("ConfirmRecord under the documented ACL: %v", err)
-	}
-	got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-	if err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
-		t.Fatalf("replay under the ACL = %+v, %v", got, err)
-	}
-	// Without +rename the confirm fails closed, and says why: the ACL,
-	// not a staged record that expired.
-	if err := admin.Do(ctx, "ACL", "SETUSER", "fleetrec", "-rename").Err(); err != nil {
-		t.Fatal(err)
-	}
-	r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-	}
-	err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
-	if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
-		!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
-		t.Fatalf("ConfirmRecord without +rename = %v; want ErrUnavailable naming the ACL", err)
-	}
 }
 
 // The "fenced" case of TestRecord/confirm leaves no staging key predates the

@@ -261,7 +261,7 @@ type Options struct {
 	// With Durability.Replicas instead, every claim waits for WAIT, which
 	// a primary whose replicas are gone answers with too few
 	// acknowledgements: [ErrNotDurable], as
-	// TestDurability/claim with a stopped replica shows for a stopped replica.
+	// TestDurability/steps with a stopped replica shows for a stopped replica.
 	// The check still runs: when the risk is present it is logged (one
 	// Warn line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowAsyncReplicas bool

@@ -37,44 +37,54 @@ func claimBeforeThePause(t *testing.T, s *Store) {
 }
 
 // TestRun pins how a step runs against Redis: paused Redis fails closed on
-// both paths, a cancelled claim returns by its deadline, and only calls with
-// a deadline run on the caller's goroutine.
+// both paths and a cancelled claim returns at once, and only calls with a
+// deadline run on the caller's goroutine.
 func TestRun(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"paused redis fails closed on both paths", pausedRedisFailsClaimsClosedOnBothPaths},
-		{"cancelled claim returns by its deadline", cancelledClaimReturnsBeforeItsDeadline},
+		{"paused redis fails closed", pausedRedisFailsClaimsClosed},
 		{"direct only with a deadline", directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine},
 	} {
 		t.Run(tc.name, tc.test)
 	}
 }
 
-// pausedRedisFailsClaimsClosedOnBothPaths pauses a primary (SIGSTOP)
-// and claims with and without Durability, under a context that cannot be
-// cancelled (the call runs on the caller's goroutine and the client's
-// socket deadline ends it) and under one that can (the call runs on a
-// goroutine of its own and the store's deadline ends the wait). Every
-// claim must fail closed with ErrUnavailable matching
-// context.DeadlineExceeded within the store's timeout and runBound.
-func pausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
+// pausedRedisFailsClaimsClosed pauses a primary (SIGSTOP) and claims
+// with and without Durability. Under a context that cannot be cancelled
+// (the call runs on the caller's goroutine and the client's socket
+// deadline ends it) and under one that can (the call runs on a goroutine
+// of its own and the store's deadline ends the wait), every claim fails
+// closed with ErrUnavailable matching context.DeadlineExceeded within the
+// store's timeout and runBound. A claim whose context is cancelled while
+// it waits returns ErrUnavailable matching context.Canceled long before
+// the store's own deadline.
+func pausedRedisFailsClaimsClosed(t *testing.T) {
 	t.Parallel()
-	const timeout = 200 * time.Millisecond
+	const timeout, longTimeout, cancelAfter = 200 * time.Millisecond, 20 * time.Second, 100 * time.Millisecond
 	primary := newServer(t)
 	newReplica(t, primary)
 	c := primary.client()
-	stores := []struct {
-		name string
-		s    *Store
-	}{
-		{"plain", provisioned(t, c, Options{Prefix: "run-plain:", Timeout: timeout, AllowAsyncReplicas: true})},
-		{"durable", provisioned(t, c, Options{Prefix: "run-durable:", Timeout: timeout,
-			Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})},
+	type store struct {
+		name       string
+		s, patient *Store // timeout and longTimeout
 	}
-	for _, st := range stores {
-		claimBeforeThePause(t, st.s)
+	var stores []store
+	for _, name := range []string{"plain", "durable"} {
+		st := store{name: name}
+		for _, to := range []struct {
+			s       **Store
+			timeout time.Duration
+		}{{&st.s, timeout}, {&st.patient, longTimeout}} {
+			opts := Options{Prefix: fmt.Sprintf("run-%s-%d:", name, to.timeout), Timeout: to.timeout, AllowAsyncReplicas: true}
+			if name == "durable" {
+				opts.AllowAsyncReplicas, opts.Durability = false, Durability{Replicas: 1, Timeout: 100 * time.Millisecond}
+			}
+			*to.s = provisioned(t, c, opts)
+			claimBeforeThePause(t, *to.s)
+		}
+		stores = append(stores, st)
 	}
 	primary.signal(syscall.SIGSTOP)
 	defer primary.signal(syscall.SIGCONT)
@@ -101,39 +111,12 @@ func pausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// cancelledClaimReturnsBeforeItsDeadline pauses a primary and cancels
-// a claim's context while the claim waits for it: the claim returns
-// ErrUnavailable matching context.Canceled long before the store's own
-// deadline, with and without Durability.
-func cancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
-	t.Parallel()
-	const timeout, cancelAfter = 20 * time.Second, 100 * time.Millisecond
-	primary := newServer(t)
-	newReplica(t, primary)
-	c := primary.client()
-	stores := []struct {
-		name string
-		s    *Store
-	}{
-		{"plain", provisioned(t, c, Options{Prefix: "cancel-plain:", Timeout: timeout, AllowAsyncReplicas: true})},
-		{"durable", provisioned(t, c, Options{Prefix: "cancel-durable:", Timeout: timeout,
-			Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})},
-	}
-	for _, st := range stores {
-		claimBeforeThePause(t, st.s)
-	}
-	primary.signal(syscall.SIGSTOP)
-	defer primary.signal(syscall.SIGCONT)
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
+		t.Run(st.name+"/cancelled while it waits", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			timer := time.AfterFunc(cancelAfter, cancel)
 			defer timer.Stop()
 			start := time.Now()
-			first, err := st.s.Claim(ctx, "cancelled", time.Now().Add(time.Minute))
+			first, err := st.patient.Claim(ctx, "cancelled", time.Now().Add(time.Minute))
 			took := time.Since(start)
 			if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and Canceled", first, err)

@@ -60,8 +60,9 @@ func TestRedisClock(t *testing.T) {
 
 // An instance whose clock runs 2 minutes behind Redis's would accept a
 // token whose claim Redis has already let expire (it still thinks the
-// token live). It is refused — at Open, and at every claim and lease step
-// of a Store from New — and never accepts an ID twice.
+// token live). It is refused — at Open, and at every claim, lease and
+// record step of a Store from New, each with an event — writes nothing
+// and never accepts an ID twice.
 func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 	c := newTestClient(t)
 	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
@@ -94,9 +95,18 @@ func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 		if l, err := lag.AcquireLease(ctx, id, time.Minute); !errors.Is(err, ErrClockSkew) || l.State != 0 {
 			t.Fatalf("acquire of %s from the lagging instance = %+v, %v; want ErrClockSkew", id, l, err)
 		}
+		if r, err := lag.AcquireRecord(ctx, id, time.Minute, []byte("fp")); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew || r.State != 0 {
+			t.Fatalf("AcquireRecord of %s from the lagging instance = %+v, %v; want ErrClockSkew", id, r, err)
+		}
 	}
-	if ev.count(replay.EventClockSkew) == 0 {
-		t.Fatal("no clock_skew event")
+	if err := lag.ConfirmRecord(ctx, "fresh", newToken(), behind().Add(time.Hour), []byte("fp"), []byte("result")); !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("ConfirmRecord from the lagging instance = %v; want ErrClockSkew", err)
+	}
+	if n := ev.count(replay.EventClockSkew); n != 7 {
+		t.Fatalf("%d clock_skew events, want one per refused step (7)", n)
+	}
+	if n, err := c.Exists(ctx, good.key("fresh")).Result(); err != nil || n != 0 {
+		t.Fatalf("entry left by the refused steps: %d, %v; want none", n, err)
 	}
 	// The good instance is unaffected.
 	if first, err := good.Claim(ctx, "fresh", time.Now().Add(time.Minute)); !first || err != nil {
@@ -105,8 +115,9 @@ func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 }
 
 // An instance behind by less than MaxSkew is served, but an until that has
-// already passed by Redis's clock is refused as expired, never recorded
-// as first (Redis would record nothing for it).
+// already passed by Redis's clock is refused as expired, by a claim and
+// by a record's confirmation, never recorded as first (Redis would record
+// nothing for it).
 func untilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c),
@@ -115,6 +126,10 @@ func untilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
 	first, err := s.Claim(ctx, "late", time.Now().Add(-20*time.Second))
 	if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) || Reason(err) != whyPastRedis {
 		t.Fatalf("claim past by Redis's clock = %v, %v; want ErrInvalidClaim and ErrExpired", first, err)
+	}
+	err = s.ConfirmRecord(ctx, "p", newToken(), time.Now().Add(-20*time.Second), []byte("fp"), []byte("result"))
+	if !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) || Reason(err) != whyPastRedis {
+		t.Fatalf("ConfirmRecord past by Redis's clock = %v; want ErrInvalidClaim and ErrExpired", err)
 	}
 	if first, err := s.Claim(ctx, "live", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim from an instance 30s behind = %v, %v; want first", first, err)
