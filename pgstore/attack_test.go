@@ -18,16 +18,11 @@ import (
 // break what Commit guarantees (see docs/pgstore-reference.md,
 // "Transactional mode").
 func TestWorkAttacks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"a cursor WITH HOLD runs no code after the fence", workHoldableCursorRunsNothingAfterTheFence},
 		{"a statement_timeout does not cut the standby's wait", workStatementTimeoutDoesNotCutTheStandbysWait},
 		{"the session's state and objects", workSessionAttacks},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workHoldableCursorRunsNothingAfterTheFence: a cursor WITH HOLD that the

@@ -15,18 +15,13 @@ import (
 // second: a forgotten table, a standby, and each failing check refuse every
 // step until they pass again.
 func TestChecks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"forgotten table refuses every claim", forgottenTableRefusesEveryClaim},
 		{"standby fails closed", standbyFailsClosed},
 		{"standby refusal names how to cover it", judgeStandbyRefusalNamesHowToCoverIt},
 		{"recheck runs every second, not every sweep", recheckRunsEverySecondNotEverySweep},
 		{"recheck refuses what New would refuse", recheckRefusesWhatNewWouldRefuse},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // forgottenTableRefusesEveryClaim: a table that lost its rows (TRUNCATE,

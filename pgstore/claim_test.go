@@ -20,10 +20,7 @@ import (
 // racing claims at every isolation level, expiry by the database's clock,
 // and refusals that write nothing.
 func TestClaim(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
 		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
 		{"first again after expiry", claimAfterExpiryByDatabaseClockIsFirstAgain},
@@ -31,9 +28,7 @@ func TestClaim(t *testing.T) {
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
 		{"refusals write nothing", refusalsWriteNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // concurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
@@ -287,18 +282,13 @@ func refusalsWriteNothing(t *testing.T) {
 // (nested ones too), IDs refused before anything is recorded, the longest
 // prefix and ID held, and errors that never carry the ID.
 func TestKeys(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"prefix isolates stores", prefixIsolatesStores},
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
 		{"invalid IDs refused without recording", invalidIDsRefusedWithoutRecording},
 		{"longest prefix and ID held", longestPrefixAndIDAreHeld},
 		{"errors never contain the ID", errorsNeverContainTheID},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func prefixIsolatesStores(t *testing.T) {

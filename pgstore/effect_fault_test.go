@@ -361,18 +361,13 @@ func (p *cutProxy) serve(c net.Conn) {
 // delivery, is committed exactly once when its client saw success, at most
 // once otherwise.
 func TestEffectsOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"network cut", effectsOnceThroughANetworkCut},
 		{"failed first runs", effectsOnceThroughFailedFirstRuns},
 		{"standby promotion", effectsOnceThroughAStandbyPromotion},
 		{"server kill", effectsOnceThroughAServerKill},
 		{"app kills", effectsOnceThroughAppKills},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // effectsOnceThroughANetworkCut: the app reaches PostgreSQL through a

@@ -202,10 +202,7 @@ func serve(t testing.TB, h http.Handler) string {
 // servers, terminated backends and escapes; single-use tokens consumed only
 // with their work.
 func TestTransactional(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"handler outliving its lease", transactionalHandlerOutlivingItsLeaseChargesOnce},
 		{"client leaving after the charge", transactionalClientLeavingAfterTheChargeChargesOnce},
 		{"two instances", transactionalTwoInstancesChargeOnce},
@@ -218,9 +215,7 @@ func TestTransactional(t *testing.T) {
 		{"plain instances agree while it runs", transactionalAndPlainInstancesAgreeWhileTheFirstRuns},
 		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
 		{"one durable commit per first request", transactionalFirstRequestCommitsOnce},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // transactionalFirstRequestCommitsOnce counts the transactions committed

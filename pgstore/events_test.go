@@ -58,15 +58,10 @@ func (r *recorder) count(kind replay.EventKind, option, level, substr string) (e
 // TestEvents pins what a Store reports to its Observer and Logger: each
 // refusal once per reason, and every Allow option the risk it accepts.
 func TestEvents(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refusal reported once per reason", refusalIsReportedOncePerReason},
 		{"allow options report the risk they accept", allowOptionsReportTheRiskTheyAccept},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // refusalIsReportedOncePerReason: a recheck's refusal is reported

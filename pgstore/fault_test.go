@@ -66,17 +66,12 @@ func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
 // a backend terminated mid-statement and a paused server fail closed, and a
 // resend after a lost reply is safe.
 func TestFaults(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"serialization failure fails closed", serializationFailureFailsClosed},
 		{"backend terminated mid-statement", terminatedBackendMidStatementFailsClosed},
 		{"paused server fails closed within timeout", pausedServerFailsClosedWithinTimeout},
 		{"resend after lost reply is safe", resendAfterLostReplyIsSafe},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // serializationFailureFailsClosed: with default_transaction_isolation

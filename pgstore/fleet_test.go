@@ -173,15 +173,10 @@ var singleUseKinds = []string{"onetime", "state"}
 // across instances and webhook deliveries:
 // TestStore).
 func TestFleet(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"redeems fail closed when the database dies", fleetRedeemsFailClosedWhenTheDatabaseDies},
 		{"webhook database down processes nothing", fleetWebhookDatabaseDownRefusesWithoutProcessing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {

@@ -15,19 +15,14 @@ import (
 // second Migrate, replaced by Migrate where they differ, and required by
 // New and by every recheck.
 func TestWorkFunctions(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"New refuses a table without them", newRefusesATableWithoutTheFunctions},
 		{"New refuses functions that differ", newRefusesFunctionsThatDiffer},
 		{"New refuses a role that may not execute them", newRefusesARoleThatMayNotExecuteTheFunctions},
 		{"a recheck refuses a function replaced", recheckRefusesAFunctionReplaced},
 		{"migrating again leaves them alone", migratingAgainLeavesTheFunctionsAlone},
 		{"Schema's SQL makes them in the table's schema", schemaMakesTheFunctionsInTheTablesSchema},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // wantFunctionsRefused checks that New on the table refuses with ErrConfig

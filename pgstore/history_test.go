@@ -28,10 +28,7 @@ func strp(s string) *string { return &s }
 // who could acknowledge, the synchronous standby names, the application
 // name of a conninfo, and the walreceiver's.
 func TestHistory(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"judge", judgeHistoryCases},
 		{"longest rounds up by at most an eighth", longestRoundsUpByAtMostAnEighth},
 		{"records who could acknowledge", historyRecordsWhoCouldAcknowledge},
@@ -39,9 +36,7 @@ func TestHistory(t *testing.T) {
 		{"conninfo application name", conninfoAppCases},
 		{"self name follows the walreceiver", selfNameFollowsTheWalreceiver},
 		{"fenced refusal states its end when known", fencedRefusalStatesItsEndWhenKnown},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func judgeHistoryCases(t *testing.T) {
@@ -455,18 +450,13 @@ func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 // not, and a claim on another timeline than the record is refused.
 func TestPromotion(t *testing.T) {
 	t.Parallel() // every row is parallel, as each was as a top-level test
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"promoted async standby is fenced", promotedAsyncStandbyIsFenced},
 		{"planned failover to sync standby not fenced", plannedFailoverToSynchronousStandbyIsNotFenced},
 		{"claim on another timeline is refused", claimOnAnotherTimelineThanTheRecordIsRefused},
 		{"under quorum and priority commit", promotionUnderQuorumAndPriorityCommit},
 		{"promoted table without record is fenced", promotedTableWithoutRecordIsFenced},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // promotedAsyncStandbyIsFenced is issue 56's shape: a store on a

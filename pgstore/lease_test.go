@@ -17,10 +17,7 @@ import (
 // forgotten, fenced, rechecking or closed store, a concurrent writer, the
 // store's Timeout, and the two kinds of Work.
 func TestRenewLease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"by the database's clock, row kept", renewIsMeasuredByTheDatabaseAndKeepsTheRow},
 		{"refuses a forgotten or fenced table", renewRefusesAForgottenOrFencedTable},
 		{"refused while a recheck refuses", renewRefusedWhileARecheckRefuses},
@@ -28,9 +25,7 @@ func TestRenewLease(t *testing.T) {
 		{"bounded by the store's timeout", renewIsBoundedByTheStoresTimeout},
 		{"through a Work", renewThroughAWork},
 		{"closed pool", renewOnAClosedPoolIsUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // leaseLeft is how long id's row has left by the database's clock, and

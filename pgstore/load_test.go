@@ -33,15 +33,10 @@ func envDuration(t *testing.T, env string, def time.Duration) time.Duration {
 // through restarts: no acknowledged claim lost, none accepted twice.
 func TestLoad(t *testing.T) {
 	t.Parallel() // every row is parallel, as each was as a top-level test
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"crash mid-load loses no acknowledged claim", crashMidLoadLosesNoAcknowledgedClaim},
 		{"server restart loses nothing", loadWithServerRestartLosesNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // crashMidLoadLosesNoAcknowledgedClaim: 16 clients claim fresh IDs; the

@@ -50,18 +50,13 @@ func busyAnswer(t *testing.T, r replay.Record, fp []byte) string {
 // acquire, commits at most once, keeps nothing when its connection is
 // terminated, refuses what it must, and its lease bounds the work.
 func TestAcquireWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"agrees with every acquire", acquireWorkAgreesWithEveryAcquire},
 		{"commits at most once", acquireWorkCommitsAtMostOnce},
 		{"terminated connection keeps nothing", acquireWorkTerminatedConnectionKeepsNothing},
 		{"refusals", acquireWorkRefusals},
 		{"lease bounds the work", acquireWorkLeaseBoundsTheWork},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // acquireWorkAgreesWithEveryAcquire: while a Work of AcquireWork holds

@@ -15,10 +15,7 @@ import (
 // role, table or clock under which an acknowledged claim could be lost; a
 // zero Store refuses every method.
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses bad configuration", newRefusesBadConfiguration},
 		{"refuses async commit unless allowed", newRefusesAsyncCommitUnlessAllowed},
 		{"refuses settings that lose crash commits", newRefusesSettingsThatLoseCommitsInACrash},
@@ -29,9 +26,7 @@ func TestNew(t *testing.T) {
 		{"refuses an unlogged or temporary table", newRefusesAnUnloggedOrTemporaryTable},
 		{"refuses a table in a system schema", tableInASystemSchemaIsRefused},
 		{"zero Store refuses", zeroStoreRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func zeroStoreRefuses(t *testing.T) {

@@ -179,10 +179,7 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 // table refuses, another holder's record is never reported, resends and a
 // killed server run a request once, and an edited record is refused.
 func TestRecord(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refusals write nothing", recordRefusalsWriteNothing},
 		{"refuses a forgotten or fenced table", recordRefusesAForgottenOrFencedTable},
 		{"refused while a recheck refuses", recordRefusedWhileARecheckRefuses},
@@ -190,9 +187,7 @@ func TestRecord(t *testing.T) {
 		{"edited in the table is refused", recordEditedInTheTableIsRefused},
 		{"resend after lost reply is safe", recordResendAfterLostReplyIsSafe},
 		{"requests run once through a killed server", idempotentRequestsRunOnceThroughAKilledServer},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func recordRefusalsWriteNothing(t *testing.T) {

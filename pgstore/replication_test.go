@@ -123,18 +123,13 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 // fails every step closed, a failover to it loses nothing, and a restore
 // from an older backup needs a rearm.
 func TestDurability(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"waits for standby", durabilityWaitsForStandby},
 		{"standby that is away still counts", standbyThatIsAwayStillCounts},
 		{"stopped synchronous standby fails closed", durabilityContractStoppedSynchronousStandby},
 		{"failover to sync standby loses nothing", failoverToSynchronousStandbyLosesNothing},
 		{"restore from an older backup needs a rearm", restoreFromAnOlderBackupNeedsARearm},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // failoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on

@@ -41,18 +41,13 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 // and never on first use, the older layouts upgraded keeping their claims,
 // and errors that match ErrUnavailable.
 func TestMigrate(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"schema is what migrate runs", schemaIsWhatMigrateRuns},
 		{"creates once, never on first use", migrateCreatesOnceAndNeverOnFirstUse},
 		{"upgrades layout 1 keeping its claims", migrateUpgradesLayout1KeepingItsClaims},
 		{"adds the record columns", migrateAddsTheRecordColumns},
 		{"errors match ErrUnavailable", migrateAndRearmErrorsMatchErrUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // migrateUpgradesLayout1KeepingItsClaims: a table of the key layout

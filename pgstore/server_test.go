@@ -424,6 +424,19 @@ func migratedTable(t *testing.T, pool *pgxpool.Pool) string {
 
 func bg() context.Context { return context.Background() }
 
+// subtest is a named test of a group run by [subtests].
+type subtest struct {
+	name string
+	test func(*testing.T)
+}
+
+// subtests runs each of tests as a subtest of t.
+func subtests(t *testing.T, tests []subtest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // newTestStore is a store on the shared server's default table with a
 // prefix of its own and no sweeper.
 func newTestStore(t testing.TB, opts ...func(*Options)) *Store {

@@ -22,17 +22,12 @@ func countRows(t testing.TB, s *Store, where string) int {
 // and locked, the sweeper runs until Close, and a claim racing a sweep is
 // decided again.
 func TestSweep(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"deletes only expired rows", sweepDeletesOnlyExpiredRows},
 		{"locks only the rows it deletes", sweepLocksOnlyTheRowsItDeletes},
 		{"sweeper runs until Close", sweeperRunsUntilClose},
 		{"claim racing a sweep is decided again", claimRacingASweepIsDecidedAgain},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // sweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;

@@ -18,17 +18,12 @@ import (
 // Work's context): they hold only if it commits, only on the store's own
 // database and server, and a Store on another pool claims on its own.
 func TestTx(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"claim in a transaction", claimInATransaction},
 		{"claim ignores a Work on another pool", claimIgnoresTheWorkOfAStoreOnAnotherPool},
 		{"only the store's database and server", withTxOnlyTheStoresDatabaseAndServer},
 		{"TxFrom without a transaction fails", txFromWithoutATransactionFails},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // txFromWithoutATransactionFails: a context without a transaction

@@ -70,16 +70,11 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 // delivery in the transactional mode, the lease steps a receiver begins
 // with, and a receiver killed before its commit keeps nothing.
 func TestWebhook(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"transactional keeps one row per delivery", webhookTransactionalKeepsOneRowPerDelivery},
 		{"lease begin", webhookLeaseBeginOnPostgreSQL},
 		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // webhookTransactionalKeepsOneRowPerDelivery delivers each of several

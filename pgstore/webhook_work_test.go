@@ -109,17 +109,12 @@ func insertRun(t testing.TB, table string) http.Handler {
 // instances that take committed leases, single-use tokens redeemed in the
 // work's commit, and a copy refused busy while the work runs.
 func TestWebhookWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"commits once per first delivery", webhookWorkCommitsOncePerFirstDelivery},
 		{"agrees with lease instances", webhookWorkAndLeaseInstancesAgree},
 		{"redeems tokens in its commit", webhookWorkRedeemsSingleUseTokensInItsCommit},
 		{"copy while it runs refused busy", webhookWorkCopyWhileItRunsIsRefusedBusy},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // webhookWorkCommitsOncePerFirstDelivery counts the transactions

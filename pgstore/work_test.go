@@ -92,10 +92,7 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 // among racing holders, the first end wins, and a killed process or server
 // keeps one charge per key.
 func TestWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"commit keeps the work and the record together", workCommitKeepsTheWorkAndTheRecordTogether},
 		{"commit after the lease ended rolls back", workCommitAfterTheLeaseEndedRollsBack},
 		{"racing holders commit at most once", workRacingHoldersCommitAtMostOnce},
@@ -110,9 +107,7 @@ func TestWork(t *testing.T) {
 		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
 		{"a deferred constraint that fails rolls back", workDeferredConstraintFailureRollsBack},
 		{"a trigger raising the fence's text is not the fence", workTriggerRaisingTheFenceTextIsNotTheFence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workRefusals: every rejection path of BeginWork and Commit, and

@@ -23,10 +23,7 @@ import (
 // rows are open or while Commit runs, and statements that escape the
 // transaction are refused; an escape never ends as a success.
 func TestWorkTx(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses the handler's commit and rollback", workTxRefusesTheHandlersCommitAndRollback},
 		{"refuses statements after the end", workTxRefusesStatementsAfterTheEnd},
 		{"refuses a statement while rows are open", workTxRefusesAStatementWhileRowsAreOpen},
@@ -40,9 +37,7 @@ func TestWorkTx(t *testing.T) {
 		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
 		{"the fence is the store's whatever the handler defines", workFenceIsTheStoresWhateverTheHandlerDefines},
 		{"a handler's operators never reach the fence", workHandlersOperatorsNeverReachTheFence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workTxRefusesTheHandlersCommitAndRollback: the handler's transaction
