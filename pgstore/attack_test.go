@@ -160,9 +160,7 @@ func workSessionAttacks(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	role := fmt.Sprintf("ctoken_attack_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(bg(), `CREATE ROLE `+role); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `CREATE ROLE `+role)
 	t.Cleanup(func() {
 		admin.Exec(context.Background(), `DROP OWNED BY `+role)
 		admin.Exec(context.Background(), `DROP ROLE `+role)
@@ -235,9 +233,7 @@ func workSessionAttacks(t *testing.T) {
 					var r recorder
 					s := storeOn(t, pool, func(o *Options) { o.Table = name; r.options(o) })
 					table := chargeTable(t, pool)
-					if _, err := admin.Exec(bg(), `GRANT ALL ON `+table+` TO `+role); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, admin, `GRANT ALL ON `+table+` TO `+role)
 					for j, attacked := range []bool{true, false, false} {
 						id := fmt.Sprintf("session-%d-%d-%d", k, i, j)
 						w := way.begin(t, s, id)
@@ -308,9 +304,7 @@ func workSessionAttacks(t *testing.T) {
 							if _, err := New(bg(), admin, Options{Table: name, Prefix: "stuck:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ambiguous") {
 								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
 							}
-							if _, err := admin.Exec(bg(), `DROP FUNCTION public."`+name+`_reset"(int)`); err != nil {
-								t.Fatal(err)
-							}
+							mustExec(t, admin, `DROP FUNCTION public."`+name+`_reset"(int)`)
 							waitServing(t, s)
 						}
 					}

@@ -43,9 +43,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pool.Exec(bg(), strings.Replace(forget, "%s", `"`+name+`"`, 1)); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
 				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("Claim(%s) after %s = %v, %v; want ErrUnavailable", id, forget, first, err)
@@ -307,9 +305,7 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	exec := func(qs ...string) {
 		t.Helper()
 		for _, q := range qs {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, admin, q)
 		}
 	}
 	waitFor("at start", nil)

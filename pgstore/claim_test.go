@@ -54,9 +54,7 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
 						t.Fatal(first, err)
 					}
-					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 				}
 				const racers = 16
 				var firsts, failed atomic.Int32
@@ -146,9 +144,7 @@ func claimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
 		t.Fatalf("first claim = %v, %v", first, err)
 	}
 	// Move the row's until into the past on the database's clock.
-	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short")); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short"))
 	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim after expiry = %v, %v; want true, nil", first, err)
 	}
@@ -416,9 +412,7 @@ func longestPrefixAndIDAreHeld(t *testing.T) {
 func errorsNeverContainTheID(t *testing.T) {
 	s := newTestStore(t)
 	id := "secret-delivery-id-1234"
-	if _, err := s.pool.Exec(bg(), `SELECT 1`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `SELECT 1`)
 	ctx, cancel := context.WithCancel(bg())
 	cancel()
 	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))

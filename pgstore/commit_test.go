@@ -276,9 +276,7 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 				`CREATE CONSTRAINT TRIGGER a_off AFTER INSERT ON ` + work + `
 					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.off) EXECUTE FUNCTION ` + seen + `_off()`,
 			} {
-				if _, err := pool.Exec(bg(), sql); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, pool, sql)
 			}
 			t.Cleanup(func() {
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_f() CASCADE`)
@@ -385,9 +383,7 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 				`CREATE TRIGGER raise_fence AFTER INSERT OR UPDATE ON ` + s.table + `
 					FOR EACH ROW WHEN (NEW.state = 'd') EXECUTE FUNCTION ` + fn + `()`,
 			} {
-				if _, err := pool.Exec(bg(), sql); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, pool, sql)
 			}
 			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
 			id := fmt.Sprintf("raise-%d", k)

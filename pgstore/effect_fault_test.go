@@ -806,9 +806,7 @@ func effectsOnceThroughAStandbyPromotion(t *testing.T) {
 	current.Store(nil)
 	primary.kill() // mid-load: nothing more reaches the standby
 	spool := standby.pool(t)
-	if _, err := spool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, spool, `SELECT pg_promote(wait => true)`)
 	s2 := storeOn(t, spool, func(o *Options) { o.Prefix = prefix })
 	h2 := app.handler(t, s2, 2*time.Second)
 	current.Store(&h2)

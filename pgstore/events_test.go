@@ -116,9 +116,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	set := func(t *testing.T, setting, value string) {
 		t.Helper()
 		for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, admin, q)
 		}
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var got string

@@ -33,9 +33,7 @@ func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(bg(), `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id)); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, tx, `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id))
 	return func(commit bool) {
 		if commit {
 			if err := tx.Commit(bg()); err != nil {
@@ -122,9 +120,7 @@ func terminatedBackendMidStatementFailsClosed(t *testing.T) {
 			done <- err
 		}()
 		pid := waitForLockWaiter(t, admin)
-		if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, `SELECT pg_terminate_backend($1)`, pid)
 		if err := <-done; first.Load() || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Claim whose backend was terminated = %v, %v; want ErrUnavailable", first.Load(), err)
 		}

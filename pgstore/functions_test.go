@@ -50,9 +50,7 @@ func commitWork(t *testing.T, s *Store, id string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(bg(), "select 1"); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, "select 1")
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
 			t.Fatalf("%s: Commit = %v", way.name, err)
 		}
@@ -68,9 +66,7 @@ func newRefusesATableWithoutTheFunctions(t *testing.T) {
 		t.Run(fmt.Sprint("function ", i), func(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
-			if _, err := pool.Exec(bg(), `DROP FUNCTION `+s.fnSigs[i]); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, `DROP FUNCTION `+s.fnSigs[i])
 			wantFunctionsRefused(t, pool, name)
 		})
 	}
@@ -92,9 +88,7 @@ func newRefusesFunctionsThatDiffer(t *testing.T) {
 		t.Run(change.name, func(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
-			if _, err := pool.Exec(bg(), fmt.Sprintf(change.sql, s.fnSigs[0])); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, fmt.Sprintf(change.sql, s.fnSigs[0]))
 			wantFunctionsRefused(t, pool, name)
 		})
 	}
@@ -107,9 +101,7 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 	pool := needServer(t).pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
-	if _, err := pool.Exec(bg(), `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`)
 	waitClaim := func(what string, want error) {
 		t.Helper()
 		for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
@@ -167,9 +159,7 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	schema := fmt.Sprintf("fn_schema_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { admin.Exec(bg(), `DROP SCHEMA `+schema+` CASCADE`) })
 	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["search_path"] = schema + ", public" })
 	name := uniqueTable(t, admin)
@@ -177,9 +167,7 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	if !strings.HasPrefix(s.table, `"`+schema+`".`) {
 		t.Fatalf("table %s; want it in %s", s.table, schema)
@@ -205,8 +193,6 @@ func newRefusesARoleThatMayNotExecuteTheFunctions(t *testing.T) {
 	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "EXECUTE") {
 		t.Fatalf("New as a role that may not execute the reset: %v; want ErrConfig naming EXECUTE", err)
 	}
-	if _, err := admin.Exec(bg(), `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User)
 	commitWork(t, storeOn(t, pool, func(o *Options) { o.Table = name }), "granted")
 }

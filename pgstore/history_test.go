@@ -687,9 +687,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	}
 	// The record of a timeline this server is not on: as a promoted
 	// server holds the old primary's.
-	if _, err := pool.Exec(bg(), `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
 	for name, w := range map[string]replay.Work{"BeginWork's commit": begun, "AcquireWork's commit": locked} {
 		t.Run(name, func(t *testing.T) {
 			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err == nil {
@@ -828,9 +826,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
 			b := startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
 			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
-				if _, err := admin.Exec(bg(), q); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, admin, q)
 			}
 			if c.bAway {
 				b.kill()

@@ -109,24 +109,16 @@ func renewRefusesAForgottenOrFencedTable(t *testing.T) {
 	if err := pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
 	refuses("on another timeline than the record's")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record)
+	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
 	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	refuses("before the fence")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
 		t.Fatalf("RenewLease after the fence: %v", err)
 	}

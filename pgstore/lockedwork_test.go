@@ -227,9 +227,7 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 		AND (classid::bigint << 32 | objid::bigint) = $1::bigint`, a.idLock(a.key(id))).Scan(&pid); err != nil {
 		t.Fatalf("the Work's lock holder: %v", err)
 	}
-	if _, err := b.pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, b.pool, `SELECT pg_terminate_backend($1)`, pid)
 	// pg_terminate_backend only signals the backend: wait for it to have
 	// exited (its locks gone), so that neither the Commit below nor the
 	// next AcquireWork races it.

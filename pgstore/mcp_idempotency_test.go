@@ -49,9 +49,7 @@ func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "mcp_payments_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), "create table "+name+" (amount int not null)"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "create table "+name+" (amount int not null)")
 	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
 	return name
 }

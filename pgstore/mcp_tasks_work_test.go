@@ -22,9 +22,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	e := pgEffects{pool, uniqueTable(t, pool)}
-	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
 	sa, sb := twoInstances(t, pool)
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
@@ -64,9 +62,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	}
 	resume := sync.OnceFunc(func() { close(release) })
 	defer resume()
-	if _, err := pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, <-pid); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, <-pid)
 	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
 	for {
 		got, err := b.Get(context.Background(), "alice", st.ID)
@@ -108,9 +104,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	e := pgEffects{pool, uniqueTable(t, pool)}
-	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
 	sa, sb := twoInstances(t, pool)
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {

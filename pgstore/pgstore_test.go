@@ -142,9 +142,7 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 			set := func(value string) {
 				t.Helper()
 				for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
-					if _, err := admin.Exec(bg(), q); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, admin, q)
 				}
 				// The reload reaches the sessions asynchronously.
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -310,9 +308,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
-	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `ALTER TABLE "`+name+`" SET UNLOGGED`)
 	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New on an unlogged table: %v; want ErrConfig", err)
 	}
@@ -326,9 +322,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET LOGGED`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `ALTER TABLE "`+name+`" SET LOGGED`)
 
 	// A temporary table of the same name, on the pool's one connection.
 	cfg, err := pgxpool.ParseConfig(p.url())
@@ -345,9 +339,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
 		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New on a name that finds a temporary table: %v; want ErrConfig", err)

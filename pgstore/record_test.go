@@ -52,9 +52,7 @@ func TestReadRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := tx.Exec(bg(), `SET TRANSACTION READ ONLY`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, `SET TRANSACTION READ ONLY`)
 			key, legacy := s.keys(id)
 			lock := uint64(s.idLock(key))
 			var marker, held bool
@@ -120,17 +118,13 @@ func TestReadRecord(t *testing.T) {
 				}
 			}
 		}
-		if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 		refuses("without the marker row")
 		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		refuses("before the fence")
-		if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 		if r, err := s.ReadRecord(bg(), "a"); err != nil || r.State != replay.LeaseDone {
 			t.Fatalf("ReadRecord after the fence = %+v, %v; want done", r, err)
 		}
@@ -159,9 +153,7 @@ func rowOf(t *testing.T, s *Store, id string) (recordRow, bool) {
 // expire moves id's row's until into the past by the database's clock.
 func expire(t *testing.T, s *Store, id string) {
 	t.Helper()
-	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 }
 
 // wantRecord calls AcquireRecord and checks what it reports.
@@ -301,17 +293,13 @@ func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 			t.Fatalf("ConfirmRecord %s wrote the row", why)
 		}
 	}
-	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
 	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	refuses("before the fence")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); err != nil {
 		t.Fatalf("ConfirmRecord after the fence: %v", err)
 	}
@@ -430,15 +418,11 @@ func v2Table(t *testing.T, pool *pgxpool.Pool, prefix string, rows ...[3]string)
 		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
 		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	k := &Store{prefix: prefix}
 	for _, r := range rows {
-		if _, err := pool.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, k.key(r[0]), r[1]); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, k.key(r[0]), r[1])
 	}
 	return name
 }

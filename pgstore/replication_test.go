@@ -67,9 +67,7 @@ func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string)
 		if !sync {
 			break
 		}
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		var state string
@@ -172,9 +170,7 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	wg.Wait()
 
 	pool := standby.pool(t)
-	if _, err := pool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `SELECT pg_promote(wait => true)`)
 	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
 	lost := 0
 	for _, id := range acked {
@@ -276,18 +272,14 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		t.Fatalf("New with AllowAsyncStandby and a standby away: %d events, %d Warn lines; want 1 and 1", n, lines)
 	}
 
-	if _, err := admin.Exec(bg(), `SELECT pg_drop_replication_slot('away')`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `SELECT pg_drop_replication_slot('away')`)
 	storeOn(t, primary.pool(t)) // the limit: nothing left for a new Store to see
 	refusedFor("the standby stopped, its slot dropped", 500*time.Millisecond)
 
 	// Synchronous replication covers any standby: the memory is cleared,
 	// and once it is reset the store (with no standby anywhere) serves.
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(10 * time.Second); !s.Durability().WaitsForStandby(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -295,9 +287,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		}
 	}
 	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if first, err := claim(); first && err == nil {
@@ -376,9 +366,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	claim(r, "after-", true) // the limit: accepted again, and nothing can tell
 
 	// The remedy: forget the table on purpose, then rearm it fenced.
-	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `DELETE FROM `+r.table+` WHERE key = `+markerSQL)
 	if err := Rearm(bg(), pool, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}

@@ -25,14 +25,10 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
 		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', ` + fence + `)`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	for _, r := range rows { // key, state, until
-		if _, err := pool.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1::bytea, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, []byte(r[0]), r[1]); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1::bytea, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, []byte(r[0]), r[1])
 	}
 	return name
 }
@@ -127,9 +123,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("forgotten", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
-		if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`"`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `DELETE FROM "`+name+`"`)
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Migrate of an emptied layout-1 table: %v; want ErrForgotten", err)
 		}
@@ -179,9 +173,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("Claim on a table made from Schema = %v, %v", first, err)
@@ -283,9 +275,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(bg())
-		if _, err := tx.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open")); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open"))
 		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
 		defer cancel()
 		if err := Migrate(ctx, pool, name); err != nil {
@@ -295,9 +285,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 
 	t.Run("a column of another type", func(t *testing.T) {
 		name := v2Table(t, pool, prefix)
-		if _, err := pool.Exec(bg(), `ALTER TABLE "`+name+`" ADD COLUMN result text`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `ALTER TABLE "`+name+`" ADD COLUMN result text`)
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
 		}

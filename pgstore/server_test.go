@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -353,9 +354,7 @@ func (p *pgServer) loginRole(t testing.TB, admin *pgxpool.Pool, grants ...string
 	t.Helper()
 	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
 	for _, q := range append([]string{`CREATE ROLE {role} LOGIN`}, grants...) {
-		if _, err := admin.Exec(bg(), strings.ReplaceAll(q, "{role}", role)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, strings.ReplaceAll(q, "{role}", role))
 	}
 	t.Cleanup(func() {
 		admin.Exec(bg(), `DROP OWNED BY `+role)
@@ -423,6 +422,19 @@ func migratedTable(t *testing.T, pool *pgxpool.Pool) string {
 }
 
 func bg() context.Context { return context.Background() }
+
+// execer runs a statement: a pool, a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// mustExec runs sql on q, failing t on an error.
+func mustExec(t testing.TB, q execer, sql string, args ...any) {
+	t.Helper()
+	if _, err := q.Exec(bg(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // subtest is a named test of a group run by [subtests].
 type subtest struct {

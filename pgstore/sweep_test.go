@@ -56,9 +56,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	for i := range expired {
 		keys = append(keys, s.key(fmt.Sprint("id-", i)))
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys)
 	// Which rows are expired is the database's answer, not a guess.
 	wantGone := countRows(t, s, "until < now() AND state <> 'm'")
 	var wg sync.WaitGroup
@@ -132,9 +130,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	deadline := time.Now().Add(10 * time.Second)
 	for countRows(t, s, "state = 'c'") > 0 {
 		if time.Now().After(deadline) {
@@ -152,9 +148,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	time.Sleep(200 * time.Millisecond)
 	if n := countRows(t, s, "state = 'c'"); n != 1 {
 		t.Fatalf("%d rows after Close, want the one expired row left unswept", n)
@@ -173,17 +167,13 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 		if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
 			t.Fatal(first, err)
 		}
-		if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 		// A sweeper's batch: the expired row locked, then deleted.
 		tx, err := admin.Begin(bg())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id))
 		type result struct {
 			ok  bool
 			err error
@@ -199,9 +189,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 			done <- result{l.State == replay.LeaseAcquired, err}
 		}()
 		waitForLockWaiter(t, admin)
-		if _, err := tx.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
 		if err := tx.Commit(bg()); err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +216,7 @@ func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	if _, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live")); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live"))
 	tx, err := pool.Begin(bg())
 	if err != nil {
 		t.Fatal(err)

@@ -223,9 +223,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	p := needServer(t)
 	work := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	if _, err := work.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, work.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
 	if err := Migrate(bg(), otherPool, DefaultTable); err != nil {
@@ -276,9 +274,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	p := needServer(t)
 	s := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	if _, err := s.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
 	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
@@ -286,9 +282,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	}
 	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
 	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if _, err := s.pool.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
 	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
 		t.Fatal(err)
@@ -316,9 +310,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 			}
 			defer tx.Rollback(bg())
 			if tt.prepare != "" {
-				if _, err := tx.Exec(bg(), tt.prepare); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, tx, tt.prepare)
 			}
 			first, err := s.Claim(WithTx(bg(), tx), id, until)
 			if tt.foreign {

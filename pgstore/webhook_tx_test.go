@@ -36,9 +36,7 @@ func runsTable(t *testing.T, pool *pgxpool.Pool) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "webhook_runs_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), "create table "+name+" (delivery text not null, attempt int not null)"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "create table "+name+" (delivery text not null, attempt int not null)")
 	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
 	return name
 }

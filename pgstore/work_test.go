@@ -35,9 +35,7 @@ func newTable(t testing.TB, pool *pgxpool.Pool, prefix, columns string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := prefix + hex.EncodeToString(b)
-	if _, err := pool.Exec(bg(), `CREATE TABLE `+name+` (`+columns+`)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE `+name+` (`+columns+`)`)
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+name) })
 	return name
 }
@@ -183,14 +181,10 @@ func workRefusals(t *testing.T) {
 				s.refusal.Store(&refusal)
 			}, want: []error{ErrUnavailable, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "the lease released", until: until, prepare: func(s *Store, id string) {
-				if _, err := s.pool.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, s.pool, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
 			}, want: []error{replay.ErrLeaseLost}, wantLease: ""},
 			{name: "the lease's ID confirmed by another", until: until, prepare: func(s *Store, id string) {
-				if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET state = 'd', token = $2 WHERE key = $1`, s.key(id), strings.Repeat("0", tokenLen)); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, s.pool, `UPDATE `+s.table+` SET state = 'd', token = $2 WHERE key = $1`, s.key(id), strings.Repeat("0", tokenLen))
 			}, want: []error{replay.ErrLeaseLost}, wantLease: "d"},
 		}
 		for _, tt := range tests {
@@ -236,9 +230,7 @@ func workRefusals(t *testing.T) {
 		if err := charge(w.Context(bg()), table, "forgotten", "x"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE state = 'm'`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, s.pool, `DELETE FROM "`+name+`" WHERE state = 'm'`)
 		if err := w.Commit(bg(), until, nil, nil); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Commit = %v, want ErrForgotten", err)
 		}

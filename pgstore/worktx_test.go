@@ -428,9 +428,7 @@ func spoofSchema(t testing.TB, pool *pgxpool.Pool) {
 			SELECT coalesce(nullif(pg_catalog.current_setting('ctoken.xid', true), '')::bigint, pg_catalog.txid_current()) $$`,
 		`CREATE OR REPLACE FUNCTION ctoken_spoof.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$ SELECT $2 $$`,
 	} {
-		if _, err := pool.Exec(bg(), sql); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, sql)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_spoof CASCADE`) })
 }
@@ -939,9 +937,7 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = bytea, RIGHTARG = bytea, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
 		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = text, RIGHTARG = text, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
 	} {
-		if _, err := s.pool.Exec(bg(), sql); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, s.pool, sql)
 	}
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_op CASCADE`) })
 
