@@ -3,12 +3,13 @@ package pgstore
 import (
 	"errors"
 	"fmt"
-	"github.com/ctoken/ctoken/replay"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // TestChecks pins the server checks New runs and the recheck repeats every
@@ -285,39 +286,22 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	primary := ownServer(t)
 	admin := primary.pool(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	n := 0
-	// waitFor claims fresh IDs until a claim's error matches want (nil:
-	// until one is first).
-	waitFor := func(what string, want error) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n++
-			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
-			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-			}
-		}
-	}
 	exec := func(qs ...string) {
 		t.Helper()
 		for _, q := range qs {
 			mustExec(t, admin, q)
 		}
 	}
-	waitFor("at start", nil)
+	waitForClaim(t, s, "at start", nil)
 	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit turned off", ErrConfig)
+	waitForClaim(t, s, "synchronous_commit turned off", ErrConfig)
 	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) || !errors.Is(err, replay.ErrConfig) {
 		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig, which matches replay.ErrConfig (an operator must act)", l, err)
 	}
 	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit on again", nil)
+	waitForClaim(t, s, "synchronous_commit on again", nil)
 	addStandby(t, primary, false)
-	waitFor("an asynchronous standby attached", ErrConfig)
+	waitForClaim(t, s, "an asynchronous standby attached", ErrConfig)
 	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())

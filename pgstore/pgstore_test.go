@@ -120,53 +120,21 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 	p := ownServer(t)
 	admin := p.pool(t)
 	running := storeOn(t, p.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	n := 0
-	// waitFor claims fresh IDs on the running store until a claim's error
-	// matches want (nil: until one is first).
-	waitFor := func(what string, want error) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n++
-			first, err := running.Claim(bg(), fmt.Sprint("id-", n), until)
-			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-			}
-		}
-	}
 	for _, setting := range []string{"fsync", "full_page_writes"} {
 		t.Run(setting, func(t *testing.T) {
-			set := func(value string) {
-				t.Helper()
-				for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
-					mustExec(t, admin, q)
-				}
-				// The reload reaches the sessions asynchronously.
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-					var got string
-					if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s is not %s 10 s after the reload", setting, value)
-					}
-				}
-			}
+			set := func(value string) { setSystem(t, admin, setting, value) }
 			set("off")
 			defer set("on")
 			if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), setting) {
 				t.Fatalf("New with %s off: store %v, %v; want ErrConfig naming it", setting, s != nil, err)
 			}
 			s := storeOn(t, p.pool(t), func(o *Options) { o.AllowRollback = true })
-			if first, err := s.Claim(bg(), "allowed", until); !first || err != nil {
+			if first, err := s.Claim(bg(), "allowed", time.Now().Add(time.Hour)); !first || err != nil {
 				t.Fatalf("Claim with %s off and AllowRollback = %v, %v; want first", setting, first, err)
 			}
-			waitFor(setting+" turned off", ErrConfig)
+			waitForClaim(t, running, setting+" turned off", ErrConfig)
 			set("on")
-			waitFor(setting+" on again", nil)
+			waitForClaim(t, running, setting+" on again", nil)
 		})
 	}
 }

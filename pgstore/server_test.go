@@ -436,6 +436,39 @@ func mustExec(t testing.TB, q execer, sql string, args ...any) {
 	}
 }
 
+// setSystem sets a server setting with ALTER SYSTEM, reloads the
+// configuration and waits until admin's sessions see value (the reload
+// reaches them asynchronously), failing t after 10 s.
+func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
+	t.Helper()
+	mustExec(t, admin, `ALTER SYSTEM SET `+setting+` = `+value)
+	mustExec(t, admin, `SELECT pg_reload_conf()`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var got string
+		if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not %s 10 s after the reload", setting, value)
+		}
+	}
+}
+
+// waitForClaim claims fresh IDs on s until a claim's error matches want
+// and ErrUnavailable (nil: until one is first), failing t after 10 s.
+func waitForClaim(t *testing.T, s *Store, what string, want error) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		first, err := s.Claim(bg(), uniquePrefix(), time.Now().Add(time.Hour))
+		if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+		}
+	}
+}
+
 // subtest is a named test of a group run by [subtests].
 type subtest struct {
 	name string
