@@ -200,16 +200,8 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 	p := needServer(t)
 	admin = p.pool(t)
 	d = newReplyDropper(t, "127.0.0.1:"+p.port)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolVia(t, p, d.ln.Addr().String(), 1)
+	var err error
 	// New's checks run under the short Timeout too: on a loaded machine
 	// one can exceed it, which is not what these tests are about, so New
 	// is tried a few times.

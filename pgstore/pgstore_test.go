@@ -190,20 +190,8 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
-	name := uniqueTable(t, admin)
-	if err := Migrate(bg(), admin, name); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(p.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	name := migratedTable(t, admin)
+	pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	behind := func() time.Time { return time.Now().Add(-4 * time.Second) }
 	opts := Options{Table: name, SweepInterval: -1, MaxSkew: 3 * time.Second, Timeout: 10 * time.Second}
 	// A first New prepares the query on the pool's one connection, so that
@@ -271,10 +259,7 @@ func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
-	name := uniqueTable(t, admin)
-	if err := Migrate(bg(), admin, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, admin)
 	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	mustExec(t, admin, `ALTER TABLE "`+name+`" SET UNLOGGED`)
 	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
@@ -293,16 +278,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	mustExec(t, admin, `ALTER TABLE "`+name+`" SET LOGGED`)
 
 	// A temporary table of the same name, on the pool's one connection.
-	cfg, err := pgxpool.ParseConfig(p.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	for _, q := range []string{
 		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
 		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,

@@ -221,10 +221,7 @@ func workRefusals(t *testing.T) {
 	})
 
 	t.Run("a table that forgot its claims", func(t *testing.T) {
-		name := uniqueTable(t, s.pool)
-		if err := Migrate(bg(), s.pool, name); err != nil {
-			t.Fatal(err)
-		}
+		name := migratedTable(t, s.pool)
 		f := storeOn(t, s.pool, func(o *Options) { o.Table = name })
 		w, _ := acquire(t, f, "f", time.Minute)
 		if err := charge(w.Context(bg()), table, "forgotten", "x"); err != nil {
