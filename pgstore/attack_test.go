@@ -59,9 +59,7 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 					id := fmt.Sprintf("hold-%d-%d", k, i)
 					w := way.begin(t, s, id)
 					ctx := w.Context(bg())
-					if err := charge(ctx, table, id, "work"); err != nil {
-						t.Fatal(err)
-					}
+					must(t, charge(ctx, table, id, "work"))
 					tx, _ := TxFrom(ctx)
 					key := fmt.Sprintf(`decode('%x', 'hex')`, s.key(id))
 					if _, err := tx.Exec(ctx, fmt.Sprintf(declare, key)); err != nil {
@@ -125,9 +123,7 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 				id := fmt.Sprintf("timeout-%d-%d", k, i)
 				w := way.begin(t, s, id)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, id, "work"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "work"))
 				if tt.handler != "" {
 					tx, _ := TxFrom(ctx)
 					if _, err := tx.Exec(ctx, tt.handler); err != nil {
@@ -252,13 +248,9 @@ func workSessionAttacks(t *testing.T) {
 								t.Errorf("work %d: the session shows %q, want %q", j, settings, want)
 							}
 						}
-						if err := charge(ctx, table, id, "work"); err != nil {
-							t.Fatal(err)
-						}
+						must(t, charge(ctx, table, id, "work"))
 						var pid int32
-						if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-							t.Fatal(err)
-						}
+						must(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
 						if attacked {
 							for _, sql := range attack.sql(s, name) {
 								if _, err := tx.Exec(ctx, sql); err != nil {
@@ -288,9 +280,7 @@ func workSessionAttacks(t *testing.T) {
 							// pg_stat_activity.
 							for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 								var alive bool
-								if err := admin.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
-									t.Fatal(err)
-								}
+								must(t, admin.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive))
 								if !alive {
 									break
 								}

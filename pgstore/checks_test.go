@@ -77,9 +77,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			// refused, however long the machine made it take.
 			const fence = 3 * time.Second
 			rearmed := time.Now()
-			if err := Rearm(bg(), pool, name, fence); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Rearm(bg(), pool, name, fence))
 			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
 				t.Fatalf("New on a rearmed, fenced table: %v", err)
 			}
@@ -102,9 +100,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {
 				t.Fatalf("Claim after the fence = %v, %v; want first", first, err)
 			}
-			if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Rearm(bg(), pool, name, time.Hour))
 			if first, err := s.Claim(bg(), "also-never-seen", until); !first || err != nil {
 				t.Fatalf("Claim after rearming an armed table = %v, %v; want first (nothing changed)", first, err)
 			}
@@ -126,15 +122,11 @@ func standbyFailsClosed(t *testing.T) {
 	}
 	p.kill()
 	signal := filepath.Join(p.dir, "standby.signal")
-	if err := os.WriteFile(signal, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(signal, nil, 0o600))
 	if cred != nil {
 		os.Chown(signal, int(cred.Uid), int(cred.Gid))
 	}
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.start())
 	for _, id := range []string{"before", "after"} {
 		var err error
 		for range 50 { // the pool's connections died with the server
@@ -231,9 +223,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			if first, err := claim(); !first || err != nil {
 				t.Fatalf("Claim before the change = %v, %v", first, err)
 			}
-			if err := run(c.off); err != nil {
-				t.Fatal(err)
-			}
+			must(t, run(c.off))
 			changed := time.Now()
 			restored := false
 			defer func() {
@@ -254,9 +244,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if err := run(c.on); err != nil {
-				t.Fatal(err)
-			}
+			must(t, run(c.on))
 			restored = true
 			// The pool's sessions opened while the role said off keep it
 			// (and the store keeps refusing) until they are closed.

@@ -160,9 +160,7 @@ func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
 		t.Fatal(first, err)
 	}
 	var got time.Time
-	if err := s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got))
 	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
 		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
 	}
@@ -236,9 +234,7 @@ func refusalsWriteNothing(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	version := func(id string) string {
 		var v string
-		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v))
 		return v
 	}
 	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
@@ -269,9 +265,7 @@ func refusalsWriteNothing(t *testing.T) {
 	if v := version("leased"); v != leased {
 		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
 	}
-	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(bg(), "leased", l.Token, until))
 }
 
 // TestKeys pins the keys a Store writes: prefixes that isolate stores
@@ -321,9 +315,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	}
 	t.Run("release", func(t *testing.T) {
 		claim(inner, "evt_1", true)
-		if err := outer.Release(bg(), "webhooks:evt_1"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, outer.Release(bg(), "webhooks:evt_1"))
 		claim(inner, "evt_1", false)
 	})
 	t.Run("claim", func(t *testing.T) {
@@ -331,9 +323,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		claim(outer, "webhooks:evt_2", true)
 		claim(outer, "webhooks:evt_2", false)
 		claim(inner, "evt_2", false)
-		if err := inner.Release(bg(), "evt_2"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, inner.Release(bg(), "evt_2"))
 		claim(outer, "webhooks:evt_2", false)
 		claim(inner, "evt_2", true)
 	})
@@ -346,9 +336,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		if err != nil || o.State != replay.LeaseAcquired {
 			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
 		}
-		if err := outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token); err != nil {
-			t.Fatal(err)
-		}
+		must(t, outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token))
 		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
 			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
 		}

@@ -46,9 +46,7 @@ func (e pgEffects) Write(ctx context.Context, id string) error {
 func (e pgEffects) Count(t *testing.T, id string) int {
 	t.Helper()
 	var n int
-	if err := e.pool.QueryRow(bg(), `SELECT count(*) FROM "`+e.table+`" WHERE id = $1`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.pool.QueryRow(bg(), `SELECT count(*) FROM "`+e.table+`" WHERE id = $1`, id).Scan(&n))
 	return n
 }
 

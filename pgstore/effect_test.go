@@ -59,14 +59,10 @@ func charges(t testing.TB, pool *pgxpool.Pool, table string) map[string][][]byte
 	for rows.Next() {
 		var k string
 		var b []byte
-		if err := rows.Scan(&k, &b); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&k, &b))
 		out[k] = append(out[k], b)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return out
 }
 
@@ -429,9 +425,7 @@ func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	lines := bufio.NewScanner(out)
 	if !lines.Scan() {
@@ -442,9 +436,7 @@ func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "charged" {
 		t.Fatalf("the app process did not charge: %q %v", lines.Text(), lines.Err())
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
 	// The killed process's transaction is rolled back by PostgreSQL when
 	// its connection drops; its lease ends by itself.
@@ -558,9 +550,7 @@ func committedWork(t testing.TB, pool *pgxpool.Pool, table string) []int {
 	var out []int
 	for rows.Next() {
 		var who int
-		if err := rows.Scan(&who); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&who))
 		out = append(out, who)
 	}
 	return out

@@ -36,9 +36,7 @@ func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish fun
 	mustExec(t, tx, `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id))
 	return func(commit bool) {
 		if commit {
-			if err := tx.Commit(bg()); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.Commit(bg()))
 			return
 		}
 		tx.Rollback(bg())

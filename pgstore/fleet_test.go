@@ -203,9 +203,7 @@ func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
 	}
 	// After a crash and restart, the redeemed tokens stay redeemed and the
 	// fresh ones are redeemed once.
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	for _, kind := range singleUseKinds {
 		want := map[string]int{"redeemed": http.StatusConflict, "fresh": http.StatusOK}
 		for name, tok := range map[string]string{"redeemed": redeemed[kind], "fresh": fresh[kind]} {

@@ -32,9 +32,7 @@ func wantFunctionsRefused(t *testing.T, pool *pgxpool.Pool, name string) {
 	if _, err := New(bg(), pool, Options{Table: name, Prefix: "fn:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "functions") {
 		t.Fatalf("New = %v; want ErrConfig naming the functions", err)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	commitWork(t, s, "after-migrate")
 }
@@ -119,9 +117,7 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 	if _, w, err := s.AcquireWork(bg(), "refused", time.Minute, []byte("fp")); w != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("AcquireWork while refused = %v, %v; want ErrConfig", w, err)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	waitClaim("restored", nil)
 	commitWork(t, s, "restored")
 }
@@ -134,18 +130,14 @@ func migratingAgainLeavesTheFunctionsAlone(t *testing.T) {
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	xmins := func() string {
 		var x string
-		if err := pool.QueryRow(bg(), `SELECT string_agg(xmin::text, ',' ORDER BY oid) FROM pg_proc WHERE oid = ANY (SELECT to_regprocedure(unnest($1::text[])))`, s.fnSigs).Scan(&x); err != nil {
-			t.Fatal(err)
-		}
+		must(t, pool.QueryRow(bg(), `SELECT string_agg(xmin::text, ',' ORDER BY oid) FROM pg_proc WHERE oid = ANY (SELECT to_regprocedure(unnest($1::text[])))`, s.fnSigs).Scan(&x))
 		return x
 	}
 	before := xmins()
 	if strings.Count(before, ",") != 2 {
 		t.Fatalf("functions' xmin = %q; want three", before)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	if after := xmins(); after != before {
 		t.Fatalf("functions' xmin %q after a second Migrate, %q before: rewritten", after, before)
 	}

@@ -439,9 +439,7 @@ func acceptedAgain(t *testing.T, s *Store, acked []string, until time.Time, refu
 func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 	t.Helper()
 	var secs float64
-	if err := pool.QueryRow(bg(), `SELECT CASE WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END FROM ctoken_replay WHERE key = `+markerSQL).Scan(&secs); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(bg(), `SELECT CASE WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END FROM ctoken_replay WHERE key = `+markerSQL).Scan(&secs))
 	return time.Duration(secs * float64(time.Second))
 }
 
@@ -788,9 +786,7 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 		keys[i] = s.key(id)
 	}
 	var n int
-	if err := p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n))
 	return n
 }
 
@@ -843,9 +839,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			if c.cut {
 				a.kill() // cut off: b acknowledges alone from now on
 				if c.bAway {
-					if err := b.restart(); err != nil {
-						t.Fatal(err)
-					}
+					must(t, b.restart())
 					waitStates(t, admin, map[string]string{"b": "sync"})
 				}
 				time.Sleep(time.Second)
@@ -910,9 +904,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	primary.kill()
 	acked := stopLoad()
-	if err := standby.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, standby.restart())
 	promoteStandby(t, standby)
 	pool := standby.pool(t)
 	var token string
@@ -934,9 +926,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged claims accepted twice (%d missing, %d fenced, fence %v); want 0, all fenced for the claims' lifetime", twice, len(acked), missing, fenced, fence)
 	}
 	t.Run("a table made after the promotion serves", func(t *testing.T) {
-		if err := Migrate(bg(), pool, "made_after_promotion"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, "made_after_promotion"))
 		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
 		if first, err := n.Claim(bg(), "fresh", until); err != nil || !first {
 			t.Fatalf("Claim on a table made on the promoted server = %v, %v; want first", first, err)

@@ -51,17 +51,13 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	if err != nil || r.State != replay.LeaseAcquired {
 		t.Fatal(r, err)
 	}
-	if err := s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond))
 	if left, state := leaseLeft(t, s, "a"); left <= 89*time.Second || left > 90*time.Second+time.Microsecond || state != "l" {
 		t.Fatalf("row after the renewal: %v left, state %q; want about 90s, 'l'", left, state)
 	}
 	var token string
 	var fp, result []byte
-	if err := s.pool.QueryRow(bg(), `SELECT token, fingerprint, result FROM `+s.table+` WHERE key = $1`, s.key("a")).Scan(&token, &fp, &result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT token, fingerprint, result FROM `+s.table+` WHERE key = $1`, s.key("a")).Scan(&token, &fp, &result))
 	if token != r.Token || !bytes.Equal(fp, []byte("fp")) || result != nil {
 		t.Fatalf("row after the renewal: token %q, fingerprint %q, result %q; want the lease's, unchanged", token, fp, result)
 	}
@@ -106,17 +102,13 @@ func renewRefusesAForgottenOrFencedTable(t *testing.T) {
 		}
 	}
 	var record string
-	if err := pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record))
 	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
 	refuses("on another timeline than the record's")
 	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record)
 	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
-	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Rearm(bg(), pool, name, time.Hour))
 	refuses("before the fence")
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
@@ -149,9 +141,7 @@ func renewRefusedWhileARecheckRefuses(t *testing.T) {
 		t.Fatal("RenewLease while refusing wrote the row")
 	}
 	s.refusal.Store(nil)
-	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(bg(), "held", l.Token, time.Hour))
 }
 
 // A renewal of a row that another transaction is changing waits for it
@@ -224,9 +214,7 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	start := time.Now()
 	err = s.RenewLease(bg(), "locked", l.Token, time.Hour)
 	took := time.Since(start)
-	if err := tx.Rollback(bg()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, tx.Rollback(bg()))
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal of a locked row past the Timeout = %v; want ErrUnavailable and DeadlineExceeded", err)
 	}
@@ -234,9 +222,7 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 		t.Fatalf("the renewal took %v with a Timeout of 300ms", took)
 	}
 	var token string
-	if err := s.pool.QueryRow(bg(), `SELECT token FROM `+s.table+` WHERE key = $1`, s.key("locked")).Scan(&token); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT token FROM `+s.table+` WHERE key = $1`, s.key("locked")).Scan(&token))
 	if left, state := leaseLeft(t, s, "locked"); left > time.Hour || state != "l" || token != l.Token {
 		t.Fatalf("row after the timed-out renewal: %v left, %q, token %q; want the lease, renewed or not", left, state, token)
 	}
@@ -294,9 +280,7 @@ func renewThroughAWork(t *testing.T) {
 		if err := s.RenewLease(w.Context(bg()), "rolled", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
 		}
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Rollback(bg()))
 		if l, err := s.AcquireLease(bg(), "rolled", time.Minute); err != nil || l.State != replay.LeaseAcquired {
 			t.Fatalf("AcquireLease after the rollback = %+v, %v; want acquired (nothing kept)", l, err)
 		}

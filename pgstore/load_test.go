@@ -279,9 +279,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 		t.Fatalf("%d first claims, up to %d expired rows unswept: the table is not kept bounded", a, maxStale.Load())
 	}
 	var swept time.Time // rows expired by then must be gone after the sweep
-	if err := admin.QueryRow(bg(), `SELECT now()`).Scan(&swept); err != nil {
-		t.Fatal(err)
-	}
+	must(t, admin.QueryRow(bg(), `SELECT now()`).Scan(&swept))
 	for _, s := range stores {
 		if _, err := s.Sweep(bg()); err != nil {
 			t.Fatal(err)

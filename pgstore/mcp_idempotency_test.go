@@ -57,9 +57,7 @@ func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
 func paymentRows(t testing.TB, pool *pgxpool.Pool, table string) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n))
 	return n
 }
 
@@ -174,9 +172,7 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 				}
 			}
 			var kept int
-			if err := pool.QueryRow(ctx, "select count(*) from "+table+" where amount = 7").Scan(&kept); err != nil {
-				t.Fatal(err)
-			}
+			must(t, pool.QueryRow(ctx, "select count(*) from "+table+" where amount = 7").Scan(&kept))
 			if string(res) != `{"content":[{"type":"text","text":"payment 1"}]}` || runs.Load() != 1 || kept != 1 || dropper.dropped.Load() != 1 {
 				t.Fatalf("the retry got %s; %d runs, %d payments kept, %d replies dropped; want the first run's, kept once", res, runs.Load(), kept, dropper.dropped.Load())
 			}

@@ -53,9 +53,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 		<-release
 		return json.RawMessage(`{"content":[]}`), nil
 	}}
-	if err := a.Add(tool); err != nil {
-		t.Fatal(err)
-	}
+	must(t, a.Add(tool))
 	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +123,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ts.Add(tool); err != nil {
-			t.Fatal(err)
-		}
+		must(t, ts.Add(tool))
 		tss = append(tss, ts)
 	}
 	a, b := tss[0], tss[1]

@@ -41,9 +41,7 @@ func TestReadRecord(t *testing.T) {
 		if err != nil || d.State != replay.LeaseAcquired {
 			t.Fatal(d, err)
 		}
-		if err := s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 		for _, id := range []string{"free", "leased", "done"} {
 			// The read's statement in a read-only transaction, which
 			// refuses any write and any row lock; a transaction that
@@ -63,9 +61,7 @@ func TestReadRecord(t *testing.T) {
 				t.Fatalf("the read statement of %q in a read-only transaction: %v", id, err)
 			}
 			var xid *int64
-			if err := tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid))
 			if xid != nil {
 				t.Fatalf("the read statement of %q assigned a transaction ID (%d): it wrote or locked a row", id, *xid)
 			}
@@ -94,9 +90,7 @@ func TestReadRecord(t *testing.T) {
 		if r, err := s.AcquireRecord(bg(), "w", time.Minute, []byte("fp")); err != nil || busyAnswer(t, r, []byte("fp")) != "same" {
 			t.Fatalf("AcquireRecord of a Work's ID after a read = %+v, %v; want busy, the same request", r, err)
 		}
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 		if r, err := s.ReadRecord(bg(), "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
 			t.Fatalf("ReadRecord after the Work's commit = %+v, %v; want done with its result", r, err)
 		}
@@ -120,9 +114,7 @@ func TestReadRecord(t *testing.T) {
 		}
 		mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 		refuses("without the marker row")
-		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Rearm(bg(), pool, name, time.Hour))
 		refuses("before the fence")
 		mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 		if r, err := s.ReadRecord(bg(), "a"); err != nil || r.State != replay.LeaseDone {
@@ -256,9 +248,7 @@ func recordRefusalsWriteNothing(t *testing.T) {
 		}
 		// The limits themselves are accepted, and read back byte for byte.
 		result := bytes.Repeat([]byte{0, 0xff, 'x'}, replay.MaxResultBytes/3+1)[:replay.MaxResultBytes]
-		if err := s.ConfirmRecord(bg(), "b", l.Token, until, fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "b", l.Token, until, fp, result))
 		wantRecord(t, s, "b", replay.LeaseDone, fp, result)
 	})
 }
@@ -295,9 +285,7 @@ func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 	}
 	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
-	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Rearm(bg(), pool, name, time.Hour))
 	refuses("before the fence")
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); err != nil {
@@ -326,9 +314,7 @@ func recordRefusedWhileARecheckRefuses(t *testing.T) {
 		t.Fatalf("the lease's row is %+v while refusing; want unchanged", row)
 	}
 	s.refusal.Store(nil)
-	if err := s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 }
 
 // recordOfAnEarlierHolderIsNeverReported: a row taken over after its
@@ -343,9 +329,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, id)
 	}
 	t.Run("AcquireLease then ConfirmLease", func(t *testing.T) {
@@ -355,9 +339,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 			t.Fatal(l, err)
 		}
 		wantRecord(t, s, "a", replay.LeaseBusy, nil, nil)
-		if err := s.ConfirmLease(bg(), "a", l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(bg(), "a", l.Token, until))
 		wantRecord(t, s, "a", replay.LeaseDone, nil, nil)
 		if row, _ := rowOf(t, s, "a"); row.fingerprint != nil || row.result != nil {
 			t.Fatalf("row after ConfirmLease = %+v; want no record", row)
@@ -376,13 +358,9 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, "b")
-		if err := s.ConfirmLease(bg(), "b", l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(bg(), "b", l.Token, until))
 		wantRecord(t, s, "b", replay.LeaseDone, nil, nil)
 	})
 	t.Run("Claim", func(t *testing.T) {
@@ -652,9 +630,7 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 		}
 	}
 	killed := time.Now()
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	back := time.Now()
 	newKeysUntil.Store(back.Add(1500 * time.Millisecond).UnixNano())
 	hardDeadline.Store(back.Add(faultLease + 5*time.Second).UnixNano())

@@ -96,9 +96,7 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 	b := make([]byte, 6)
 	rand.Read(b)
 	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
-	if err := mkdirOwned(dir); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(dir))
 	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
 	if slot != "" {
 		args = append(args, "-C", "-S", slot)
@@ -109,9 +107,7 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
 	standby = &pgServer{dir: dir, port: port, extra: extra}
-	if err := standby.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, standby.start())
 	t.Cleanup(standby.kill)
 	return standby
 }
@@ -227,9 +223,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	b := make([]byte, 6)
 	rand.Read(b)
 	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	if err := mkdirOwned(backup); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(backup))
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
 		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
 	runAs(cmd)
@@ -343,9 +337,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	b := make([]byte, 6)
 	rand.Read(b)
 	dir := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	if err := mkdirOwned(dir); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(dir))
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
 		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast")
 	runAs(cmd)
@@ -356,9 +348,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	p.kill()
 
 	restored := &pgServer{dir: dir, port: freePort()}
-	if err := restored.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, restored.start())
 	t.Cleanup(restored.kill)
 	pool := restored.pool(t)
 	r := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
@@ -367,9 +357,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 
 	// The remedy: forget the table on purpose, then rearm it fenced.
 	mustExec(t, pool, `DELETE FROM `+r.table+` WHERE key = `+markerSQL)
-	if err := Rearm(bg(), pool, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Rearm(bg(), pool, "", time.Hour))
 	for _, id := range []string{"before-0", "after-0", "never-seen"} {
 		if first, err := r.Claim(bg(), id, until); first || !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Claim(%s) after the rearm = %v, %v; want ErrForgotten until the fence passes", id, first, err)

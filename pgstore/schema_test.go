@@ -72,18 +72,12 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			t.Fatalf("New on a layout-1 table = %v, %v; want ErrConfig (run Migrate)", s, err)
 		}
 		for range 2 { // idempotent
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Migrate(bg(), pool, name))
 		}
 		o := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = outer })
 		i := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = inner })
-		if err := o.Release(bg(), "webhooks:evt_1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := i.Release(bg(), "evt_1"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, o.Release(bg(), "webhooks:evt_1"))
+		must(t, i.Release(bg(), "evt_1"))
 		for _, c := range []struct {
 			s     *Store
 			id    string
@@ -113,9 +107,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("fence kept", func(t *testing.T) {
 		name := layout1Table(t, pool, `now() + interval '1 hour'`)
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		if first, err := s.Claim(bg(), "x", until); first || !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Claim on an upgraded table fenced by Rearm = %v, %v; want ErrForgotten", first, err)
@@ -139,12 +131,8 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("rearm leaves it to Migrate", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
-		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-			t.Fatal(err)
-		}
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Rearm(bg(), pool, name, time.Hour))
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		if first, err := s.Claim(bg(), "x", until); !first || err != nil {
 			t.Fatalf("Claim after Rearm (no change: it had its marker) and Migrate = %v, %v; want first", first, err)
@@ -197,18 +185,14 @@ func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 		go func() { errs <- Migrate(bg(), pool, name) }()
 	}
 	for range 4 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		must(t, <-errs)
 	}
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatal(first, err)
 	}
 	// Migrating again leaves the claims alone.
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
 		t.Fatalf("Claim after a second Migrate = %v, %v; want false", first, err)
 	}
@@ -239,9 +223,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
 		}
 		for range 2 { // idempotent
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Migrate(bg(), pool, name))
 		}
 		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
 		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
@@ -251,9 +233,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		wantRecord(t, s, "claimed", replay.LeaseDone, nil, nil)
 		l := wantRecord(t, s, "expired", replay.LeaseAcquired, nil, nil)
 		until := time.Now().Add(time.Hour)
-		if err := s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")))
 		wantRecord(t, s, "expired", replay.LeaseDone, []byte("fp"), []byte("result"))
 
 		// An instance of the earlier version confirms its lease on the
@@ -296,15 +276,11 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 
 	t.Run("key layout 1", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`, [3]string{prefix + "old", "d", `now() + interval '1 hour'`})
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
 		wantRecord(t, s, "old", replay.LeaseDone, nil, nil) // the layout-1 row, still honoured
 		l := wantRecord(t, s, "new", replay.LeaseAcquired, nil, nil)
-		if err := s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 		wantRecord(t, s, "new", replay.LeaseDone, []byte("fp"), []byte("r"))
 	})
 }

@@ -385,9 +385,7 @@ func ownServer(t testing.TB, extra ...string) *pgServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
-	if err := Migrate(context.Background(), p.pool(t), ""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(context.Background(), p.pool(t), ""))
 	return p
 }
 
@@ -415,13 +413,19 @@ func uniqueTable(t *testing.T, pool *pgxpool.Pool) string {
 func migratedTable(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	return name
 }
 
 func bg() context.Context { return context.Background() }
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // execer runs a statement: a pool, a connection or a transaction.
 type execer interface {

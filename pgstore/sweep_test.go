@@ -12,9 +12,7 @@ import (
 func countRows(t testing.TB, s *Store, where string) int {
 	t.Helper()
 	var n int
-	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n))
 	return n
 }
 
@@ -48,9 +46,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)))
 	// Expire the first claims and the done row on the database's clock.
 	keys := [][]byte{s.key("lease")}
 	for i := range expired {
@@ -190,9 +186,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 		}()
 		waitForLockWaiter(t, admin)
 		mustExec(t, tx, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
-		if err := tx.Commit(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.Commit(bg()))
 		if r := <-done; !r.ok || r.err != nil {
 			t.Fatalf("%s racing a sweep = %v, %v; want the free ID taken", step, r.ok, r.err)
 		}

@@ -158,9 +158,7 @@ func claimInATransaction(t *testing.T) {
 	t.Run("a transaction that has ended", func(t *testing.T) {
 		w, _ := acquire(t, s, "ended", time.Minute)
 		ctx := w.Context(bg())
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Rollback(bg()))
 		if first, err := s.Claim(ctx, "after-end", until); first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, pgx.ErrTxClosed) {
 			t.Fatalf("Claim in an ended work = %v, %v; want ErrUnavailable and ErrTxClosed", first, err)
 		}
@@ -203,9 +201,7 @@ func claimInATransaction(t *testing.T) {
 		// time, so an until between the two is refused as expired.
 		time.Sleep(300 * time.Millisecond)
 		var dbNow time.Time
-		if err := tx.QueryRow(bg(), `SELECT statement_timestamp()`).Scan(&dbNow); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.QueryRow(bg(), `SELECT statement_timestamp()`).Scan(&dbNow))
 		if first, err := s.Claim(WithTx(bg(), tx), "stale", dbNow.Add(-100*time.Millisecond)); first || !errors.Is(err, replay.ErrExpired) {
 			t.Fatalf("Claim with an until past by the statement's clock = %v, %v; want ErrExpired", first, err)
 		}
@@ -226,9 +222,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	mustExec(t, work.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	if err := Migrate(bg(), otherPool, DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), otherPool, DefaultTable))
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
 		name      string
@@ -249,9 +243,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 				t.Fatalf("Claim in the work's context = %v, %v; want first", first, err)
 			}
 			if tt.commit {
-				if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 			} else if err := w.Rollback(bg()); err != nil {
 				t.Fatal(err)
 			}
@@ -277,16 +269,12 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	mustExec(t, s.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), otherDB, DefaultTable))
 	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
 	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	mustExec(t, s.pool, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
-	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), s.pool, schema+"."+DefaultTable))
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
 		name    string
@@ -326,9 +314,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 			if !first || err != nil {
 				t.Fatalf("Claim = %v, %v; want first", first, err)
 			}
-			if err := tx.Commit(bg()); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.Commit(bg()))
 			if first, err := s.Claim(bg(), id, until); first || err != nil {
 				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
 			}

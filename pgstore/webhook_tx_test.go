@@ -53,14 +53,10 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	for rows.Next() {
 		var id string
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&id, &n))
 		got[id] = n
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return got
 }
 
@@ -258,9 +254,7 @@ func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
 				if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 2)", d.ID); err != nil {
 					t.Fatal(err)
 				}
-				if err := other.Confirm(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Confirm(context.Background()))
 			},
 			finish: (*webhook.Lease).Confirm, lost: true, rows: 1, next: webhook.ErrDuplicate,
 		},
@@ -282,9 +276,7 @@ func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
 			bg := context.Background()
 			id := fmt.Sprintf("msg_lease_%d", i)
 			h := http.Header{}
-			if err := signer.Sign(h, id, []byte("{}")); err != nil {
-				t.Fatal(err)
-			}
+			must(t, signer.Sign(h, id, []byte("{}")))
 			d, err := v.Verify(h, []byte("{}"))
 			if err != nil {
 				t.Fatal(err)
@@ -354,9 +346,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, child.Start())
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
 	lines := make(chan string, 2)
 	go func() {
@@ -395,9 +385,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(req.Header, id, []byte(body)))
 		if url != "" {
 			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 			if err != nil {
@@ -416,9 +404,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 		t.Fatalf("the receiver said %q, want inserted", l)
 	}
 	start := time.Now()
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, child.Process.Kill())
 	child.Wait()
 	if code := <-killed; code != 0 {
 		t.Fatalf("the killed receiver answered %d", code)
@@ -460,9 +446,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 	defer rows.Close()
 	for rows.Next() {
 		var a int
-		if err := rows.Scan(&a); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&a))
 		attempts = append(attempts, a)
 	}
 	if len(attempts) != 1 || attempts[0] != 1 {

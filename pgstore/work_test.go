@@ -192,9 +192,7 @@ func workRefusals(t *testing.T) {
 				s := storeOn(t, s.pool)
 				w, _ := acquire(t, s, "c", time.Minute)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, s.prefix, "refused"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, s.prefix, "refused"))
 				if tt.handler != nil {
 					tt.handler(ctx)
 				}
@@ -224,9 +222,7 @@ func workRefusals(t *testing.T) {
 		name := migratedTable(t, s.pool)
 		f := storeOn(t, s.pool, func(o *Options) { o.Table = name })
 		w, _ := acquire(t, f, "f", time.Minute)
-		if err := charge(w.Context(bg()), table, "forgotten", "x"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "forgotten", "x"))
 		mustExec(t, s.pool, `DELETE FROM "`+name+`" WHERE state = 'm'`)
 		if err := w.Commit(bg(), until, nil, nil); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Commit = %v, want ErrForgotten", err)
@@ -256,9 +252,7 @@ func workEndsWithADoneContext(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "done-" + tt.name
 			w, _ := acquire(t, s, id, time.Minute)
-			if err := charge(w.Context(bg()), table, id, "x"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(w.Context(bg()), table, id, "x"))
 			if err := tt.end(w); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("%s with a done context = %v, want ErrUnavailable and context.Canceled", tt.name, err)
 			}
@@ -284,12 +278,8 @@ func workFirstEndWins(t *testing.T) {
 
 	t.Run("Rollback then Commit", func(t *testing.T) {
 		w, _ := acquire(t, s, "rc", time.Minute)
-		if err := charge(w.Context(bg()), table, "rc", "x"); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "rc", "x"))
+		must(t, w.Rollback(bg()))
 		if err := w.Commit(bg(), until, nil, nil); err != nil {
 			t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
 		}
@@ -305,9 +295,7 @@ func workFirstEndWins(t *testing.T) {
 
 	t.Run("concurrent Commits", func(t *testing.T) {
 		w, _ := acquire(t, s, "cc", time.Minute)
-		if err := charge(w.Context(bg()), table, "cc", "x"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "cc", "x"))
 		var wg sync.WaitGroup
 		errs := make([]error, 8)
 		for i := range errs {
@@ -397,9 +385,7 @@ func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Start())
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(out).ReadString('\n')
@@ -440,12 +426,8 @@ func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := charge(w.Context(bg()), table, "pay", "retry"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("retry"), []byte("charged")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(w.Context(bg()), table, "pay", "retry"))
+	must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("retry"), []byte("charged")))
 	if got := chargesOf(t, s.pool, table, "pay"); len(got) != 1 || got[0] != "retry" {
 		t.Fatalf("charges = %q, want the retry's only", got)
 	}
@@ -524,9 +506,7 @@ func workKeepsOneChargePerKeyThroughAPostgresKill(t *testing.T) {
 	for next.Load() < 50 {
 		time.Sleep(time.Millisecond)
 	}
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	stopAt.Store(min(next.Load()+50, maxKeys))
 	wg.Wait()
 	keys := min(next.Load(), stopAt.Load())
@@ -684,12 +664,8 @@ func workTempTableOfTheStoresNameTakesNothing(t *testing.T) {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id)); err != nil {
 				t.Fatal(err)
 			}
-			if err := charge(ctx, table, id, "first"); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "first"))
+			must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
 				t.Fatalf("charges = %q, want one", got)
