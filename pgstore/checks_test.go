@@ -37,9 +37,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			until := time.Now().Add(time.Hour)
-			if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
-				t.Fatal(first, err)
-			}
+			mustClaim(t, s, "claimed", until)
 			l, err := s.AcquireLease(bg(), "leased", time.Minute)
 			if err != nil {
 				t.Fatal(err)
@@ -117,9 +115,7 @@ func standbyFailsClosed(t *testing.T) {
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
 	until := time.Now().Add(time.Hour)
-	if first, err := s.Claim(bg(), "before", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "before", until)
 	p.kill()
 	signal := filepath.Join(p.dir, "standby.signal")
 	must(t, os.WriteFile(signal, nil, 0o600))

@@ -51,9 +51,7 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 			for round := range 10 {
 				id := fmt.Sprint("race-", round)
 				if round%2 == 1 { // an expired row: the racers take it over
-					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatal(first, err)
-					}
+					mustClaim(t, s, id, time.Now().Add(time.Hour))
 					mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 				}
 				const racers = 16
@@ -156,17 +154,13 @@ func claimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
 func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(400 * time.Nanosecond)
-	if first, err := s.Claim(bg(), "abs", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "abs", until)
 	var got time.Time
 	must(t, s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got))
 	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
 		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
 	}
-	if first, err := s.Claim(bg(), "forever", time.Unix(1<<62, 0)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "forever", time.Unix(1<<62, 0))
 	var inf bool
 	if err := s.pool.QueryRow(bg(), `SELECT until = 'infinity' FROM `+s.table+` WHERE key = $1`, s.key("forever")).Scan(&inf); err != nil || !inf {
 		t.Fatalf("until past the year 9999 stored as infinity: %v (%v)", inf, err)
@@ -181,9 +175,7 @@ func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
 func slowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
-	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "token", until)
 	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
 	first, err := s.Claim(bg(), "token", until)
 	if first || !errors.Is(err, replay.ErrExpired) {
@@ -237,9 +229,7 @@ func refusalsWriteNothing(t *testing.T) {
 		must(t, s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v))
 		return v
 	}
-	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "claimed", until)
 	l, err := s.AcquireLease(bg(), "leased", time.Minute)
 	if err != nil {
 		t.Fatal(err)

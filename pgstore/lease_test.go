@@ -47,10 +47,7 @@ func leaseLeft(t *testing.T, s *Store, id string) (time.Duration, string) {
 // writes nothing.
 func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	s := newTestStore(t)
-	r, err := s.AcquireRecord(bg(), "a", 10*time.Second, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatal(r, err)
-	}
+	r := mustRecord(t, s, "a", 10*time.Second, []byte("fp"))
 	must(t, s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond))
 	if left, state := leaseLeft(t, s, "a"); left <= 89*time.Second || left > 90*time.Second+time.Microsecond || state != "l" {
 		t.Fatalf("row after the renewal: %v left, state %q; want about 90s, 'l'", left, state)
@@ -84,10 +81,7 @@ func renewRefusesAForgottenOrFencedTable(t *testing.T) {
 	pool := p.pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = time.Hour })
-	l, err := s.AcquireLease(bg(), "held", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "held", time.Minute)
 	before, _ := rowOf(t, s, "held")
 	refuses := func(why string) {
 		t.Helper()
@@ -152,10 +146,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 	s := newTestStore(t)
 	for _, commit := range []bool{true, false} {
 		id := fmt.Sprint("raced-", commit)
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustLease(t, s, id, time.Minute)
 		tx, err := s.pool.Begin(bg())
 		if err != nil {
 			t.Fatal(err)
@@ -199,10 +190,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	s := newTestStore(t)
 	s.timeout = 300 * time.Millisecond // Options.Timeout, set after New so that its checks keep the generous one
-	l, err := s.AcquireLease(bg(), "locked", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "locked", time.Minute)
 	tx, err := s.pool.Begin(bg())
 	if err != nil {
 		t.Fatal(err)
@@ -286,10 +274,7 @@ func renewThroughAWork(t *testing.T) {
 		}
 	})
 	t.Run("BeginWork", func(t *testing.T) {
-		l, err := s.AcquireRecord(bg(), "begun", time.Second, []byte("fp"))
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
 		w, err := s.BeginWork(bg(), "begun", l.Token)
 		if err != nil {
 			t.Fatal(err)
@@ -323,12 +308,9 @@ func renewOnAClosedPoolIsUnavailable(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
-	l, err := s.AcquireLease(bg(), "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "a", time.Minute)
 	pool.Close()
-	err = s.RenewLease(bg(), "a", l.Token, time.Hour)
+	err := s.RenewLease(bg(), "a", l.Token, time.Hour)
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("RenewLease on a closed pool = %v; want ErrUnavailable naming the closed pool", err)
 	}

@@ -33,14 +33,8 @@ func TestReadRecord(t *testing.T) {
 		p := needServer(t)
 		pool := p.pool(t)
 		s := storeOn(t, pool)
-		l, err := s.AcquireRecord(bg(), "leased", time.Minute, []byte("fp"))
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
-		d, err := s.AcquireRecord(bg(), "done", time.Minute, []byte("fp"))
-		if err != nil || d.State != replay.LeaseAcquired {
-			t.Fatal(d, err)
-		}
+		l := mustRecord(t, s, "leased", time.Minute, []byte("fp"))
+		d := mustRecord(t, s, "done", time.Minute, []byte("fp"))
 		must(t, s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 		for _, id := range []string{"free", "leased", "done"} {
 			// The read's statement in a read-only transaction, which
@@ -101,9 +95,7 @@ func TestReadRecord(t *testing.T) {
 		pool := p.pool(t)
 		name := migratedTable(t, pool)
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
-		if first, err := s.Claim(bg(), "a", time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		mustClaim(t, s, "a", time.Now().Add(time.Hour))
 		refuses := func(why string) {
 			t.Helper()
 			for _, id := range []string{"a", "never-claimed"} {
@@ -210,10 +202,7 @@ func recordRefusalsWriteNothing(t *testing.T) {
 	})
 
 	t.Run("ConfirmRecord", func(t *testing.T) {
-		l, err := s.AcquireRecord(bg(), "b", time.Minute, fp)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustRecord(t, s, "b", time.Minute, fp)
 		before, _ := rowOf(t, s, "b")
 		if before.state != "l" || !bytes.Equal(before.fingerprint, fp) || before.result != nil {
 			t.Fatalf("the lease's row is %+v; want state l with the fingerprint", before)
@@ -263,10 +252,7 @@ func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	until := time.Now().Add(time.Hour)
-	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustRecord(t, s, "held", time.Minute, []byte("fp"))
 	before, _ := rowOf(t, s, "held")
 	refuses := func(why string) {
 		t.Helper()
@@ -334,10 +320,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	}
 	t.Run("AcquireLease then ConfirmLease", func(t *testing.T) {
 		recorded("a")
-		l, err := s.AcquireLease(bg(), "a", time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustLease(t, s, "a", time.Minute)
 		wantRecord(t, s, "a", replay.LeaseBusy, nil, nil)
 		must(t, s.ConfirmLease(bg(), "a", l.Token, until))
 		wantRecord(t, s, "a", replay.LeaseDone, nil, nil)
@@ -365,9 +348,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	})
 	t.Run("Claim", func(t *testing.T) {
 		recorded("c")
-		if first, err := s.Claim(bg(), "c", until); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		mustClaim(t, s, "c", until)
 		wantRecord(t, s, "c", replay.LeaseDone, nil, nil)
 	})
 	t.Run("AcquireRecord", func(t *testing.T) {

@@ -188,9 +188,7 @@ func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 		must(t, <-errs)
 	}
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "a", time.Now().Add(time.Minute))
 	// Migrating again leaves the claims alone.
 	must(t, Migrate(bg(), pool, name))
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -425,6 +426,35 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mustClaim fails t unless id's claim on s until until is first.
+func mustClaim(t testing.TB, s *Store, id string, until time.Time) {
+	t.Helper()
+	if first, err := s.Claim(bg(), id, until); !first || err != nil {
+		t.Fatalf("Claim(%q) = %v, %v; want first", id, first, err)
+	}
+}
+
+// mustLease takes id's lease on s, failing t unless it is acquired.
+func mustLease(t testing.TB, s *Store, id string, lease time.Duration) replay.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(bg(), id, lease)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease(%q) = %+v, %v; want acquired", id, l, err)
+	}
+	return l
+}
+
+// mustRecord takes id's lease with a record on s, failing t unless it is
+// acquired.
+func mustRecord(t testing.TB, s *Store, id string, lease time.Duration, fp []byte) replay.Record {
+	t.Helper()
+	r, err := s.AcquireRecord(bg(), id, lease, fp)
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord(%q) = %+v, %v; want acquired", id, r, err)
+	}
+	return r
 }
 
 // execer runs a statement: a pool, a connection or a transaction.

@@ -160,9 +160,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 	s := newTestStore(t)
 	for _, step := range []string{"claim", "acquire"} {
 		id := "raced-" + step
-		if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		mustClaim(t, s, id, time.Now().Add(time.Hour))
 		mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 		// A sweeper's batch: the expired row locked, then deleted.
 		tx, err := admin.Begin(bg())
