@@ -276,18 +276,8 @@ func workSessionAttacks(t *testing.T) {
 							if err != nil {
 								t.Fatalf("work %d: Commit = %v; want COMMIT's outcome (committed) to stand", j, err)
 							}
-							// The work's session ended: its backend leaves
-							// pg_stat_activity.
-							for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-								var alive bool
-								must(t, admin.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive))
-								if !alive {
-									break
-								}
-								if time.Now().After(deadline) {
-									t.Fatalf("the work's session (pid %d) still lives 5 s after its reset failed; want its connection closed", pid)
-								}
-							}
+							// The work's session ended: its connection closed.
+							waitSessionEnded(t, admin, pid, 5*time.Second)
 							if _, lines := r.count(0, "", "WARN", "reset after a committed work failed"); lines != 1 {
 								t.Fatalf("%d warnings of the failed reset; want 1", lines)
 							}
