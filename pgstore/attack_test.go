@@ -18,16 +18,11 @@ import (
 // break what Commit guarantees (see docs/pgstore-reference.md,
 // "Transactional mode").
 func TestWorkAttacks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"a cursor WITH HOLD runs no code after the fence", workHoldableCursorRunsNothingAfterTheFence},
 		{"a statement_timeout does not cut the standby's wait", workStatementTimeoutDoesNotCutTheStandbysWait},
 		{"the session's state and objects", workSessionAttacks},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workHoldableCursorRunsNothingAfterTheFence: a cursor WITH HOLD that the
@@ -64,9 +59,7 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 					id := fmt.Sprintf("hold-%d-%d", k, i)
 					w := way.begin(t, s, id)
 					ctx := w.Context(bg())
-					if err := charge(ctx, table, id, "work"); err != nil {
-						t.Fatal(err)
-					}
+					must(t, charge(ctx, table, id, "work"))
 					tx, _ := TxFrom(ctx)
 					key := fmt.Sprintf(`decode('%x', 'hex')`, s.key(id))
 					if _, err := tx.Exec(ctx, fmt.Sprintf(declare, key)); err != nil {
@@ -130,9 +123,7 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 				id := fmt.Sprintf("timeout-%d-%d", k, i)
 				w := way.begin(t, s, id)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, id, "work"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "work"))
 				if tt.handler != "" {
 					tx, _ := TxFrom(ctx)
 					if _, err := tx.Exec(ctx, tt.handler); err != nil {
@@ -165,9 +156,7 @@ func workSessionAttacks(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	role := fmt.Sprintf("ctoken_attack_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(bg(), `CREATE ROLE `+role); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `CREATE ROLE `+role)
 	t.Cleanup(func() {
 		admin.Exec(context.Background(), `DROP OWNED BY `+role)
 		admin.Exec(context.Background(), `DROP ROLE `+role)
@@ -240,9 +229,7 @@ func workSessionAttacks(t *testing.T) {
 					var r recorder
 					s := storeOn(t, pool, func(o *Options) { o.Table = name; r.options(o) })
 					table := chargeTable(t, pool)
-					if _, err := admin.Exec(bg(), `GRANT ALL ON `+table+` TO `+role); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, admin, `GRANT ALL ON `+table+` TO `+role)
 					for j, attacked := range []bool{true, false, false} {
 						id := fmt.Sprintf("session-%d-%d-%d", k, i, j)
 						w := way.begin(t, s, id)
@@ -261,13 +248,9 @@ func workSessionAttacks(t *testing.T) {
 								t.Errorf("work %d: the session shows %q, want %q", j, settings, want)
 							}
 						}
-						if err := charge(ctx, table, id, "work"); err != nil {
-							t.Fatal(err)
-						}
+						must(t, charge(ctx, table, id, "work"))
 						var pid int32
-						if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-							t.Fatal(err)
-						}
+						must(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
 						if attacked {
 							for _, sql := range attack.sql(s, name) {
 								if _, err := tx.Exec(ctx, sql); err != nil {
@@ -293,29 +276,15 @@ func workSessionAttacks(t *testing.T) {
 							if err != nil {
 								t.Fatalf("work %d: Commit = %v; want COMMIT's outcome (committed) to stand", j, err)
 							}
-							// The work's session ended: its backend leaves
-							// pg_stat_activity.
-							for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-								var alive bool
-								if err := admin.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
-									t.Fatal(err)
-								}
-								if !alive {
-									break
-								}
-								if time.Now().After(deadline) {
-									t.Fatalf("the work's session (pid %d) still lives 5 s after its reset failed; want its connection closed", pid)
-								}
-							}
+							// The work's session ended: its connection closed.
+							waitSessionEnded(t, admin, pid, 5*time.Second)
 							if _, lines := r.count(0, "", "WARN", "reset after a committed work failed"); lines != 1 {
 								t.Fatalf("%d warnings of the failed reset; want 1", lines)
 							}
 							if _, err := New(bg(), admin, Options{Table: name, Prefix: "stuck:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ambiguous") {
 								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
 							}
-							if _, err := admin.Exec(bg(), `DROP FUNCTION public."`+name+`_reset"(int)`); err != nil {
-								t.Fatal(err)
-							}
+							mustExec(t, admin, `DROP FUNCTION public."`+name+`_reset"(int)`)
 							waitServing(t, s)
 						}
 					}

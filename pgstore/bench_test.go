@@ -2,19 +2,16 @@ package pgstore
 
 // Benchmarks against the server TestMain starts (fsync and
 // synchronous_commit on, on this machine's disk), beside the floors: the
-// same round trip without the store (SELECT 1), a bare autocommit INSERT
-// of one key into a one-column table, and, the floors of issue 34, a bare
-// INSERT … ON CONFLICT DO NOTHING of the row a first claim writes and a
-// bare SELECT by key of a claimed row, both on the store's own table
-// (same table, pool, connection settings and key size as Claim). p50-ns
-// and p99-ns are per-operation latencies.
+// same round trip without the store (SELECT 1) and a bare autocommit
+// INSERT of one key into a one-column table; BenchmarkClaimPaired has the
+// floors of issue 34 beside a claim. p50-ns and p99-ns are per-operation
+// latencies.
 
 import (
 	"io"
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,53 +113,6 @@ func BenchmarkFloorInsert(b *testing.B) {
 	cpu()
 }
 
-// BenchmarkFloorInsertOnConflict is the floor of a first claim: a bare
-// autocommit INSERT … ON CONFLICT DO NOTHING of the row Claim writes (key
-// of the same layout and length, state, token, until) into the store's
-// table, without the marker, layout-1 or takeover checks.
-func BenchmarkFloorInsertOnConflict(b *testing.B) {
-	s := newTestStore(b)
-	until := pgTime(time.Now().Add(time.Hour))
-	sql := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
-	cpu := cpuPerOp(b, s.pool)
-	var lat []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
-		start := time.Now()
-		tag, err := s.pool.Exec(bg(), sql, s.key(strconv.Itoa(i)), until)
-		if err != nil || tag.RowsAffected() != 1 {
-			b.Fatal(tag, err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
-}
-
-// BenchmarkFloorSelectByKey is the floor of a replayed claim: a bare
-// SELECT of a claimed row's until by its key, on the store's table.
-func BenchmarkFloorSelectByKey(b *testing.B) {
-	s := newTestStore(b)
-	if first, err := s.Claim(bg(), "taken", time.Now().Add(time.Hour)); !first || err != nil {
-		b.Fatal(first, err)
-	}
-	sql := `SELECT until FROM ` + s.table + ` WHERE key = $1`
-	key := s.key("taken")
-	cpu := cpuPerOp(b, s.pool)
-	var lat []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		var until time.Time
-		if err := s.pool.QueryRow(bg(), sql, key).Scan(&until); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
-}
-
 // BenchmarkClaim is one first claim: one statement, one commit.
 func BenchmarkClaim(b *testing.B) {
 	s := newTestStore(b)
@@ -201,22 +151,6 @@ func BenchmarkClaimReplayed(b *testing.B) {
 	}
 	quantiles(b, lat)
 	cpu()
-}
-
-// BenchmarkClaimParallel is first claims from GOMAXPROCS goroutines (times
-// -cpu) sharing one pool of 16 connections: group commit.
-func BenchmarkClaimParallel(b *testing.B) {
-	s := newTestStore(b)
-	until := time.Now().Add(time.Hour)
-	var n atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if first, err := s.Claim(bg(), strconv.FormatInt(n.Add(1), 10), until); !first || err != nil {
-				b.Errorf("first = %v, err = %v", first, err)
-				return
-			}
-		}
-	})
 }
 
 // BenchmarkLeaseAcquireConfirm is a webhook delivery's two store steps:
@@ -303,8 +237,8 @@ func paired(b *testing.B, names []string, ops ...func(i int)) {
 // BenchmarkClaimPaired measures the targets of issue 34 on a shared
 // machine: a first claim beside its floor, a bare INSERT … ON CONFLICT DO
 // NOTHING of the same row shape and key length into the same table
-// (FloorInsertOnConflict), and a replayed claim beside a bare SELECT of
-// the row by key (FloorSelectByKey), in alternation. "statement" is
+// (same pool, connection settings and key size as Claim), and a replayed
+// claim beside a bare SELECT of the row by key, in alternation. "statement" is
 // Claim's first statement sent straight to the pool (no deadline, no
 // goroutine of its own): the difference to "claim" is what Claim spends
 // in Go around it. "takeover" is Claim's second statement sent the same

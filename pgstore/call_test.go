@@ -15,15 +15,10 @@ import (
 // closed, and a call runs on the caller's goroutine only where the driver
 // itself ends it at its deadline.
 func TestCall(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"cancelled context fails closed", cancelledContextFailsClosed},
 		{"direct only if the driver ends at deadline", callsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func cancelledContextFailsClosed(t *testing.T) {

@@ -3,30 +3,26 @@ package pgstore
 import (
 	"errors"
 	"fmt"
-	"github.com/ctoken/ctoken/replay"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // TestChecks pins the server checks New runs and the recheck repeats every
 // second: a forgotten table, a standby, and each failing check refuse every
 // step until they pass again.
 func TestChecks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"forgotten table refuses every claim", forgottenTableRefusesEveryClaim},
 		{"standby fails closed", standbyFailsClosed},
 		{"standby refusal names how to cover it", judgeStandbyRefusalNamesHowToCoverIt},
 		{"recheck runs every second, not every sweep", recheckRunsEverySecondNotEverySweep},
 		{"recheck refuses what New would refuse", recheckRefusesWhatNewWouldRefuse},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // forgottenTableRefusesEveryClaim: a table that lost its rows (TRUNCATE,
@@ -41,16 +37,12 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			until := time.Now().Add(time.Hour)
-			if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
-				t.Fatal(first, err)
-			}
+			mustClaim(t, s, "claimed", until)
 			l, err := s.AcquireLease(bg(), "leased", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pool.Exec(bg(), strings.Replace(forget, "%s", `"`+name+`"`, 1)); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
 				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("Claim(%s) after %s = %v, %v; want ErrUnavailable", id, forget, first, err)
@@ -83,9 +75,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			// refused, however long the machine made it take.
 			const fence = 3 * time.Second
 			rearmed := time.Now()
-			if err := Rearm(bg(), pool, name, fence); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Rearm(bg(), pool, name, fence))
 			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
 				t.Fatalf("New on a rearmed, fenced table: %v", err)
 			}
@@ -108,9 +98,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {
 				t.Fatalf("Claim after the fence = %v, %v; want first", first, err)
 			}
-			if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Rearm(bg(), pool, name, time.Hour))
 			if first, err := s.Claim(bg(), "also-never-seen", until); !first || err != nil {
 				t.Fatalf("Claim after rearming an armed table = %v, %v; want first (nothing changed)", first, err)
 			}
@@ -127,20 +115,14 @@ func standbyFailsClosed(t *testing.T) {
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
 	until := time.Now().Add(time.Hour)
-	if first, err := s.Claim(bg(), "before", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "before", until)
 	p.kill()
 	signal := filepath.Join(p.dir, "standby.signal")
-	if err := os.WriteFile(signal, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(signal, nil, 0o600))
 	if cred != nil {
 		os.Chown(signal, int(cred.Uid), int(cred.Gid))
 	}
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.start())
 	for _, id := range []string{"before", "after"} {
 		var err error
 		for range 50 { // the pool's connections died with the server
@@ -237,9 +219,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			if first, err := claim(); !first || err != nil {
 				t.Fatalf("Claim before the change = %v, %v", first, err)
 			}
-			if err := run(c.off); err != nil {
-				t.Fatal(err)
-			}
+			must(t, run(c.off))
 			changed := time.Now()
 			restored := false
 			defer func() {
@@ -260,9 +240,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if err := run(c.on); err != nil {
-				t.Fatal(err)
-			}
+			must(t, run(c.on))
 			restored = true
 			// The pool's sessions opened while the role said off keep it
 			// (and the store keeps refusing) until they are closed.
@@ -292,41 +270,22 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	primary := ownServer(t)
 	admin := primary.pool(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	n := 0
-	// waitFor claims fresh IDs until a claim's error matches want (nil:
-	// until one is first).
-	waitFor := func(what string, want error) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n++
-			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
-			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-			}
-		}
-	}
 	exec := func(qs ...string) {
 		t.Helper()
 		for _, q := range qs {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, admin, q)
 		}
 	}
-	waitFor("at start", nil)
+	waitForClaim(t, s, "at start", nil)
 	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit turned off", ErrConfig)
+	waitForClaim(t, s, "synchronous_commit turned off", ErrConfig)
 	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) || !errors.Is(err, replay.ErrConfig) {
 		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig, which matches replay.ErrConfig (an operator must act)", l, err)
 	}
 	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit on again", nil)
+	waitForClaim(t, s, "synchronous_commit on again", nil)
 	addStandby(t, primary, false)
-	waitFor("an asynchronous standby attached", ErrConfig)
+	waitForClaim(t, s, "an asynchronous standby attached", ErrConfig)
 	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())

@@ -17,23 +17,19 @@ import (
 
 // TestClaim pins what PostgreSQL adds to the claim contract
 // (TestStore: first once, refused after, racing claims, release):
-// racing claims at every isolation level, expiry by the database's clock,
-// and refusals that write nothing.
+// racing claims at every isolation level, expiry by the database's clock
+// (an expired row is taken over: the racers' rounds, and
+// slowInstanceClockNeverMakesAReplayFirst), and refusals that write
+// nothing.
 func TestClaim(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
 		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
-		{"first again after expiry", claimAfterExpiryByDatabaseClockIsFirstAgain},
 		{"until rounded up to microseconds", claimStoresUntilRoundedUpToMicroseconds},
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
 		{"refusals write nothing", refusalsWriteNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // concurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
@@ -56,12 +52,8 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 			for round := range 10 {
 				id := fmt.Sprint("race-", round)
 				if round%2 == 1 { // an expired row: the racers take it over
-					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatal(first, err)
-					}
-					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-						t.Fatal(err)
-					}
+					mustClaim(t, s, id, time.Now().Add(time.Hour))
+					mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 				}
 				const racers = 16
 				var firsts, failed atomic.Int32
@@ -145,39 +137,16 @@ func claimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
 	}
 }
 
-func claimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
-	s := newTestStore(t)
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("first claim = %v, %v", first, err)
-	}
-	// Move the row's until into the past on the database's clock.
-	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short")); err != nil {
-		t.Fatal(err)
-	}
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim after expiry = %v, %v; want true, nil", first, err)
-	}
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); first || err != nil {
-		t.Fatalf("claim after the retake = %v, %v; want false, nil", first, err)
-	}
-}
-
 func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(400 * time.Nanosecond)
-	if first, err := s.Claim(bg(), "abs", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "abs", until)
 	var got time.Time
-	if err := s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got))
 	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
 		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
 	}
-	if first, err := s.Claim(bg(), "forever", time.Unix(1<<62, 0)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "forever", time.Unix(1<<62, 0))
 	var inf bool
 	if err := s.pool.QueryRow(bg(), `SELECT until = 'infinity' FROM `+s.table+` WHERE key = $1`, s.key("forever")).Scan(&inf); err != nil || !inf {
 		t.Fatalf("until past the year 9999 stored as infinity: %v (%v)", inf, err)
@@ -192,9 +161,7 @@ func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
 func slowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
-	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "token", until)
 	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
 	first, err := s.Claim(bg(), "token", until)
 	if first || !errors.Is(err, replay.ErrExpired) {
@@ -245,14 +212,10 @@ func refusalsWriteNothing(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	version := func(id string) string {
 		var v string
-		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v))
 		return v
 	}
-	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "claimed", until)
 	l, err := s.AcquireLease(bg(), "leased", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -278,42 +241,20 @@ func refusalsWriteNothing(t *testing.T) {
 	if v := version("leased"); v != leased {
 		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
 	}
-	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(bg(), "leased", l.Token, until))
 }
 
-// TestKeys pins the keys a Store writes: prefixes that isolate stores
-// (nested ones too), IDs refused before anything is recorded, the longest
-// prefix and ID held, and errors that never carry the ID.
+// TestKeys pins the keys a Store writes: nested prefixes that never share
+// keys (TestStore's stores each have a prefix of their own on one table),
+// IDs refused before anything is recorded, the longest prefix and ID held,
+// and errors that never carry the ID.
 func TestKeys(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"prefix isolates stores", prefixIsolatesStores},
+	subtests(t, []subtest{
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
 		{"invalid IDs refused without recording", invalidIDsRefusedWithoutRecording},
 		{"longest prefix and ID held", longestPrefixAndIDAreHeld},
 		{"errors never contain the ID", errorsNeverContainTheID},
-	} {
-		t.Run(tc.name, tc.test)
-	}
-}
-
-func prefixIsolatesStores(t *testing.T) {
-	a, b := newTestStore(t), newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(bg(), "same-id", until); !first || err != nil {
-			t.Fatalf("prefix %q = %v, %v; want true", s.Prefix(), first, err)
-		}
-	}
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(bg(), "same-id", until); first || err != nil {
-			t.Fatalf("prefix %q again = %v, %v; want false", s.Prefix(), first, err)
-		}
-	}
+	})
 }
 
 // nestedPrefixesNeverShareKeys: two stores on one table whose prefixes
@@ -335,9 +276,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	}
 	t.Run("release", func(t *testing.T) {
 		claim(inner, "evt_1", true)
-		if err := outer.Release(bg(), "webhooks:evt_1"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, outer.Release(bg(), "webhooks:evt_1"))
 		claim(inner, "evt_1", false)
 	})
 	t.Run("claim", func(t *testing.T) {
@@ -345,9 +284,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		claim(outer, "webhooks:evt_2", true)
 		claim(outer, "webhooks:evt_2", false)
 		claim(inner, "evt_2", false)
-		if err := inner.Release(bg(), "evt_2"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, inner.Release(bg(), "evt_2"))
 		claim(outer, "webhooks:evt_2", false)
 		claim(inner, "evt_2", true)
 	})
@@ -360,9 +297,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		if err != nil || o.State != replay.LeaseAcquired {
 			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
 		}
-		if err := outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token); err != nil {
-			t.Fatal(err)
-		}
+		must(t, outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token))
 		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
 			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
 		}
@@ -426,9 +361,7 @@ func longestPrefixAndIDAreHeld(t *testing.T) {
 func errorsNeverContainTheID(t *testing.T) {
 	s := newTestStore(t)
 	id := "secret-delivery-id-1234"
-	if _, err := s.pool.Exec(bg(), `SELECT 1`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `SELECT 1`)
 	ctx, cancel := context.WithCancel(bg())
 	cancel()
 	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))

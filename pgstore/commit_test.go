@@ -36,15 +36,11 @@ func workCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
 			id := tt.name
 			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "first"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "first"))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
 				t.Fatalf("charges before Commit = %q, want none visible", got)
 			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), tt.fingerprint, tt.result); err != nil {
-				t.Fatal(err)
-			}
+			must(t, w.Commit(bg(), time.Now().Add(time.Hour), tt.fingerprint, tt.result))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
 				t.Fatalf("charges after Commit = %q, want one", got)
 			}
@@ -69,17 +65,11 @@ func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 
 	t.Run("taken over by a second holder", func(t *testing.T) {
 		w1, _ := acquire(t, s, "k1", time.Minute)
-		if err := charge(w1.Context(bg()), table, "k1", "first"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w1.Context(bg()), table, "k1", "first"))
 		expire(t, s, "k1")
 		w2, _ := acquire(t, s, "k1", time.Minute)
-		if err := charge(w2.Context(bg()), table, "k1", "second"); err != nil {
-			t.Fatal(err)
-		}
-		if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w2.Context(bg()), table, "k1", "second"))
+		must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
 		if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("first holder's Commit = %v, want ErrLeaseLost", err)
 		}
@@ -92,9 +82,7 @@ func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 	t.Run("a handler that outlives its lease", func(t *testing.T) {
 		w, _ := acquire(t, s, "k2", 200*time.Millisecond)
 		ctx := w.Context(bg())
-		if err := charge(ctx, table, "k2", "slow"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(ctx, table, "k2", "slow"))
 		time.Sleep(400 * time.Millisecond) // the handler is slower than its lease
 		if err := w.Commit(bg(), until, []byte("fp"), []byte("slow")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("Commit after the lease ran out = %v, want ErrLeaseLost", err)
@@ -124,9 +112,7 @@ func workRacingHoldersCommitAtMostOnce(t *testing.T) {
 	for i := range rounds {
 		id := fmt.Sprintf("race-%d", i)
 		w1, _ := acquire(t, s, id, lease)
-		if err := charge(w1.Context(bg()), table, id, "first"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w1.Context(bg()), table, id, "first"))
 		var wg sync.WaitGroup
 		var err1, err2 error
 		second := false
@@ -276,9 +262,7 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 				`CREATE CONSTRAINT TRIGGER a_off AFTER INSERT ON ` + work + `
 					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.off) EXECUTE FUNCTION ` + seen + `_off()`,
 			} {
-				if _, err := pool.Exec(bg(), sql); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, pool, sql)
 			}
 			t.Cleanup(func() {
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_f() CASCADE`)
@@ -330,17 +314,11 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 					if _, err := tx.Exec(ctx, `INSERT INTO `+work+` VALUES ($1, $2)`, s.key(id), tt.off); err != nil {
 						t.Fatal(err)
 					}
-					if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-						t.Fatal(err)
-					}
+					must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 					var flushed bool
-					if err := pool.QueryRow(bg(), `SELECT pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&flushed); err != nil {
-						t.Fatal(err)
-					}
+					must(t, pool.QueryRow(bg(), `SELECT pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&flushed))
 					var setting, state string
-					if err := pool.QueryRow(bg(), `SELECT setting, state FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&setting, &state); err != nil {
-						t.Fatal(err)
-					}
+					must(t, pool.QueryRow(bg(), `SELECT setting, state FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&setting, &state))
 					if state == "d" {
 						t.Errorf("the handler's deferred trigger saw the store's row done: it fired after the fence, at COMMIT")
 					}
@@ -385,17 +363,13 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 				`CREATE TRIGGER raise_fence AFTER INSERT OR UPDATE ON ` + s.table + `
 					FOR EACH ROW WHEN (NEW.state = 'd') EXECUTE FUNCTION ` + fn + `()`,
 			} {
-				if _, err := pool.Exec(bg(), sql); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, pool, sql)
 			}
 			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
 			id := fmt.Sprintf("raise-%d", k)
 			w := way.begin(t, s, id)
 			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "work"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "work"))
 			tx, _ := TxFrom(ctx)
 			if _, err := tx.Exec(ctx, `select pg_catalog.set_config('ctoken_test.raise', 'on', true)`); err != nil {
 				t.Fatal(err)
@@ -450,9 +424,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			}
 			w := begin(t)
 			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "violating"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "violating"))
 			tx, _ := TxFrom(ctx)
 			if _, err := tx.Exec(ctx, `INSERT INTO `+child+` VALUES (1)`); err != nil {
 				t.Fatal(err)
@@ -479,12 +451,8 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			}
 			w = begin(t)
 			ctx = w.Context(bg())
-			if err := charge(ctx, table, id, "retry"); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "retry"))
+			must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 			if got := chargesOf(t, pool, table, id); len(got) != 1 || got[0] != "retry" {
 				t.Fatalf("charges = %q, want the retry's", got)
 			}

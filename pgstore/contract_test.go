@@ -21,9 +21,7 @@ func TestStore(t *testing.T) {
 		NewInstances: func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, pool) },
 		NewWork: func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
 			e := pgEffects{pool, uniqueTable(t, pool)}
-			if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
 			return storeOn(t, pool), e
 		},
 	})
@@ -48,9 +46,7 @@ func (e pgEffects) Write(ctx context.Context, id string) error {
 func (e pgEffects) Count(t *testing.T, id string) int {
 	t.Helper()
 	var n int
-	if err := e.pool.QueryRow(bg(), `SELECT count(*) FROM "`+e.table+`" WHERE id = $1`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, e.pool.QueryRow(bg(), `SELECT count(*) FROM "`+e.table+`" WHERE id = $1`, id).Scan(&n))
 	return n
 }
 
@@ -77,9 +73,7 @@ func TestForgetContract(t *testing.T) {
 			replaytest.RunForgetContract(t,
 				func(t *testing.T) replaytest.Store { return storeOn(t, pool, func(o *Options) { o.Table = name }) },
 				func(t *testing.T) {
-					if _, err := pool.Exec(bg(), forget+` "`+name+`"`); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, pool, forget+` "`+name+`"`)
 				})
 		})
 	}

@@ -361,18 +361,13 @@ func (p *cutProxy) serve(c net.Conn) {
 // delivery, is committed exactly once when its client saw success, at most
 // once otherwise.
 func TestEffectsOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"network cut", effectsOnceThroughANetworkCut},
 		{"failed first runs", effectsOnceThroughFailedFirstRuns},
 		{"standby promotion", effectsOnceThroughAStandbyPromotion},
 		{"server kill", effectsOnceThroughAServerKill},
 		{"app kills", effectsOnceThroughAppKills},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // effectsOnceThroughANetworkCut: the app reaches PostgreSQL through a
@@ -811,9 +806,7 @@ func effectsOnceThroughAStandbyPromotion(t *testing.T) {
 	current.Store(nil)
 	primary.kill() // mid-load: nothing more reaches the standby
 	spool := standby.pool(t)
-	if _, err := spool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, spool, `SELECT pg_promote(wait => true)`)
 	s2 := storeOn(t, spool, func(o *Options) { o.Prefix = prefix })
 	h2 := app.handler(t, s2, 2*time.Second)
 	current.Store(&h2)

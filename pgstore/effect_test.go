@@ -59,14 +59,10 @@ func charges(t testing.TB, pool *pgxpool.Pool, table string) map[string][][]byte
 	for rows.Next() {
 		var k string
 		var b []byte
-		if err := rows.Scan(&k, &b); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&k, &b))
 		out[k] = append(out[k], b)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return out
 }
 
@@ -202,10 +198,7 @@ func serve(t testing.TB, h http.Handler) string {
 // servers, terminated backends and escapes; single-use tokens consumed only
 // with their work.
 func TestTransactional(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"handler outliving its lease", transactionalHandlerOutlivingItsLeaseChargesOnce},
 		{"client leaving after the charge", transactionalClientLeavingAfterTheChargeChargesOnce},
 		{"two instances", transactionalTwoInstancesChargeOnce},
@@ -218,9 +211,7 @@ func TestTransactional(t *testing.T) {
 		{"plain instances agree while it runs", transactionalAndPlainInstancesAgreeWhileTheFirstRuns},
 		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
 		{"one durable commit per first request", transactionalFirstRequestCommitsOnce},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // transactionalFirstRequestCommitsOnce counts the transactions committed
@@ -434,9 +425,7 @@ func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	lines := bufio.NewScanner(out)
 	if !lines.Scan() {
@@ -447,9 +436,7 @@ func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "charged" {
 		t.Fatalf("the app process did not charge: %q %v", lines.Text(), lines.Err())
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
 	// The killed process's transaction is rolled back by PostgreSQL when
 	// its connection drops; its lease ends by itself.
@@ -563,9 +550,7 @@ func committedWork(t testing.TB, pool *pgxpool.Pool, table string) []int {
 	var out []int
 	for rows.Next() {
 		var who int
-		if err := rows.Scan(&who); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&who))
 		out = append(out, who)
 	}
 	return out

@@ -58,15 +58,10 @@ func (r *recorder) count(kind replay.EventKind, option, level, substr string) (e
 // TestEvents pins what a Store reports to its Observer and Logger: each
 // refusal once per reason, and every Allow option the risk it accepts.
 func TestEvents(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refusal reported once per reason", refusalIsReportedOncePerReason},
 		{"allow options report the risk they accept", allowOptionsReportTheRiskTheyAccept},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // refusalIsReportedOncePerReason: a recheck's refusal is reported
@@ -118,23 +113,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	admin := p.pool(t)
-	set := func(t *testing.T, setting, value string) {
-		t.Helper()
-		for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var got string
-			if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is not %s 10 s after the reload", setting, value)
-			}
-		}
-	}
+	set := func(t *testing.T, setting, value string) { setSystem(t, admin, setting, value) }
 	allow := func(o *Options) { o.AllowAsyncCommit, o.AllowRollback, o.AllowAsyncStandby = true, true, true }
 	t.Run("no risk present", func(t *testing.T) {
 		var r recorder

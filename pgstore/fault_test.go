@@ -33,14 +33,10 @@ func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(bg(), `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id)); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, tx, `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id))
 	return func(commit bool) {
 		if commit {
-			if err := tx.Commit(bg()); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.Commit(bg()))
 			return
 		}
 		tx.Rollback(bg())
@@ -66,17 +62,12 @@ func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
 // a backend terminated mid-statement and a paused server fail closed, and a
 // resend after a lost reply is safe.
 func TestFaults(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"serialization failure fails closed", serializationFailureFailsClosed},
 		{"backend terminated mid-statement", terminatedBackendMidStatementFailsClosed},
 		{"paused server fails closed within timeout", pausedServerFailsClosedWithinTimeout},
 		{"resend after lost reply is safe", resendAfterLostReplyIsSafe},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // serializationFailureFailsClosed: with default_transaction_isolation
@@ -127,9 +118,7 @@ func terminatedBackendMidStatementFailsClosed(t *testing.T) {
 			done <- err
 		}()
 		pid := waitForLockWaiter(t, admin)
-		if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, `SELECT pg_terminate_backend($1)`, pid)
 		if err := <-done; first.Load() || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Claim whose backend was terminated = %v, %v; want ErrUnavailable", first.Load(), err)
 		}
@@ -209,16 +198,8 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 	p := needServer(t)
 	admin = p.pool(t)
 	d = newReplyDropper(t, "127.0.0.1:"+p.port)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolVia(t, p, d.ln.Addr().String(), 1)
+	var err error
 	// New's checks run under the short Timeout too: on a loaded machine
 	// one can exceed it, which is not what these tests are about, so New
 	// is tried a few times.

@@ -173,15 +173,10 @@ var singleUseKinds = []string{"onetime", "state"}
 // across instances and webhook deliveries:
 // TestStore).
 func TestFleet(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"redeems fail closed when the database dies", fleetRedeemsFailClosedWhenTheDatabaseDies},
 		{"webhook database down processes nothing", fleetWebhookDatabaseDownRefusesWithoutProcessing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
@@ -208,9 +203,7 @@ func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
 	}
 	// After a crash and restart, the redeemed tokens stay redeemed and the
 	// fresh ones are redeemed once.
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	for _, kind := range singleUseKinds {
 		want := map[string]int{"redeemed": http.StatusConflict, "fresh": http.StatusOK}
 		for name, tok := range map[string]string{"redeemed": redeemed[kind], "fresh": fresh[kind]} {

@@ -15,19 +15,14 @@ import (
 // second Migrate, replaced by Migrate where they differ, and required by
 // New and by every recheck.
 func TestWorkFunctions(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"New refuses a table without them", newRefusesATableWithoutTheFunctions},
 		{"New refuses functions that differ", newRefusesFunctionsThatDiffer},
 		{"New refuses a role that may not execute them", newRefusesARoleThatMayNotExecuteTheFunctions},
 		{"a recheck refuses a function replaced", recheckRefusesAFunctionReplaced},
 		{"migrating again leaves them alone", migratingAgainLeavesTheFunctionsAlone},
 		{"Schema's SQL makes them in the table's schema", schemaMakesTheFunctionsInTheTablesSchema},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // wantFunctionsRefused checks that New on the table refuses with ErrConfig
@@ -37,9 +32,7 @@ func wantFunctionsRefused(t *testing.T, pool *pgxpool.Pool, name string) {
 	if _, err := New(bg(), pool, Options{Table: name, Prefix: "fn:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "functions") {
 		t.Fatalf("New = %v; want ErrConfig naming the functions", err)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	commitWork(t, s, "after-migrate")
 }
@@ -55,9 +48,7 @@ func commitWork(t *testing.T, s *Store, id string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(bg(), "select 1"); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, "select 1")
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
 			t.Fatalf("%s: Commit = %v", way.name, err)
 		}
@@ -73,9 +64,7 @@ func newRefusesATableWithoutTheFunctions(t *testing.T) {
 		t.Run(fmt.Sprint("function ", i), func(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
-			if _, err := pool.Exec(bg(), `DROP FUNCTION `+s.fnSigs[i]); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, `DROP FUNCTION `+s.fnSigs[i])
 			wantFunctionsRefused(t, pool, name)
 		})
 	}
@@ -97,9 +86,7 @@ func newRefusesFunctionsThatDiffer(t *testing.T) {
 		t.Run(change.name, func(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
-			if _, err := pool.Exec(bg(), fmt.Sprintf(change.sql, s.fnSigs[0])); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, pool, fmt.Sprintf(change.sql, s.fnSigs[0]))
 			wantFunctionsRefused(t, pool, name)
 		})
 	}
@@ -112,9 +99,7 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 	pool := needServer(t).pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
-	if _, err := pool.Exec(bg(), `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`)
 	waitClaim := func(what string, want error) {
 		t.Helper()
 		for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
@@ -132,9 +117,7 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 	if _, w, err := s.AcquireWork(bg(), "refused", time.Minute, []byte("fp")); w != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("AcquireWork while refused = %v, %v; want ErrConfig", w, err)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	waitClaim("restored", nil)
 	commitWork(t, s, "restored")
 }
@@ -147,18 +130,14 @@ func migratingAgainLeavesTheFunctionsAlone(t *testing.T) {
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	xmins := func() string {
 		var x string
-		if err := pool.QueryRow(bg(), `SELECT string_agg(xmin::text, ',' ORDER BY oid) FROM pg_proc WHERE oid = ANY (SELECT to_regprocedure(unnest($1::text[])))`, s.fnSigs).Scan(&x); err != nil {
-			t.Fatal(err)
-		}
+		must(t, pool.QueryRow(bg(), `SELECT string_agg(xmin::text, ',' ORDER BY oid) FROM pg_proc WHERE oid = ANY (SELECT to_regprocedure(unnest($1::text[])))`, s.fnSigs).Scan(&x))
 		return x
 	}
 	before := xmins()
 	if strings.Count(before, ",") != 2 {
 		t.Fatalf("functions' xmin = %q; want three", before)
 	}
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	if after := xmins(); after != before {
 		t.Fatalf("functions' xmin %q after a second Migrate, %q before: rewritten", after, before)
 	}
@@ -172,9 +151,7 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	schema := fmt.Sprintf("fn_schema_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { admin.Exec(bg(), `DROP SCHEMA `+schema+` CASCADE`) })
 	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["search_path"] = schema + ", public" })
 	name := uniqueTable(t, admin)
@@ -182,9 +159,7 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	if !strings.HasPrefix(s.table, `"`+schema+`".`) {
 		t.Fatalf("table %s; want it in %s", s.table, schema)
@@ -210,8 +185,6 @@ func newRefusesARoleThatMayNotExecuteTheFunctions(t *testing.T) {
 	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "EXECUTE") {
 		t.Fatalf("New as a role that may not execute the reset: %v; want ErrConfig naming EXECUTE", err)
 	}
-	if _, err := admin.Exec(bg(), `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User)
 	commitWork(t, storeOn(t, pool, func(o *Options) { o.Table = name }), "granted")
 }

@@ -28,10 +28,7 @@ func strp(s string) *string { return &s }
 // who could acknowledge, the synchronous standby names, the application
 // name of a conninfo, and the walreceiver's.
 func TestHistory(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"judge", judgeHistoryCases},
 		{"longest rounds up by at most an eighth", longestRoundsUpByAtMostAnEighth},
 		{"records who could acknowledge", historyRecordsWhoCouldAcknowledge},
@@ -39,9 +36,7 @@ func TestHistory(t *testing.T) {
 		{"conninfo application name", conninfoAppCases},
 		{"self name follows the walreceiver", selfNameFollowsTheWalreceiver},
 		{"fenced refusal states its end when known", fencedRefusalStatesItsEndWhenKnown},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func judgeHistoryCases(t *testing.T) {
@@ -444,9 +439,7 @@ func acceptedAgain(t *testing.T, s *Store, acked []string, until time.Time, refu
 func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 	t.Helper()
 	var secs float64
-	if err := pool.QueryRow(bg(), `SELECT CASE WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END FROM ctoken_replay WHERE key = `+markerSQL).Scan(&secs); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(bg(), `SELECT CASE WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END FROM ctoken_replay WHERE key = `+markerSQL).Scan(&secs))
 	return time.Duration(secs * float64(time.Second))
 }
 
@@ -455,18 +448,13 @@ func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 // not, and a claim on another timeline than the record is refused.
 func TestPromotion(t *testing.T) {
 	t.Parallel() // every row is parallel, as each was as a top-level test
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"promoted async standby is fenced", promotedAsyncStandbyIsFenced},
 		{"planned failover to sync standby not fenced", plannedFailoverToSynchronousStandbyIsNotFenced},
 		{"claim on another timeline is refused", claimOnAnotherTimelineThanTheRecordIsRefused},
 		{"under quorum and priority commit", promotionUnderQuorumAndPriorityCommit},
 		{"promoted table without record is fenced", promotedTableWithoutRecordIsFenced},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // promotedAsyncStandbyIsFenced is issue 56's shape: a store on a
@@ -697,9 +685,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	}
 	// The record of a timeline this server is not on: as a promoted
 	// server holds the old primary's.
-	if _, err := pool.Exec(bg(), `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
 	for name, w := range map[string]replay.Work{"BeginWork's commit": begun, "AcquireWork's commit": locked} {
 		t.Run(name, func(t *testing.T) {
 			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err == nil {
@@ -800,9 +786,7 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 		keys[i] = s.key(id)
 	}
 	var n int
-	if err := p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n))
 	return n
 }
 
@@ -838,9 +822,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
 			b := startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
 			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
-				if _, err := admin.Exec(bg(), q); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, admin, q)
 			}
 			if c.bAway {
 				b.kill()
@@ -857,9 +839,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			if c.cut {
 				a.kill() // cut off: b acknowledges alone from now on
 				if c.bAway {
-					if err := b.restart(); err != nil {
-						t.Fatal(err)
-					}
+					must(t, b.restart())
 					waitStates(t, admin, map[string]string{"b": "sync"})
 				}
 				time.Sleep(time.Second)
@@ -924,9 +904,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	primary.kill()
 	acked := stopLoad()
-	if err := standby.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, standby.restart())
 	promoteStandby(t, standby)
 	pool := standby.pool(t)
 	var token string
@@ -948,9 +926,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged claims accepted twice (%d missing, %d fenced, fence %v); want 0, all fenced for the claims' lifetime", twice, len(acked), missing, fenced, fence)
 	}
 	t.Run("a table made after the promotion serves", func(t *testing.T) {
-		if err := Migrate(bg(), pool, "made_after_promotion"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, "made_after_promotion"))
 		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
 		if first, err := n.Claim(bg(), "fresh", until); err != nil || !first {
 			t.Fatalf("Claim on a table made on the promoted server = %v, %v; want first", first, err)

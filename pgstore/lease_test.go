@@ -17,10 +17,7 @@ import (
 // forgotten, fenced, rechecking or closed store, a concurrent writer, the
 // store's Timeout, and the two kinds of Work.
 func TestRenewLease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"by the database's clock, row kept", renewIsMeasuredByTheDatabaseAndKeepsTheRow},
 		{"refuses a forgotten or fenced table", renewRefusesAForgottenOrFencedTable},
 		{"refused while a recheck refuses", renewRefusedWhileARecheckRefuses},
@@ -28,9 +25,7 @@ func TestRenewLease(t *testing.T) {
 		{"bounded by the store's timeout", renewIsBoundedByTheStoresTimeout},
 		{"through a Work", renewThroughAWork},
 		{"closed pool", renewOnAClosedPoolIsUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // leaseLeft is how long id's row has left by the database's clock, and
@@ -52,21 +47,14 @@ func leaseLeft(t *testing.T, s *Store, id string) (time.Duration, string) {
 // writes nothing.
 func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	s := newTestStore(t)
-	r, err := s.AcquireRecord(bg(), "a", 10*time.Second, []byte("fp"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatal(r, err)
-	}
-	if err := s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond); err != nil {
-		t.Fatal(err)
-	}
+	r := mustRecord(t, s, "a", 10*time.Second, []byte("fp"))
+	must(t, s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond))
 	if left, state := leaseLeft(t, s, "a"); left <= 89*time.Second || left > 90*time.Second+time.Microsecond || state != "l" {
 		t.Fatalf("row after the renewal: %v left, state %q; want about 90s, 'l'", left, state)
 	}
 	var token string
 	var fp, result []byte
-	if err := s.pool.QueryRow(bg(), `SELECT token, fingerprint, result FROM `+s.table+` WHERE key = $1`, s.key("a")).Scan(&token, &fp, &result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT token, fingerprint, result FROM `+s.table+` WHERE key = $1`, s.key("a")).Scan(&token, &fp, &result))
 	if token != r.Token || !bytes.Equal(fp, []byte("fp")) || result != nil {
 		t.Fatalf("row after the renewal: token %q, fingerprint %q, result %q; want the lease's, unchanged", token, fp, result)
 	}
@@ -93,10 +81,7 @@ func renewRefusesAForgottenOrFencedTable(t *testing.T) {
 	pool := p.pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = time.Hour })
-	l, err := s.AcquireLease(bg(), "held", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "held", time.Minute)
 	before, _ := rowOf(t, s, "held")
 	refuses := func(why string) {
 		t.Helper()
@@ -111,27 +96,15 @@ func renewRefusesAForgottenOrFencedTable(t *testing.T) {
 		}
 	}
 	var record string
-	if err := pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record))
+	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
 	refuses("on another timeline than the record's")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record)
+	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
-	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Rearm(bg(), pool, name, time.Hour))
 	refuses("before the fence")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
 		t.Fatalf("RenewLease after the fence: %v", err)
 	}
@@ -162,9 +135,7 @@ func renewRefusedWhileARecheckRefuses(t *testing.T) {
 		t.Fatal("RenewLease while refusing wrote the row")
 	}
 	s.refusal.Store(nil)
-	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(bg(), "held", l.Token, time.Hour))
 }
 
 // A renewal of a row that another transaction is changing waits for it
@@ -175,10 +146,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 	s := newTestStore(t)
 	for _, commit := range []bool{true, false} {
 		id := fmt.Sprint("raced-", commit)
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustLease(t, s, id, time.Minute)
 		tx, err := s.pool.Begin(bg())
 		if err != nil {
 			t.Fatal(err)
@@ -222,10 +190,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	s := newTestStore(t)
 	s.timeout = 300 * time.Millisecond // Options.Timeout, set after New so that its checks keep the generous one
-	l, err := s.AcquireLease(bg(), "locked", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "locked", time.Minute)
 	tx, err := s.pool.Begin(bg())
 	if err != nil {
 		t.Fatal(err)
@@ -237,9 +202,7 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	start := time.Now()
 	err = s.RenewLease(bg(), "locked", l.Token, time.Hour)
 	took := time.Since(start)
-	if err := tx.Rollback(bg()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, tx.Rollback(bg()))
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal of a locked row past the Timeout = %v; want ErrUnavailable and DeadlineExceeded", err)
 	}
@@ -247,9 +210,7 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 		t.Fatalf("the renewal took %v with a Timeout of 300ms", took)
 	}
 	var token string
-	if err := s.pool.QueryRow(bg(), `SELECT token FROM `+s.table+` WHERE key = $1`, s.key("locked")).Scan(&token); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT token FROM `+s.table+` WHERE key = $1`, s.key("locked")).Scan(&token))
 	if left, state := leaseLeft(t, s, "locked"); left > time.Hour || state != "l" || token != l.Token {
 		t.Fatalf("row after the timed-out renewal: %v left, %q, token %q; want the lease, renewed or not", left, state, token)
 	}
@@ -307,18 +268,13 @@ func renewThroughAWork(t *testing.T) {
 		if err := s.RenewLease(w.Context(bg()), "rolled", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
 		}
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Rollback(bg()))
 		if l, err := s.AcquireLease(bg(), "rolled", time.Minute); err != nil || l.State != replay.LeaseAcquired {
 			t.Fatalf("AcquireLease after the rollback = %+v, %v; want acquired (nothing kept)", l, err)
 		}
 	})
 	t.Run("BeginWork", func(t *testing.T) {
-		l, err := s.AcquireRecord(bg(), "begun", time.Second, []byte("fp"))
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
 		w, err := s.BeginWork(bg(), "begun", l.Token)
 		if err != nil {
 			t.Fatal(err)
@@ -352,12 +308,9 @@ func renewOnAClosedPoolIsUnavailable(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
-	l, err := s.AcquireLease(bg(), "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustLease(t, s, "a", time.Minute)
 	pool.Close()
-	err = s.RenewLease(bg(), "a", l.Token, time.Hour)
+	err := s.RenewLease(bg(), "a", l.Token, time.Hour)
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("RenewLease on a closed pool = %v; want ErrUnavailable naming the closed pool", err)
 	}

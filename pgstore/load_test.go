@@ -33,15 +33,10 @@ func envDuration(t *testing.T, env string, def time.Duration) time.Duration {
 // through restarts: no acknowledged claim lost, none accepted twice.
 func TestLoad(t *testing.T) {
 	t.Parallel() // every row is parallel, as each was as a top-level test
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"crash mid-load loses no acknowledged claim", crashMidLoadLosesNoAcknowledgedClaim},
 		{"server restart loses nothing", loadWithServerRestartLosesNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // crashMidLoadLosesNoAcknowledgedClaim: 16 clients claim fresh IDs; the
@@ -284,9 +279,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 		t.Fatalf("%d first claims, up to %d expired rows unswept: the table is not kept bounded", a, maxStale.Load())
 	}
 	var swept time.Time // rows expired by then must be gone after the sweep
-	if err := admin.QueryRow(bg(), `SELECT now()`).Scan(&swept); err != nil {
-		t.Fatal(err)
-	}
+	must(t, admin.QueryRow(bg(), `SELECT now()`).Scan(&swept))
 	for _, s := range stores {
 		if _, err := s.Sweep(bg()); err != nil {
 			t.Fatal(err)

@@ -50,18 +50,13 @@ func busyAnswer(t *testing.T, r replay.Record, fp []byte) string {
 // acquire, commits at most once, keeps nothing when its connection is
 // terminated, refuses what it must, and its lease bounds the work.
 func TestAcquireWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"agrees with every acquire", acquireWorkAgreesWithEveryAcquire},
 		{"commits at most once", acquireWorkCommitsAtMostOnce},
 		{"terminated connection keeps nothing", acquireWorkTerminatedConnectionKeepsNothing},
 		{"refusals", acquireWorkRefusals},
 		{"lease bounds the work", acquireWorkLeaseBoundsTheWork},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // acquireWorkAgreesWithEveryAcquire: while a Work of AcquireWork holds
@@ -140,9 +135,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	t.Run("after Commit", func(t *testing.T) {
 		id := "committed"
 		w := acquireWork(t, a, id, fp)
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Commit(bg(), time.Now().Add(time.Hour), fp, []byte("result")))
 		r, w2, err := b.AcquireWork(bg(), id, time.Minute, fp)
 		if err != nil || w2 != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, fp) || string(r.Result) != "result" {
 			t.Fatalf("AcquireWork after Commit = %+v, %v, %v; want done with the record", r, w2, err)
@@ -164,9 +157,7 @@ func acquireWorkCommitsAtMostOnce(t *testing.T) {
 	t.Run("a Claim of the ID while the Work runs", func(t *testing.T) {
 		id := "claimed meanwhile"
 		w := acquireWork(t, a, id, []byte("fp"))
-		if err := charge(w.Context(bg()), table, id, "work"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, id, "work"))
 		if first, err := b.Claim(bg(), id, time.Now().Add(time.Hour)); err != nil || !first {
 			t.Fatalf("Claim = %v, %v; want the first claim", first, err)
 		}
@@ -204,9 +195,7 @@ func acquireWorkCommitsAtMostOnce(t *testing.T) {
 				}()
 			}
 			for range 2 {
-				if err := <-results; err != nil {
-					t.Fatal(err)
-				}
+				must(t, <-results)
 			}
 			if got := chargesOf(t, a.pool, table, id); len(got) > 1 {
 				t.Fatalf("%s: charges = %q; want at most one", id, got)
@@ -224,25 +213,19 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	table := chargeTable(t, a.pool)
 	id := "terminated"
 	w := acquireWork(t, a, id, []byte("fp"))
-	if err := charge(w.Context(bg()), table, id, "lost"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(w.Context(bg()), table, id, "lost"))
 	var pid int32
 	if err := b.pool.QueryRow(bg(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
 		AND (classid::bigint << 32 | objid::bigint) = $1::bigint`, a.idLock(a.key(id))).Scan(&pid); err != nil {
 		t.Fatalf("the Work's lock holder: %v", err)
 	}
-	if _, err := b.pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, b.pool, `SELECT pg_terminate_backend($1)`, pid)
 	// pg_terminate_backend only signals the backend: wait for it to have
 	// exited (its locks gone), so that neither the Commit below nor the
 	// next AcquireWork races it.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var held bool
-		if err := b.pool.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1)`, pid).Scan(&held); err != nil {
-			t.Fatal(err)
-		}
+		must(t, b.pool.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1)`, pid).Scan(&held))
 		if !held {
 			break
 		}
@@ -255,12 +238,8 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 		t.Fatalf("Commit on a terminated backend = %v; want ErrUnavailable", err)
 	}
 	w2 := acquireWork(t, b, id, []byte("fp"))
-	if err := charge(w2.Context(bg()), table, id, "retry"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w2.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(w2.Context(bg()), table, id, "retry"))
+	must(t, w2.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 	if got := chargesOf(t, a.pool, table, id); len(got) != 1 || got[0] != "retry" {
 		t.Fatalf("charges = %q; want the retry's only", got)
 	}
@@ -325,9 +304,7 @@ func acquireWorkLeaseBoundsTheWork(t *testing.T) {
 			}
 			defer w.Rollback(bg())
 			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "late"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "late"))
 			if tt.busy {
 				tx, _ := TxFrom(ctx)
 				if _, err := tx.Exec(ctx, "select pg_sleep($1::float8)", (lease + 100*time.Millisecond).Seconds()); err != nil {

@@ -49,9 +49,7 @@ func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "mcp_payments_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), "create table "+name+" (amount int not null)"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "create table "+name+" (amount int not null)")
 	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
 	return name
 }
@@ -59,9 +57,7 @@ func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
 func paymentRows(t testing.TB, pool *pgxpool.Pool, table string) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n))
 	return n
 }
 
@@ -176,50 +172,10 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 				}
 			}
 			var kept int
-			if err := pool.QueryRow(ctx, "select count(*) from "+table+" where amount = 7").Scan(&kept); err != nil {
-				t.Fatal(err)
-			}
+			must(t, pool.QueryRow(ctx, "select count(*) from "+table+" where amount = 7").Scan(&kept))
 			if string(res) != `{"content":[{"type":"text","text":"payment 1"}]}` || runs.Load() != 1 || kept != 1 || dropper.dropped.Load() != 1 {
 				t.Fatalf("the retry got %s; %d runs, %d payments kept, %d replies dropped; want the first run's, kept once", res, runs.Load(), kept, dropper.dropped.Load())
 			}
 		})
 	})
-}
-
-// BenchmarkMCPIdempotentCall is an idempotent tool call against the same
-// tool without it, on PostgreSQL: the tool writes one row in both.
-func BenchmarkMCPIdempotentCall(b *testing.B) {
-	p := needServer(b)
-	pool := p.pool(b)
-	store := storeOn(b, pool)
-	table := paymentsTable(b, pool)
-	for _, mode := range []string{"plain", "idempotent", "transactional"} {
-		b.Run(mode, func(b *testing.B) {
-			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: mode == "transactional"}, mcpIntegration())
-			if err != nil {
-				b.Fatal(err)
-			}
-			pay := func(ctx context.Context) ([]byte, error) {
-				if tx, err := TxFrom(ctx); err == nil {
-					_, err = tx.Exec(ctx, "insert into "+table+" values (5)")
-					return []byte(`{"content":[]}`), err
-				}
-				_, err := pool.Exec(ctx, "insert into "+table+" values (5)")
-				return []byte(`{"content":[]}`), err
-			}
-			prefix, i := uniquePrefix(), 0 // a fresh key per call, in every run
-			for b.Loop() {
-				i++
-				if mode == "plain" {
-					if _, err := pay(context.Background()); err != nil {
-						b.Fatal(err)
-					}
-					continue
-				}
-				if _, err := idem.Call(context.Background(), "alice", "pay", []byte(fmt.Sprintf(`{"key":"%s%d","amount":5}`, prefix, i)), nil, pay); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }

@@ -22,9 +22,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	e := pgEffects{pool, uniqueTable(t, pool)}
-	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
 	sa, sb := twoInstances(t, pool)
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
@@ -55,18 +53,14 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 		<-release
 		return json.RawMessage(`{"content":[]}`), nil
 	}}
-	if err := a.Add(tool); err != nil {
-		t.Fatal(err)
-	}
+	must(t, a.Add(tool))
 	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	resume := sync.OnceFunc(func() { close(release) })
 	defer resume()
-	if _, err := pool.Exec(bg(), `SELECT pg_terminate_backend($1)`, <-pid); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, <-pid)
 	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
 	for {
 		got, err := b.Get(context.Background(), "alice", st.ID)
@@ -108,9 +102,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	e := pgEffects{pool, uniqueTable(t, pool)}
-	if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
 	sa, sb := twoInstances(t, pool)
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
@@ -131,9 +123,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ts.Add(tool); err != nil {
-			t.Fatal(err)
-		}
+		must(t, ts.Add(tool))
 		tss = append(tss, ts)
 	}
 	a, b := tss[0], tss[1]

@@ -15,10 +15,7 @@ import (
 // role, table or clock under which an acknowledged claim could be lost; a
 // zero Store refuses every method.
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses bad configuration", newRefusesBadConfiguration},
 		{"refuses async commit unless allowed", newRefusesAsyncCommitUnlessAllowed},
 		{"refuses settings that lose crash commits", newRefusesSettingsThatLoseCommitsInACrash},
@@ -29,9 +26,7 @@ func TestNew(t *testing.T) {
 		{"refuses an unlogged or temporary table", newRefusesAnUnloggedOrTemporaryTable},
 		{"refuses a table in a system schema", tableInASystemSchemaIsRefused},
 		{"zero Store refuses", zeroStoreRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func zeroStoreRefuses(t *testing.T) {
@@ -125,55 +120,21 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 	p := ownServer(t)
 	admin := p.pool(t)
 	running := storeOn(t, p.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	n := 0
-	// waitFor claims fresh IDs on the running store until a claim's error
-	// matches want (nil: until one is first).
-	waitFor := func(what string, want error) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n++
-			first, err := running.Claim(bg(), fmt.Sprint("id-", n), until)
-			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-			}
-		}
-	}
 	for _, setting := range []string{"fsync", "full_page_writes"} {
 		t.Run(setting, func(t *testing.T) {
-			set := func(value string) {
-				t.Helper()
-				for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
-					if _, err := admin.Exec(bg(), q); err != nil {
-						t.Fatal(err)
-					}
-				}
-				// The reload reaches the sessions asynchronously.
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-					var got string
-					if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s is not %s 10 s after the reload", setting, value)
-					}
-				}
-			}
+			set := func(value string) { setSystem(t, admin, setting, value) }
 			set("off")
 			defer set("on")
 			if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), setting) {
 				t.Fatalf("New with %s off: store %v, %v; want ErrConfig naming it", setting, s != nil, err)
 			}
 			s := storeOn(t, p.pool(t), func(o *Options) { o.AllowRollback = true })
-			if first, err := s.Claim(bg(), "allowed", until); !first || err != nil {
+			if first, err := s.Claim(bg(), "allowed", time.Now().Add(time.Hour)); !first || err != nil {
 				t.Fatalf("Claim with %s off and AllowRollback = %v, %v; want first", setting, first, err)
 			}
-			waitFor(setting+" turned off", ErrConfig)
+			waitForClaim(t, running, setting+" turned off", ErrConfig)
 			set("on")
-			waitFor(setting+" on again", nil)
+			waitForClaim(t, running, setting+" on again", nil)
 		})
 	}
 }
@@ -229,20 +190,8 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
-	name := uniqueTable(t, admin)
-	if err := Migrate(bg(), admin, name); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(p.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	name := migratedTable(t, admin)
+	pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	behind := func() time.Time { return time.Now().Add(-4 * time.Second) }
 	opts := Options{Table: name, SweepInterval: -1, MaxSkew: 3 * time.Second, Timeout: 10 * time.Second}
 	// A first New prepares the query on the pool's one connection, so that
@@ -310,14 +259,9 @@ func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
-	name := uniqueTable(t, admin)
-	if err := Migrate(bg(), admin, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, admin)
 	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
-	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `ALTER TABLE "`+name+`" SET UNLOGGED`)
 	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New on an unlogged table: %v; want ErrConfig", err)
 	}
@@ -331,28 +275,15 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET LOGGED`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `ALTER TABLE "`+name+`" SET LOGGED`)
 
 	// A temporary table of the same name, on the pool's one connection.
-	cfg, err := pgxpool.ParseConfig(p.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	for _, q := range []string{
 		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
 		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New on a name that finds a temporary table: %v; want ErrConfig", err)

@@ -33,17 +33,9 @@ func TestReadRecord(t *testing.T) {
 		p := needServer(t)
 		pool := p.pool(t)
 		s := storeOn(t, pool)
-		l, err := s.AcquireRecord(bg(), "leased", time.Minute, []byte("fp"))
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
-		d, err := s.AcquireRecord(bg(), "done", time.Minute, []byte("fp"))
-		if err != nil || d.State != replay.LeaseAcquired {
-			t.Fatal(d, err)
-		}
-		if err := s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		l := mustRecord(t, s, "leased", time.Minute, []byte("fp"))
+		d := mustRecord(t, s, "done", time.Minute, []byte("fp"))
+		must(t, s.ConfirmRecord(bg(), "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 		for _, id := range []string{"free", "leased", "done"} {
 			// The read's statement in a read-only transaction, which
 			// refuses any write and any row lock; a transaction that
@@ -52,9 +44,7 @@ func TestReadRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := tx.Exec(bg(), `SET TRANSACTION READ ONLY`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, `SET TRANSACTION READ ONLY`)
 			key, legacy := s.keys(id)
 			lock := uint64(s.idLock(key))
 			var marker, held bool
@@ -65,9 +55,7 @@ func TestReadRecord(t *testing.T) {
 				t.Fatalf("the read statement of %q in a read-only transaction: %v", id, err)
 			}
 			var xid *int64
-			if err := tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid))
 			if xid != nil {
 				t.Fatalf("the read statement of %q assigned a transaction ID (%d): it wrote or locked a row", id, *xid)
 			}
@@ -96,9 +84,7 @@ func TestReadRecord(t *testing.T) {
 		if r, err := s.AcquireRecord(bg(), "w", time.Minute, []byte("fp")); err != nil || busyAnswer(t, r, []byte("fp")) != "same" {
 			t.Fatalf("AcquireRecord of a Work's ID after a read = %+v, %v; want busy, the same request", r, err)
 		}
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 		if r, err := s.ReadRecord(bg(), "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
 			t.Fatalf("ReadRecord after the Work's commit = %+v, %v; want done with its result", r, err)
 		}
@@ -109,9 +95,7 @@ func TestReadRecord(t *testing.T) {
 		pool := p.pool(t)
 		name := migratedTable(t, pool)
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
-		if first, err := s.Claim(bg(), "a", time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		mustClaim(t, s, "a", time.Now().Add(time.Hour))
 		refuses := func(why string) {
 			t.Helper()
 			for _, id := range []string{"a", "never-claimed"} {
@@ -120,17 +104,11 @@ func TestReadRecord(t *testing.T) {
 				}
 			}
 		}
-		if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 		refuses("without the marker row")
-		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Rearm(bg(), pool, name, time.Hour))
 		refuses("before the fence")
-		if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 		if r, err := s.ReadRecord(bg(), "a"); err != nil || r.State != replay.LeaseDone {
 			t.Fatalf("ReadRecord after the fence = %+v, %v; want done", r, err)
 		}
@@ -159,9 +137,7 @@ func rowOf(t *testing.T, s *Store, id string) (recordRow, bool) {
 // expire moves id's row's until into the past by the database's clock.
 func expire(t *testing.T, s *Store, id string) {
 	t.Helper()
-	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 }
 
 // wantRecord calls AcquireRecord and checks what it reports.
@@ -179,10 +155,7 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 // table refuses, another holder's record is never reported, resends and a
 // killed server run a request once, and an edited record is refused.
 func TestRecord(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refusals write nothing", recordRefusalsWriteNothing},
 		{"refuses a forgotten or fenced table", recordRefusesAForgottenOrFencedTable},
 		{"refused while a recheck refuses", recordRefusedWhileARecheckRefuses},
@@ -190,9 +163,7 @@ func TestRecord(t *testing.T) {
 		{"edited in the table is refused", recordEditedInTheTableIsRefused},
 		{"resend after lost reply is safe", recordResendAfterLostReplyIsSafe},
 		{"requests run once through a killed server", idempotentRequestsRunOnceThroughAKilledServer},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func recordRefusalsWriteNothing(t *testing.T) {
@@ -231,10 +202,7 @@ func recordRefusalsWriteNothing(t *testing.T) {
 	})
 
 	t.Run("ConfirmRecord", func(t *testing.T) {
-		l, err := s.AcquireRecord(bg(), "b", time.Minute, fp)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustRecord(t, s, "b", time.Minute, fp)
 		before, _ := rowOf(t, s, "b")
 		if before.state != "l" || !bytes.Equal(before.fingerprint, fp) || before.result != nil {
 			t.Fatalf("the lease's row is %+v; want state l with the fingerprint", before)
@@ -269,9 +237,7 @@ func recordRefusalsWriteNothing(t *testing.T) {
 		}
 		// The limits themselves are accepted, and read back byte for byte.
 		result := bytes.Repeat([]byte{0, 0xff, 'x'}, replay.MaxResultBytes/3+1)[:replay.MaxResultBytes]
-		if err := s.ConfirmRecord(bg(), "b", l.Token, until, fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "b", l.Token, until, fp, result))
 		wantRecord(t, s, "b", replay.LeaseDone, fp, result)
 	})
 }
@@ -286,10 +252,7 @@ func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	until := time.Now().Add(time.Hour)
-	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := mustRecord(t, s, "held", time.Minute, []byte("fp"))
 	before, _ := rowOf(t, s, "held")
 	refuses := func(why string) {
 		t.Helper()
@@ -306,17 +269,11 @@ func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 			t.Fatalf("ConfirmRecord %s wrote the row", why)
 		}
 	}
-	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
 	refuses("without the marker row")
-	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Rearm(bg(), pool, name, time.Hour))
 	refuses("before the fence")
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
 	if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); err != nil {
 		t.Fatalf("ConfirmRecord after the fence: %v", err)
 	}
@@ -343,9 +300,7 @@ func recordRefusedWhileARecheckRefuses(t *testing.T) {
 		t.Fatalf("the lease's row is %+v while refusing; want unchanged", row)
 	}
 	s.refusal.Store(nil)
-	if err := s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 }
 
 // recordOfAnEarlierHolderIsNeverReported: a row taken over after its
@@ -360,21 +315,14 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, id)
 	}
 	t.Run("AcquireLease then ConfirmLease", func(t *testing.T) {
 		recorded("a")
-		l, err := s.AcquireLease(bg(), "a", time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l, err)
-		}
+		l := mustLease(t, s, "a", time.Minute)
 		wantRecord(t, s, "a", replay.LeaseBusy, nil, nil)
-		if err := s.ConfirmLease(bg(), "a", l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(bg(), "a", l.Token, until))
 		wantRecord(t, s, "a", replay.LeaseDone, nil, nil)
 		if row, _ := rowOf(t, s, "a"); row.fingerprint != nil || row.result != nil {
 			t.Fatalf("row after ConfirmLease = %+v; want no record", row)
@@ -393,20 +341,14 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, "b")
-		if err := s.ConfirmLease(bg(), "b", l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(bg(), "b", l.Token, until))
 		wantRecord(t, s, "b", replay.LeaseDone, nil, nil)
 	})
 	t.Run("Claim", func(t *testing.T) {
 		recorded("c")
-		if first, err := s.Claim(bg(), "c", until); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		mustClaim(t, s, "c", until)
 		wantRecord(t, s, "c", replay.LeaseDone, nil, nil)
 	})
 	t.Run("AcquireRecord", func(t *testing.T) {
@@ -435,15 +377,11 @@ func v2Table(t *testing.T, pool *pgxpool.Pool, prefix string, rows ...[3]string)
 		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
 		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	k := &Store{prefix: prefix}
 	for _, r := range rows {
-		if _, err := pool.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, k.key(r[0]), r[1]); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, k.key(r[0]), r[1])
 	}
 	return name
 }
@@ -673,9 +611,7 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 		}
 	}
 	killed := time.Now()
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	back := time.Now()
 	newKeysUntil.Store(back.Add(1500 * time.Millisecond).UnixNano())
 	hardDeadline.Store(back.Add(faultLease + 5*time.Second).UnixNano())

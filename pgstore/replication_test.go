@@ -67,9 +67,7 @@ func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string)
 		if !sync {
 			break
 		}
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		var state string
@@ -98,9 +96,7 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 	b := make([]byte, 6)
 	rand.Read(b)
 	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
-	if err := mkdirOwned(dir); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(dir))
 	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
 	if slot != "" {
 		args = append(args, "-C", "-S", slot)
@@ -111,9 +107,7 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
 	standby = &pgServer{dir: dir, port: port, extra: extra}
-	if err := standby.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, standby.start())
 	t.Cleanup(standby.kill)
 	return standby
 }
@@ -123,18 +117,13 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 // fails every step closed, a failover to it loses nothing, and a restore
 // from an older backup needs a rearm.
 func TestDurability(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"waits for standby", durabilityWaitsForStandby},
 		{"standby that is away still counts", standbyThatIsAwayStillCounts},
 		{"stopped synchronous standby fails closed", durabilityContractStoppedSynchronousStandby},
 		{"failover to sync standby loses nothing", failoverToSynchronousStandbyLosesNothing},
 		{"restore from an older backup needs a rearm", restoreFromAnOlderBackupNeedsARearm},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // failoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
@@ -177,9 +166,7 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	wg.Wait()
 
 	pool := standby.pool(t)
-	if _, err := pool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `SELECT pg_promote(wait => true)`)
 	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
 	lost := 0
 	for _, id := range acked {
@@ -236,9 +223,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	b := make([]byte, 6)
 	rand.Read(b)
 	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	if err := mkdirOwned(backup); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(backup))
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
 		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
 	runAs(cmd)
@@ -281,18 +266,14 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		t.Fatalf("New with AllowAsyncStandby and a standby away: %d events, %d Warn lines; want 1 and 1", n, lines)
 	}
 
-	if _, err := admin.Exec(bg(), `SELECT pg_drop_replication_slot('away')`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, admin, `SELECT pg_drop_replication_slot('away')`)
 	storeOn(t, primary.pool(t)) // the limit: nothing left for a new Store to see
 	refusedFor("the standby stopped, its slot dropped", 500*time.Millisecond)
 
 	// Synchronous replication covers any standby: the memory is cleared,
 	// and once it is reset the store (with no standby anywhere) serves.
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(10 * time.Second); !s.Durability().WaitsForStandby(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -300,9 +281,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		}
 	}
 	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, q)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if first, err := claim(); first && err == nil {
@@ -358,9 +337,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	b := make([]byte, 6)
 	rand.Read(b)
 	dir := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	if err := mkdirOwned(dir); err != nil {
-		t.Fatal(err)
-	}
+	must(t, mkdirOwned(dir))
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
 		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast")
 	runAs(cmd)
@@ -371,9 +348,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	p.kill()
 
 	restored := &pgServer{dir: dir, port: freePort()}
-	if err := restored.start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, restored.start())
 	t.Cleanup(restored.kill)
 	pool := restored.pool(t)
 	r := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
@@ -381,12 +356,8 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	claim(r, "after-", true) // the limit: accepted again, and nothing can tell
 
 	// The remedy: forget the table on purpose, then rearm it fenced.
-	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
-	if err := Rearm(bg(), pool, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `DELETE FROM `+r.table+` WHERE key = `+markerSQL)
+	must(t, Rearm(bg(), pool, "", time.Hour))
 	for _, id := range []string{"before-0", "after-0", "never-seen"} {
 		if first, err := r.Claim(bg(), id, until); first || !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Claim(%s) after the rearm = %v, %v; want ErrForgotten until the fence passes", id, first, err)

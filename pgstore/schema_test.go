@@ -25,14 +25,10 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
 		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', ` + fence + `)`,
 	} {
-		if _, err := pool.Exec(bg(), q); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, q)
 	}
 	for _, r := range rows { // key, state, until
-		if _, err := pool.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1::bytea, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, []byte(r[0]), r[1]); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1::bytea, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, []byte(r[0]), r[1])
 	}
 	return name
 }
@@ -41,18 +37,13 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 // and never on first use, the older layouts upgraded keeping their claims,
 // and errors that match ErrUnavailable.
 func TestMigrate(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"schema is what migrate runs", schemaIsWhatMigrateRuns},
 		{"creates once, never on first use", migrateCreatesOnceAndNeverOnFirstUse},
 		{"upgrades layout 1 keeping its claims", migrateUpgradesLayout1KeepingItsClaims},
 		{"adds the record columns", migrateAddsTheRecordColumns},
 		{"errors match ErrUnavailable", migrateAndRearmErrorsMatchErrUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // migrateUpgradesLayout1KeepingItsClaims: a table of the key layout
@@ -81,18 +72,12 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			t.Fatalf("New on a layout-1 table = %v, %v; want ErrConfig (run Migrate)", s, err)
 		}
 		for range 2 { // idempotent
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Migrate(bg(), pool, name))
 		}
 		o := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = outer })
 		i := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = inner })
-		if err := o.Release(bg(), "webhooks:evt_1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := i.Release(bg(), "evt_1"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, o.Release(bg(), "webhooks:evt_1"))
+		must(t, i.Release(bg(), "evt_1"))
 		for _, c := range []struct {
 			s     *Store
 			id    string
@@ -122,9 +107,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("fence kept", func(t *testing.T) {
 		name := layout1Table(t, pool, `now() + interval '1 hour'`)
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		if first, err := s.Claim(bg(), "x", until); first || !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Claim on an upgraded table fenced by Rearm = %v, %v; want ErrForgotten", first, err)
@@ -132,9 +115,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("forgotten", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
-		if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`"`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `DELETE FROM "`+name+`"`)
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
 			t.Fatalf("Migrate of an emptied layout-1 table: %v; want ErrForgotten", err)
 		}
@@ -150,12 +131,8 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	})
 	t.Run("rearm leaves it to Migrate", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
-		if err := Rearm(bg(), pool, name, time.Hour); err != nil {
-			t.Fatal(err)
-		}
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Rearm(bg(), pool, name, time.Hour))
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		if first, err := s.Claim(bg(), "x", until); !first || err != nil {
 			t.Fatalf("Claim after Rearm (no change: it had its marker) and Migrate = %v, %v; want first", first, err)
@@ -184,9 +161,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("Claim on a table made from Schema = %v, %v", first, err)
@@ -210,18 +185,12 @@ func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 		go func() { errs <- Migrate(bg(), pool, name) }()
 	}
 	for range 4 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		must(t, <-errs)
 	}
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	mustClaim(t, s, "a", time.Now().Add(time.Minute))
 	// Migrating again leaves the claims alone.
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
 		t.Fatalf("Claim after a second Migrate = %v, %v; want false", first, err)
 	}
@@ -252,9 +221,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
 		}
 		for range 2 { // idempotent
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			must(t, Migrate(bg(), pool, name))
 		}
 		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
 		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
@@ -264,9 +231,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		wantRecord(t, s, "claimed", replay.LeaseDone, nil, nil)
 		l := wantRecord(t, s, "expired", replay.LeaseAcquired, nil, nil)
 		until := time.Now().Add(time.Hour)
-		if err := s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")))
 		wantRecord(t, s, "expired", replay.LeaseDone, []byte("fp"), []byte("result"))
 
 		// An instance of the earlier version confirms its lease on the
@@ -288,9 +253,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(bg())
-		if _, err := tx.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open")); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open"))
 		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
 		defer cancel()
 		if err := Migrate(ctx, pool, name); err != nil {
@@ -300,9 +263,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 
 	t.Run("a column of another type", func(t *testing.T) {
 		name := v2Table(t, pool, prefix)
-		if _, err := pool.Exec(bg(), `ALTER TABLE "`+name+`" ADD COLUMN result text`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, `ALTER TABLE "`+name+`" ADD COLUMN result text`)
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
 		}
@@ -313,15 +274,11 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 
 	t.Run("key layout 1", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`, [3]string{prefix + "old", "d", `now() + interval '1 hour'`})
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
 		wantRecord(t, s, "old", replay.LeaseDone, nil, nil) // the layout-1 row, still honoured
 		l := wantRecord(t, s, "new", replay.LeaseAcquired, nil, nil)
-		if err := s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 		wantRecord(t, s, "new", replay.LeaseDone, []byte("fp"), []byte("r"))
 	})
 }

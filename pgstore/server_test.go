@@ -30,7 +30,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -353,9 +355,7 @@ func (p *pgServer) loginRole(t testing.TB, admin *pgxpool.Pool, grants ...string
 	t.Helper()
 	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
 	for _, q := range append([]string{`CREATE ROLE {role} LOGIN`}, grants...) {
-		if _, err := admin.Exec(bg(), strings.ReplaceAll(q, "{role}", role)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, admin, strings.ReplaceAll(q, "{role}", role))
 	}
 	t.Cleanup(func() {
 		admin.Exec(bg(), `DROP OWNED BY `+role)
@@ -386,9 +386,7 @@ func ownServer(t testing.TB, extra ...string) *pgServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
-	if err := Migrate(context.Background(), p.pool(t), ""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(context.Background(), p.pool(t), ""))
 	return p
 }
 
@@ -416,13 +414,107 @@ func uniqueTable(t *testing.T, pool *pgxpool.Pool) string {
 func migratedTable(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), pool, name))
 	return name
 }
 
 func bg() context.Context { return context.Background() }
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustClaim fails t unless id's claim on s until until is first.
+func mustClaim(t testing.TB, s *Store, id string, until time.Time) {
+	t.Helper()
+	if first, err := s.Claim(bg(), id, until); !first || err != nil {
+		t.Fatalf("Claim(%q) = %v, %v; want first", id, first, err)
+	}
+}
+
+// mustLease takes id's lease on s, failing t unless it is acquired.
+func mustLease(t testing.TB, s *Store, id string, lease time.Duration) replay.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(bg(), id, lease)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease(%q) = %+v, %v; want acquired", id, l, err)
+	}
+	return l
+}
+
+// mustRecord takes id's lease with a record on s, failing t unless it is
+// acquired.
+func mustRecord(t testing.TB, s *Store, id string, lease time.Duration, fp []byte) replay.Record {
+	t.Helper()
+	r, err := s.AcquireRecord(bg(), id, lease, fp)
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord(%q) = %+v, %v; want acquired", id, r, err)
+	}
+	return r
+}
+
+// execer runs a statement: a pool, a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// mustExec runs sql on q, failing t on an error.
+func mustExec(t testing.TB, q execer, sql string, args ...any) {
+	t.Helper()
+	if _, err := q.Exec(bg(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setSystem sets a server setting with ALTER SYSTEM, reloads the
+// configuration and waits until admin's sessions see value (the reload
+// reaches them asynchronously), failing t after 10 s.
+func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
+	t.Helper()
+	mustExec(t, admin, `ALTER SYSTEM SET `+setting+` = `+value)
+	mustExec(t, admin, `SELECT pg_reload_conf()`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var got string
+		if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not %s 10 s after the reload", setting, value)
+		}
+	}
+}
+
+// waitForClaim claims fresh IDs on s until a claim's error matches want
+// and ErrUnavailable (nil: until one is first), failing t after 10 s.
+func waitForClaim(t *testing.T, s *Store, what string, want error) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		first, err := s.Claim(bg(), uniquePrefix(), time.Now().Add(time.Hour))
+		if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+		}
+	}
+}
+
+// subtest is a named test of a group run by [subtests].
+type subtest struct {
+	name string
+	test func(*testing.T)
+}
+
+// subtests runs each of tests as a subtest of t.
+func subtests(t *testing.T, tests []subtest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
 
 // newTestStore is a store on the shared server's default table with a
 // prefix of its own and no sweeper.

@@ -153,15 +153,11 @@ func TestRefusedStatementAgreesWithTheServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			var before, after int64
-			if err := conn.QueryRow(ctx, "select txid_current()").Scan(&before); err != nil {
-				t.Fatal(err)
-			}
+			must(t, conn.QueryRow(ctx, "select txid_current()").Scan(&before))
 			conn.Exec(ctx, sql, pgx.QueryExecModeExec) // an error leaves the transaction aborted: in it still
 			switch pc.TxStatus() {
 			case 'T':
-				if err := conn.QueryRow(ctx, "select txid_current()").Scan(&after); err != nil {
-					t.Fatal(err)
-				}
+				must(t, conn.QueryRow(ctx, "select txid_current()").Scan(&after))
 				if after != before {
 					t.Errorf("%q passed the filter and replaced the transaction", sql)
 				}

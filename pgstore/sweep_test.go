@@ -12,9 +12,7 @@ import (
 func countRows(t testing.TB, s *Store, where string) int {
 	t.Helper()
 	var n int
-	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n))
 	return n
 }
 
@@ -22,17 +20,12 @@ func countRows(t testing.TB, s *Store, where string) int {
 // and locked, the sweeper runs until Close, and a claim racing a sweep is
 // decided again.
 func TestSweep(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"deletes only expired rows", sweepDeletesOnlyExpiredRows},
 		{"locks only the rows it deletes", sweepLocksOnlyTheRowsItDeletes},
 		{"sweeper runs until Close", sweeperRunsUntilClose},
 		{"claim racing a sweep is decided again", claimRacingASweepIsDecidedAgain},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // sweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;
@@ -53,17 +46,13 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)))
 	// Expire the first claims and the done row on the database's clock.
 	keys := [][]byte{s.key("lease")}
 	for i := range expired {
 		keys = append(keys, s.key(fmt.Sprint("id-", i)))
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys)
 	// Which rows are expired is the database's answer, not a guess.
 	wantGone := countRows(t, s, "until < now() AND state <> 'm'")
 	var wg sync.WaitGroup
@@ -137,9 +126,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	deadline := time.Now().Add(10 * time.Second)
 	for countRows(t, s, "state = 'c'") > 0 {
 		if time.Now().After(deadline) {
@@ -157,9 +144,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	time.Sleep(200 * time.Millisecond)
 	if n := countRows(t, s, "state = 'c'"); n != 1 {
 		t.Fatalf("%d rows after Close, want the one expired row left unswept", n)
@@ -175,20 +160,14 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 	s := newTestStore(t)
 	for _, step := range []string{"claim", "acquire"} {
 		id := "raced-" + step
-		if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatal(first, err)
-		}
-		if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustClaim(t, s, id, time.Now().Add(time.Hour))
+		mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 		// A sweeper's batch: the expired row locked, then deleted.
 		tx, err := admin.Begin(bg())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id))
 		type result struct {
 			ok  bool
 			err error
@@ -204,12 +183,8 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 			done <- result{l.State == replay.LeaseAcquired, err}
 		}()
 		waitForLockWaiter(t, admin)
-		if _, err := tx.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(bg()); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
+		must(t, tx.Commit(bg()))
 		if r := <-done; !r.ok || r.err != nil {
 			t.Fatalf("%s racing a sweep = %v, %v; want the free ID taken", step, r.ok, r.err)
 		}
@@ -233,9 +208,7 @@ func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	if _, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live")); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live"))
 	tx, err := pool.Begin(bg())
 	if err != nil {
 		t.Fatal(err)

@@ -18,17 +18,12 @@ import (
 // Work's context): they hold only if it commits, only on the store's own
 // database and server, and a Store on another pool claims on its own.
 func TestTx(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"claim in a transaction", claimInATransaction},
 		{"claim ignores a Work on another pool", claimIgnoresTheWorkOfAStoreOnAnotherPool},
 		{"only the store's database and server", withTxOnlyTheStoresDatabaseAndServer},
 		{"TxFrom without a transaction fails", txFromWithoutATransactionFails},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // txFromWithoutATransactionFails: a context without a transaction
@@ -163,9 +158,7 @@ func claimInATransaction(t *testing.T) {
 	t.Run("a transaction that has ended", func(t *testing.T) {
 		w, _ := acquire(t, s, "ended", time.Minute)
 		ctx := w.Context(bg())
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Rollback(bg()))
 		if first, err := s.Claim(ctx, "after-end", until); first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, pgx.ErrTxClosed) {
 			t.Fatalf("Claim in an ended work = %v, %v; want ErrUnavailable and ErrTxClosed", first, err)
 		}
@@ -208,9 +201,7 @@ func claimInATransaction(t *testing.T) {
 		// time, so an until between the two is refused as expired.
 		time.Sleep(300 * time.Millisecond)
 		var dbNow time.Time
-		if err := tx.QueryRow(bg(), `SELECT statement_timestamp()`).Scan(&dbNow); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.QueryRow(bg(), `SELECT statement_timestamp()`).Scan(&dbNow))
 		if first, err := s.Claim(WithTx(bg(), tx), "stale", dbNow.Add(-100*time.Millisecond)); first || !errors.Is(err, replay.ErrExpired) {
 			t.Fatalf("Claim with an until past by the statement's clock = %v, %v; want ErrExpired", first, err)
 		}
@@ -228,14 +219,10 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	p := needServer(t)
 	work := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	if _, err := work.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, work.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	if err := Migrate(bg(), otherPool, DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), otherPool, DefaultTable))
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
 		name      string
@@ -256,9 +243,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 				t.Fatalf("Claim in the work's context = %v, %v; want first", first, err)
 			}
 			if tt.commit {
-				if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 			} else if err := w.Rollback(bg()); err != nil {
 				t.Fatal(err)
 			}
@@ -281,23 +266,15 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	p := needServer(t)
 	s := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	if _, err := s.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `CREATE DATABASE "`+db+`"`)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
 	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), otherDB, DefaultTable))
 	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
 	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if _, err := s.pool.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s.pool, `CREATE SCHEMA `+schema)
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
-	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Migrate(bg(), s.pool, schema+"."+DefaultTable))
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
 		name    string
@@ -321,9 +298,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 			}
 			defer tx.Rollback(bg())
 			if tt.prepare != "" {
-				if _, err := tx.Exec(bg(), tt.prepare); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, tx, tt.prepare)
 			}
 			first, err := s.Claim(WithTx(bg(), tx), id, until)
 			if tt.foreign {
@@ -339,9 +314,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 			if !first || err != nil {
 				t.Fatalf("Claim = %v, %v; want first", first, err)
 			}
-			if err := tx.Commit(bg()); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.Commit(bg()))
 			if first, err := s.Claim(bg(), id, until); first || err != nil {
 				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
 			}

@@ -36,9 +36,7 @@ func runsTable(t *testing.T, pool *pgxpool.Pool) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "webhook_runs_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), "create table "+name+" (delivery text not null, attempt int not null)"); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, "create table "+name+" (delivery text not null, attempt int not null)")
 	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
 	return name
 }
@@ -55,14 +53,10 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	for rows.Next() {
 		var id string
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&id, &n))
 		got[id] = n
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return got
 }
 
@@ -70,16 +64,11 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 // delivery in the transactional mode, the lease steps a receiver begins
 // with, and a receiver killed before its commit keeps nothing.
 func TestWebhook(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"transactional keeps one row per delivery", webhookTransactionalKeepsOneRowPerDelivery},
 		{"lease begin", webhookLeaseBeginOnPostgreSQL},
 		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // webhookTransactionalKeepsOneRowPerDelivery delivers each of several
@@ -265,9 +254,7 @@ func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
 				if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 2)", d.ID); err != nil {
 					t.Fatal(err)
 				}
-				if err := other.Confirm(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Confirm(context.Background()))
 			},
 			finish: (*webhook.Lease).Confirm, lost: true, rows: 1, next: webhook.ErrDuplicate,
 		},
@@ -289,9 +276,7 @@ func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
 			bg := context.Background()
 			id := fmt.Sprintf("msg_lease_%d", i)
 			h := http.Header{}
-			if err := signer.Sign(h, id, []byte("{}")); err != nil {
-				t.Fatal(err)
-			}
+			must(t, signer.Sign(h, id, []byte("{}")))
 			d, err := v.Verify(h, []byte("{}"))
 			if err != nil {
 				t.Fatal(err)
@@ -361,9 +346,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, child.Start())
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
 	lines := make(chan string, 2)
 	go func() {
@@ -402,9 +385,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(req.Header, id, []byte(body)))
 		if url != "" {
 			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 			if err != nil {
@@ -423,9 +404,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 		t.Fatalf("the receiver said %q, want inserted", l)
 	}
 	start := time.Now()
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, child.Process.Kill())
 	child.Wait()
 	if code := <-killed; code != 0 {
 		t.Fatalf("the killed receiver answered %d", code)
@@ -467,9 +446,7 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 	defer rows.Close()
 	for rows.Next() {
 		var a int
-		if err := rows.Scan(&a); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&a))
 		attempts = append(attempts, a)
 	}
 	if len(attempts) != 1 || attempts[0] != 1 {

@@ -45,9 +45,7 @@ func commitCounter(t testing.TB, pool *pgxpool.Pool) func() int64 {
 func xidNow(t testing.TB, pool *pgxpool.Pool) int64 {
 	t.Helper()
 	var x int64
-	if err := pool.QueryRow(bg(), `SELECT txid_current()`).Scan(&x); err != nil {
-		t.Fatal(err)
-	}
+	must(t, pool.QueryRow(bg(), `SELECT txid_current()`).Scan(&x))
 	return x
 }
 
@@ -78,9 +76,7 @@ func whSigner(t testing.TB) *webhook.Signer {
 func deliverTo(t testing.TB, h http.Handler, s *webhook.Signer, id, body string) int {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
-	if err := s.Sign(req.Header, id, []byte(body)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.Sign(req.Header, id, []byte(body)))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec.Code
@@ -109,17 +105,12 @@ func insertRun(t testing.TB, table string) http.Handler {
 // instances that take committed leases, single-use tokens redeemed in the
 // work's commit, and a copy refused busy while the work runs.
 func TestWebhookWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"commits once per first delivery", webhookWorkCommitsOncePerFirstDelivery},
 		{"agrees with lease instances", webhookWorkAndLeaseInstancesAgree},
 		{"redeems tokens in its commit", webhookWorkRedeemsSingleUseTokensInItsCommit},
 		{"copy while it runs refused busy", webhookWorkCopyWhileItRunsIsRefusedBusy},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // webhookWorkCommitsOncePerFirstDelivery counts the transactions
@@ -235,9 +226,7 @@ func webhookWorkAndLeaseInstancesAgree(t *testing.T) {
 			id := fmt.Sprintf("msg_agree_%d", i)
 			acquire := func(v *webhook.Verifier) (*webhook.Lease, error) {
 				h := http.Header{}
-				if err := signer.Sign(h, id, []byte("{}")); err != nil {
-					t.Fatal(err)
-				}
+				must(t, signer.Sign(h, id, []byte("{}")))
 				d, err := v.Verify(h, []byte("{}"))
 				if err != nil {
 					t.Fatal(err)
@@ -254,17 +243,13 @@ func webhookWorkAndLeaseInstancesAgree(t *testing.T) {
 				}
 				t.Fatalf("a copy on the other instance while the first holds it: %v, want ErrInProgress", err)
 			}
-			if err := tc.end(l, bg()); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tc.end(l, bg()))
 			other, err := acquire(tc.second)
 			if !errors.Is(err, tc.after) || (tc.after == nil && err != nil) {
 				t.Fatalf("a copy on the other instance after the first ended: %v, want %v", err, tc.after)
 			}
 			if other != nil {
-				if err := other.Confirm(bg()); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Confirm(bg()))
 			}
 		})
 	}
@@ -316,9 +301,7 @@ func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 	}))
 	deliver := func(id, tok string, fail bool) int {
 		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
-		if err := signer.Sign(req.Header, id, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(req.Header, id, []byte("{}")))
 		req.Header.Set("X-Token", tok)
 		if fail {
 			req.Header.Set("X-Fail", "1")
@@ -394,9 +377,7 @@ func webhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
 	send := func(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
 		t.Helper()
 		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
-		if err := signer.Sign(req.Header, id, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(req.Header, id, []byte("{}")))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec

@@ -35,9 +35,7 @@ func newTable(t testing.TB, pool *pgxpool.Pool, prefix, columns string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := prefix + hex.EncodeToString(b)
-	if _, err := pool.Exec(bg(), `CREATE TABLE `+name+` (`+columns+`)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE TABLE `+name+` (`+columns+`)`)
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+name) })
 	return name
 }
@@ -92,10 +90,7 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 // among racing holders, the first end wins, and a killed process or server
 // keeps one charge per key.
 func TestWork(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"commit keeps the work and the record together", workCommitKeepsTheWorkAndTheRecordTogether},
 		{"commit after the lease ended rolls back", workCommitAfterTheLeaseEndedRollsBack},
 		{"racing holders commit at most once", workRacingHoldersCommitAtMostOnce},
@@ -110,9 +105,7 @@ func TestWork(t *testing.T) {
 		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
 		{"a deferred constraint that fails rolls back", workDeferredConstraintFailureRollsBack},
 		{"a trigger raising the fence's text is not the fence", workTriggerRaisingTheFenceTextIsNotTheFence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workRefusals: every rejection path of BeginWork and Commit, and
@@ -188,14 +181,10 @@ func workRefusals(t *testing.T) {
 				s.refusal.Store(&refusal)
 			}, want: []error{ErrUnavailable, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "the lease released", until: until, prepare: func(s *Store, id string) {
-				if _, err := s.pool.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, s.pool, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
 			}, want: []error{replay.ErrLeaseLost}, wantLease: ""},
 			{name: "the lease's ID confirmed by another", until: until, prepare: func(s *Store, id string) {
-				if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET state = 'd', token = $2 WHERE key = $1`, s.key(id), strings.Repeat("0", tokenLen)); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, s.pool, `UPDATE `+s.table+` SET state = 'd', token = $2 WHERE key = $1`, s.key(id), strings.Repeat("0", tokenLen))
 			}, want: []error{replay.ErrLeaseLost}, wantLease: "d"},
 		}
 		for _, tt := range tests {
@@ -203,9 +192,7 @@ func workRefusals(t *testing.T) {
 				s := storeOn(t, s.pool)
 				w, _ := acquire(t, s, "c", time.Minute)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, s.prefix, "refused"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, s.prefix, "refused"))
 				if tt.handler != nil {
 					tt.handler(ctx)
 				}
@@ -232,18 +219,11 @@ func workRefusals(t *testing.T) {
 	})
 
 	t.Run("a table that forgot its claims", func(t *testing.T) {
-		name := uniqueTable(t, s.pool)
-		if err := Migrate(bg(), s.pool, name); err != nil {
-			t.Fatal(err)
-		}
+		name := migratedTable(t, s.pool)
 		f := storeOn(t, s.pool, func(o *Options) { o.Table = name })
 		w, _ := acquire(t, f, "f", time.Minute)
-		if err := charge(w.Context(bg()), table, "forgotten", "x"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE state = 'm'`); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "forgotten", "x"))
+		mustExec(t, s.pool, `DELETE FROM "`+name+`" WHERE state = 'm'`)
 		if err := w.Commit(bg(), until, nil, nil); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Commit = %v, want ErrForgotten", err)
 		}
@@ -272,9 +252,7 @@ func workEndsWithADoneContext(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "done-" + tt.name
 			w, _ := acquire(t, s, id, time.Minute)
-			if err := charge(w.Context(bg()), table, id, "x"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(w.Context(bg()), table, id, "x"))
 			if err := tt.end(w); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
 				t.Fatalf("%s with a done context = %v, want ErrUnavailable and context.Canceled", tt.name, err)
 			}
@@ -300,12 +278,8 @@ func workFirstEndWins(t *testing.T) {
 
 	t.Run("Rollback then Commit", func(t *testing.T) {
 		w, _ := acquire(t, s, "rc", time.Minute)
-		if err := charge(w.Context(bg()), table, "rc", "x"); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Rollback(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "rc", "x"))
+		must(t, w.Rollback(bg()))
 		if err := w.Commit(bg(), until, nil, nil); err != nil {
 			t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
 		}
@@ -321,9 +295,7 @@ func workFirstEndWins(t *testing.T) {
 
 	t.Run("concurrent Commits", func(t *testing.T) {
 		w, _ := acquire(t, s, "cc", time.Minute)
-		if err := charge(w.Context(bg()), table, "cc", "x"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w.Context(bg()), table, "cc", "x"))
 		var wg sync.WaitGroup
 		errs := make([]error, 8)
 		for i := range errs {
@@ -413,9 +385,7 @@ func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Start())
 	line := make(chan string, 1)
 	go func() {
 		l, _ := bufio.NewReader(out).ReadString('\n')
@@ -456,12 +426,8 @@ func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := charge(w.Context(bg()), table, "pay", "retry"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("retry"), []byte("charged")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(w.Context(bg()), table, "pay", "retry"))
+	must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("retry"), []byte("charged")))
 	if got := chargesOf(t, s.pool, table, "pay"); len(got) != 1 || got[0] != "retry" {
 		t.Fatalf("charges = %q, want the retry's only", got)
 	}
@@ -540,9 +506,7 @@ func workKeepsOneChargePerKeyThroughAPostgresKill(t *testing.T) {
 	for next.Load() < 50 {
 		time.Sleep(time.Millisecond)
 	}
-	if err := p.restart(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.restart())
 	stopAt.Store(min(next.Load()+50, maxKeys))
 	wg.Wait()
 	keys := min(next.Load(), stopAt.Load())
@@ -700,12 +664,8 @@ func workTempTableOfTheStoresNameTakesNothing(t *testing.T) {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id)); err != nil {
 				t.Fatal(err)
 			}
-			if err := charge(ctx, table, id, "first"); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "first"))
+			must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
 				t.Fatalf("charges = %q, want one", got)

@@ -23,10 +23,7 @@ import (
 // rows are open or while Commit runs, and statements that escape the
 // transaction are refused; an escape never ends as a success.
 func TestWorkTx(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses the handler's commit and rollback", workTxRefusesTheHandlersCommitAndRollback},
 		{"refuses statements after the end", workTxRefusesStatementsAfterTheEnd},
 		{"refuses a statement while rows are open", workTxRefusesAStatementWhileRowsAreOpen},
@@ -40,9 +37,7 @@ func TestWorkTx(t *testing.T) {
 		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
 		{"the fence is the store's whatever the handler defines", workFenceIsTheStoresWhateverTheHandlerDefines},
 		{"a handler's operators never reach the fence", workHandlersOperatorsNeverReachTheFence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // workTxRefusesTheHandlersCommitAndRollback: the handler's transaction
@@ -74,9 +69,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	if _, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := sp.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sp.Rollback(ctx))
 	if _, err := sp.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Fatalf("statement on a rolled-back savepoint = %v, want ErrTxClosed", err)
 	}
@@ -86,9 +79,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 	if got := chargesOf(t, s.pool, table, "h"); len(got) != 1 || got[0] != "kept" {
 		t.Fatalf("charges = %q, want only the savepoint committed", got)
 	}
@@ -144,9 +135,7 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 			if err != nil || !rows.Next() {
 				t.Fatal(err)
 			}
-			if err := end(w); err != nil {
-				t.Fatal(err)
-			}
+			must(t, end(w))
 			if rows.Next() || !errors.Is(rows.Err(), pgx.ErrTxClosed) {
 				t.Fatalf("open Rows after the end: Err = %v, want closed with ErrTxClosed", rows.Err())
 			}
@@ -192,9 +181,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	if err := br.QueryRow().Scan(&two); err != nil || two != 2 {
 		t.Fatal(two, err)
 	}
-	if err := br.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, br.Close())
 	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 		t.Fatalf("Exec after closing = %v", err)
 	}
@@ -227,9 +214,7 @@ func workTxLargeObjects(t *testing.T) {
 	if _, err := obj.Write([]byte("receipt")); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 	t.Cleanup(func() { s.pool.Exec(bg(), `SELECT lo_unlink($1)`, oid) })
 	var got []byte
 	if err := s.pool.QueryRow(bg(), `SELECT lo_get($1)`, oid).Scan(&got); err != nil || string(got) != "receipt" {
@@ -340,9 +325,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 				id := "stmt-" + strconv.Itoa(n)
 				w, _ := acquire(t, s, id, time.Minute)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, id, "before"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "before"))
 				tx, _ := TxFrom(ctx)
 				if err := send.send(ctx, tx, sql); err == nil {
 					t.Fatalf("%q was accepted", sql)
@@ -392,12 +375,8 @@ func workTxAllowsStatementsThatEndWithIt(t *testing.T) {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				t.Fatal(err)
 			}
-			if err := charge(ctx, table, id, "after"); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(ctx, table, id, "after"))
+			must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
 				t.Fatalf("charges = %q, want one", got)
 			}
@@ -413,9 +392,7 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 	wk := w.(*work)
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
-	if err := wk.beginLocked(bg()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, wk.beginLocked(bg()))
 	if _, err := wk.conn.PgConn().Exec(bg(), sql).ReadAll(); err != nil {
 		t.Logf("%s: %v", sql, err)
 	}
@@ -433,9 +410,7 @@ func spoofSchema(t testing.TB, pool *pgxpool.Pool) {
 			SELECT coalesce(nullif(pg_catalog.current_setting('ctoken.xid', true), '')::bigint, pg_catalog.txid_current()) $$`,
 		`CREATE OR REPLACE FUNCTION ctoken_spoof.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$ SELECT $2 $$`,
 	} {
-		if _, err := pool.Exec(bg(), sql); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, pool, sql)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_spoof CASCADE`) })
 }
@@ -514,9 +489,7 @@ func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []es
 				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
 					t.Fatalf("Claim = %v, %v", first, err)
 				}
-				if err := charge(ctx, table, id, "before"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "before"))
 				sendRaw(t, w, tt.sql)
 				accepted := 1
 				if s.claimTx(ctx) != nil {
@@ -601,9 +574,7 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 				id := fmt.Sprintf("prepared-%d-%d", k, i)
 				w := way.begin(t, s, id)
 				ctx := w.Context(bg())
-				if err := charge(ctx, table, id, "work"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "work"))
 				if attack {
 					tx, _ := TxFrom(ctx)
 					if _, err := tx.Exec(ctx, `DO $$ BEGIN
@@ -688,14 +659,10 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 						id := fmt.Sprintf("fence-fn-%d-%d-%d", k, i, j)
 						w := way.begin(t, s, id)
 						ctx := w.Context(bg())
-						if err := charge(ctx, table, id, "work"); err != nil {
-							t.Fatal(err)
-						}
+						must(t, charge(ctx, table, id, "work"))
 						if attacked {
 							tx, _ := TxFrom(ctx)
-							if err := attack.do(ctx, tx, s, marks); err != nil {
-								t.Fatal(err)
-							}
+							must(t, attack.do(ctx, tx, s, marks))
 						}
 						err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 						row, _ := rowOf(t, s, id)
@@ -757,9 +724,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
 					t.Fatalf("Claim = %v, %v", first, err)
 				}
-				if err := charge(ctx, table, id, "before"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, charge(ctx, table, id, "before"))
 				sql := e.sql
 				if strings.Contains(sql, "%s") {
 					sql = fmt.Sprintf(sql, id)
@@ -793,9 +758,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 		t.Run(way.name+"/no escape", func(t *testing.T) {
 			id := fmt.Sprintf("rollback-plain-%d", i)
 			w := way.begin(t, s, id)
-			if err := charge(w.Context(bg()), table, id, "discarded"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(w.Context(bg()), table, id, "discarded"))
 			if err := w.Rollback(bg()); err != nil {
 				t.Fatalf("Rollback = %v", err)
 			}
@@ -829,12 +792,8 @@ func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 			charge(ctx, table, id, "first")
 			expire(t, s, id)
 			w2, _ := acquire(t, s, id, time.Minute)
-			if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
-				t.Fatal(err)
-			}
-			if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
-				t.Fatal(err)
-			}
+			must(t, charge(w2.Context(bg()), table, id, "second"))
+			must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
 			if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); err == nil {
 				t.Fatal("first holder's Commit = nil")
 			}
@@ -847,21 +806,13 @@ func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 		id := "lost-raw"
 		w1, _ := acquire(t, s, id, time.Minute)
 		ctx := w1.Context(bg())
-		if err := charge(ctx, table, id, "first"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(ctx, table, id, "first"))
 		sendRaw(t, w1, "rollback; begin")
-		if err := charge(ctx, table, id, "first-again"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(ctx, table, id, "first-again"))
 		expire(t, s, id)
 		w2, _ := acquire(t, s, id, time.Minute)
-		if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
-			t.Fatal(err)
-		}
-		if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, charge(w2.Context(bg()), table, id, "second"))
+		must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
 		err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
 		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
 			t.Fatalf("first holder's Commit = %v, want the escape reported", err)
@@ -916,9 +867,7 @@ func workTxUsedWhileCommitRuns(t *testing.T) {
 		for inserted.Load() < 20 {
 			time.Sleep(time.Millisecond)
 		}
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-			t.Fatal(err)
-		}
+		must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 		wg.Wait()
 		if got := len(chargesOf(t, s.pool, table, id)); int64(got) != inserted.Load() {
 			t.Fatalf("round %d: %d rows committed, %d inserts returned nil", round, got, inserted.Load())
@@ -944,18 +893,14 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = bytea, RIGHTARG = bytea, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
 		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = text, RIGHTARG = text, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
 	} {
-		if _, err := s.pool.Exec(bg(), sql); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, s.pool, sql)
 	}
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_op CASCADE`) })
 
 	other, _ := acquire(t, s, "op-other", time.Minute)
 	w, _ := acquire(t, s, "op-spoofer", time.Minute)
 	ctx := w.Context(bg())
-	if err := charge(ctx, table, "op-spoofer", "spoofer"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(ctx, table, "op-spoofer", "spoofer"))
 	tx, err := TxFrom(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -967,16 +912,12 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 		t.Fatalf("Commit = %v", err)
 	}
 	var state string
-	if err := s.pool.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1`, s.key("op-other")).Scan(&state); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.pool.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1`, s.key("op-other")).Scan(&state))
 	if state != "l" {
 		t.Fatalf("the other key's row is %q after the spoofer's commit; want its lease ('l')", state)
 	}
 	octx := other.Context(bg())
-	if err := charge(octx, table, "op-other", "other"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, charge(octx, table, "op-other", "other"))
 	if err := other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")); err != nil {
 		t.Fatalf("the other key's Commit = %v; want nil", err)
 	}

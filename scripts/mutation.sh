@@ -226,6 +226,9 @@ fi
 # gremlins' work directories go in scratch, removed at exit even when the
 # budget cuts a run short before gremlins cleans up after itself.
 scratch=$(mktemp -d)
+# Traversable by others: pgstore's tests, under root, run PostgreSQL as
+# the postgres user in a directory below TMPDIR, which is scratch.
+chmod 711 "$scratch"
 if [ -n "$keep" ]; then
   mkdir -p "$keep"
   out=$(cd "$keep" && pwd)
