@@ -543,18 +543,26 @@ type driverCase struct {
 	fn   func(t *testing.T, d Driver)
 }
 
-// runOnEveryDriver runs every case on every driver of the test binary, in
-// parallel.
-func runOnEveryDriver(t *testing.T, cases []driverCase) {
+// eachDriver runs fn on every driver of the test binary, each in a
+// parallel subtest named after the driver.
+func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					tc.fn(t, d)
-				})
-			}
+			fn(t, d)
 		})
 	}
+}
+
+// runOnEveryDriver runs every case on every driver of the test binary, in
+// parallel.
+func runOnEveryDriver(t *testing.T, cases []driverCase) {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.fn(t, d)
+			})
+		}
+	})
 }
