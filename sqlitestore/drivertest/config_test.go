@@ -28,9 +28,7 @@ func TestNew(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"refuses weak settings", newRefusesWeakSettings},
-		{"refuses invalid options", newRefusesInvalidOptions},
-		{"names every fault at once", newNamesEveryFaultAtOnce},
+		{"refuses", newRefuses},
 		{"tables share a file", tablesShareAFile},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
@@ -95,115 +93,47 @@ func closeGivesTheConnectionBack(t *testing.T) {
 	}
 }
 
-// newRefusesWeakSettings: New refuses, with ErrConfig and a message
-// naming the fix, every connection setting that loses acknowledged claims
-// or cannot work, set in the DSN as a user would.
-func newRefusesWeakSettings(t *testing.T) {
+// newRefuses: New refuses, with ErrConfig naming each fault with its
+// fix: every connection setting that loses acknowledged claims or cannot
+// work (set in the DSN as a user would), a pool of one connection, a nil
+// database, an invalid table name, a Prefix over MaxPrefixBytes,
+// negative durations, a table Migrate has not made, and several faults
+// at once in one error.
+func newRefuses(t *testing.T) {
+	deleteSync := func(sync string) []Pragma {
+		return []Pragma{{"journal_mode", "DELETE"}, {"synchronous", sync}, {"busy_timeout", "5000"}}
+	}
 	tests := []struct {
 		name    string
-		path    string // "" for a file in a temporary directory
-		pragmas []Pragma
-		fix     string
-	}{
-		{"in-memory database", ":memory:", Safe, "open a file"},
-		{"journal_mode MEMORY", "", With("journal_mode", "MEMORY"), "use WAL"},
-		{"journal_mode OFF", "", With("journal_mode", "OFF"), "use WAL"},
-		{"synchronous OFF", "", With("synchronous", "OFF"), "use FULL"},
-		{"synchronous NORMAL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "NORMAL"}, {"busy_timeout", "5000"}}, "use FULL"},
-		{"synchronous FULL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}}, "synchronous=EXTRA"},
-		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), "AllowNormalSync"},
-		{"busy_timeout 0", "", With("busy_timeout", "0"), "busy_timeout"},
-		{"query_only", "", With("query_only", "1"), "query_only"},
-	}
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				path := tc.path
-				if path == "" {
-					// The table exists, made with the safe settings, so
-					// the refusal is the setting's.
-					var safe *sql.DB
-					safe, path = openMigrated(t, d)
-					safe.Close()
-				}
-				db := d.OpenWith(t, path, tc.pragmas)
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-				if err == nil {
-					s.Close()
-					t.Fatal("New accepted the setting")
-				}
-				if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
-					t.Fatalf("New = %v; want ErrConfig naming %q", err, tc.fix)
-				}
-			})
-		}
-	})
-}
-
-// newRefusesInvalidOptions: New refuses, with ErrConfig naming what
-// to change, a pool of one connection, a nil database, an invalid table
-// name, a Prefix over MaxPrefixBytes, negative durations and a table
-// Migrate has not made.
-func newRefusesInvalidOptions(t *testing.T) {
-	tests := []struct {
-		name string
-		db   func(t *testing.T, d Driver) *sql.DB
-		opts sqlitestore.Options
-		want string
-	}{
-		{"pool of one connection", func(t *testing.T, d Driver) *sql.DB {
-			db, _ := openMigrated(t, d)
-			db.SetMaxOpenConns(1)
-			return db
-		}, sqlitestore.Options{}, "set 0 or at least 2"},
-		{"nil database", func(*testing.T, Driver) *sql.DB { return nil }, sqlitestore.Options{}, "nil *sql.DB"},
-		{"table name not an identifier", migrated, sqlitestore.Options{Table: "Replay-Table"}, "lower-case identifier"},
-		{"table name reserved", migrated, sqlitestore.Options{Table: "sqlite_replay"}, "reserved"},
-		{"Prefix over MaxPrefixBytes", migrated, sqlitestore.Options{Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1)}, "Prefix"},
-		{"negative Horizon", migrated, sqlitestore.Options{Horizon: -time.Second}, "negative Horizon"},
-		{"negative RecheckInterval", migrated, sqlitestore.Options{RecheckInterval: -time.Second}, "negative RecheckInterval"},
-		{"table missing", func(t *testing.T, d Driver) *sql.DB {
-			return d.Open(t, filepath.Join(t.TempDir(), "replay.db"))
-		}, sqlitestore.Options{}, "run Migrate"},
-		{"named table missing", func(t *testing.T, d Driver) *sql.DB {
-			return d.Open(t, filepath.Join(t.TempDir(), "replay.db"))
-		}, sqlitestore.Options{Table: "other_replay"}, "run Migrate"},
-	}
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				s, err := sqlitestore.New(context.Background(), tc.db(t, d), tc.opts)
-				if err == nil {
-					s.Close()
-					t.Fatal("New accepted the options")
-				}
-				if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("New = %v; want ErrConfig saying %q", err, tc.want)
-				}
-			})
-		}
-	})
-}
-
-// newNamesEveryFaultAtOnce: New refuses a DSN and Options with several
-// faults with one ErrConfig naming each with its fix, set as a user would
-// (a DSN with synchronous=OFF and busy_timeout=0 meets both at once).
-func newNamesEveryFaultAtOnce(t *testing.T) {
-	tests := []struct {
-		name    string
-		pragmas []Pragma
-		pool    int // db.SetMaxOpenConns, 0 to leave
+		file    string   // "" a migrated file, "memory", "nil" (no database) or "unmigrated"
+		pragmas []Pragma // nil: Safe
+		pool    int      // db.SetMaxOpenConns, 0 to leave
 		opts    sqlitestore.Options
-		names   []string
+		want    []string
 	}{
-		{"synchronous OFF, busy_timeout 0", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},
+		{"in-memory database", "memory", nil, 0, sqlitestore.Options{}, []string{"open a file"}},
+		{"journal_mode MEMORY", "", With("journal_mode", "MEMORY"), 0, sqlitestore.Options{}, []string{"use WAL"}},
+		{"journal_mode OFF", "", With("journal_mode", "OFF"), 0, sqlitestore.Options{}, []string{"use WAL"}},
+		{"synchronous OFF", "", With("synchronous", "OFF"), 0, sqlitestore.Options{}, []string{"use FULL"}},
+		{"synchronous NORMAL with journal_mode DELETE", "", deleteSync("NORMAL"), 0, sqlitestore.Options{}, []string{"use FULL"}},
+		{"synchronous FULL with journal_mode DELETE", "", deleteSync("FULL"), 0, sqlitestore.Options{}, []string{"synchronous=EXTRA"}},
+		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), 0, sqlitestore.Options{}, []string{"AllowNormalSync"}},
+		{"busy_timeout 0", "", With("busy_timeout", "0"), 0, sqlitestore.Options{}, []string{"busy_timeout"}},
+		{"query_only", "", With("query_only", "1"), 0, sqlitestore.Options{}, []string{"query_only"}},
+		{"pool of one connection", "", nil, 1, sqlitestore.Options{}, []string{"set 0 or at least 2"}},
+		{"nil database", "nil", nil, 0, sqlitestore.Options{}, []string{"nil *sql.DB"}},
+		{"table name not an identifier", "", nil, 0, sqlitestore.Options{Table: "Replay-Table"}, []string{"lower-case identifier"}},
+		{"table name reserved", "", nil, 0, sqlitestore.Options{Table: "sqlite_replay"}, []string{"reserved"}},
+		{"Prefix over MaxPrefixBytes", "", nil, 0, sqlitestore.Options{Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1)}, []string{"Prefix"}},
+		{"negative Horizon", "", nil, 0, sqlitestore.Options{Horizon: -time.Second}, []string{"negative Horizon"}},
+		{"negative RecheckInterval", "", nil, 0, sqlitestore.Options{RecheckInterval: -time.Second}, []string{"negative RecheckInterval"}},
+		{"table missing", "unmigrated", nil, 0, sqlitestore.Options{}, []string{"run Migrate"}},
+		{"named table missing", "unmigrated", nil, 0, sqlitestore.Options{Table: "other_replay"}, []string{"run Migrate"}},
+		{"synchronous OFF, busy_timeout 0", "", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},
 			[]string{"2 configuration faults", "synchronous=OFF", "use FULL", "busy_timeout=0", "set it, e.g. 5000 ms"}},
-		{"journal OFF, query_only", []Pragma{{"journal_mode", "OFF"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}, {"query_only", "1"}}, 0, sqlitestore.Options{},
+		{"journal OFF, query_only", "", []Pragma{{"journal_mode", "OFF"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}, {"query_only", "1"}}, 0, sqlitestore.Options{},
 			[]string{"2 configuration faults", "journal_mode=OFF", "use WAL", "query_only"}},
-		{"options and settings", With("synchronous", "NORMAL"), 1,
+		{"options and settings", "", With("synchronous", "NORMAL"), 1,
 			sqlitestore.Options{Table: "Replay", Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1), Horizon: -time.Second, RecheckInterval: -time.Second},
 			[]string{"6 configuration faults", "lower-case identifier", "Prefix of", "negative Horizon", "negative RecheckInterval",
 				"set 0 or at least 2", "AllowNormalSync"}},
@@ -212,23 +142,37 @@ func newNamesEveryFaultAtOnce(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				safe, path := openMigrated(t, d)
-				safe.Close()
-				db := d.OpenWith(t, path, tc.pragmas)
+				pragmas := tc.pragmas
+				if pragmas == nil {
+					pragmas = Safe
+				}
+				var db *sql.DB
+				switch tc.file {
+				case "memory":
+					db = d.OpenWith(t, ":memory:", pragmas)
+				case "unmigrated":
+					db = d.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), pragmas)
+				case "":
+					// The table exists, made with the safe settings, so
+					// the refusal is the setting's or the options'.
+					safe, path := openMigrated(t, d)
+					safe.Close()
+					db = d.OpenWith(t, path, pragmas)
+				}
 				if tc.pool != 0 {
 					db.SetMaxOpenConns(tc.pool)
 				}
 				s, err := sqlitestore.New(context.Background(), db, tc.opts)
 				if err == nil {
 					s.Close()
-					t.Fatal("New accepted the faults")
+					t.Fatal("New accepted the fault")
 				}
-				if !errors.Is(err, sqlitestore.ErrConfig) {
+				if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) {
 					t.Fatalf("New = %v; want ErrConfig", err)
 				}
-				for _, name := range tc.names {
-					if !strings.Contains(err.Error(), name) {
-						t.Errorf("New = %q; does not name %q", err, name)
+				for _, want := range tc.want {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("New = %q; does not name %q", err, want)
 					}
 				}
 			})
@@ -515,11 +459,6 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 			t.Fatalf("Claim after Rearm = %v, %v", first, err)
 		}
 	})
-}
-
-func migrated(t *testing.T, d Driver) *sql.DB {
-	db, _ := openMigrated(t, d)
-	return db
 }
 
 // logRecords is a slog.Handler that keeps every record.
