@@ -62,7 +62,6 @@ func TestAcquireWork(t *testing.T) {
 		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
 		{"agrees with AcquireRecord's lease", acquireWorkAfterLease},
 		{"lease running out rolls the work back", acquireWorkLeaseEnds},
-		{"claim in the work commits with it", acquireWorkClaim},
 		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
 		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
@@ -165,39 +164,6 @@ func acquireWorkLeaseEnds(t *testing.T, d Driver) {
 	w2, _, _ := acquire(t, s, "job", time.Minute, workFP)
 	if err := w2.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
 		t.Fatalf("the retry's Commit = %v", err)
-	}
-}
-
-func acquireWorkClaim(t *testing.T, d Driver) {
-	for _, commit := range []bool{false, true} {
-		name := "rollback"
-		if commit {
-			name = "commit"
-		}
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _ := workStore(t, d, sqlitestore.Options{})
-			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
-			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); !first || err != nil {
-				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
-			}
-			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); first || err != nil {
-				t.Fatalf("a second Claim in the work = %v, %v; want not first", first, err)
-			}
-			var err error
-			if commit {
-				err = w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-			} else {
-				err = w.Rollback(ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			first, err := s.Claim(ctx, "token-1", time.Now().Add(time.Hour))
-			if err != nil || first == commit {
-				t.Fatalf("Claim after the work's %s = %v, %v; want first=%v", name, first, err, !commit)
-			}
-		})
 	}
 }
 

@@ -211,32 +211,48 @@ func workOutlivesLease(t *testing.T, d Driver) {
 	}
 }
 
+// workClaim: a claim in a Work, of BeginWork or of AcquireWork, commits
+// and rolls back with it.
 func workClaim(t *testing.T, d Driver) {
-	for _, commit := range []bool{false, true} {
-		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
-			ctx := context.Background()
-			s, _ := workStore(t, d, sqlitestore.Options{})
-			until := time.Now().Add(time.Hour)
-			l := mustLease(t, s, "job", time.Minute)
-			w, _, wctx := begin(t, s, "job", l.Token)
-			if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
-				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
-			}
-			if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
-				t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
-			}
-			if commit {
-				if err := w.Commit(ctx, until, nil, nil); err != nil {
+	for _, way := range []struct {
+		name    string
+		fp, rec []byte // Commit's
+		begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context)
+	}{
+		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
+			w, _, wctx := begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
+			return w, wctx
+		}},
+		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
+			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
+			return w, wctx
+		}},
+	} {
+		for _, commit := range []bool{false, true} {
+			t.Run(fmt.Sprint(way.name, "/commit=", commit), func(t *testing.T) {
+				ctx := context.Background()
+				s, _ := workStore(t, d, sqlitestore.Options{})
+				until := time.Now().Add(time.Hour)
+				w, wctx := way.begin(t, s)
+				if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
+					t.Fatalf("Claim in the work = %v, %v; want first", first, err)
+				}
+				if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
+					t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
+				}
+				if commit {
+					if err := w.Commit(ctx, until, way.fp, way.rec); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := w.Rollback(ctx); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := w.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			first, err := s.Claim(ctx, "token-1", until)
-			if err != nil || first == commit {
-				t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
-			}
-		})
+				first, err := s.Claim(ctx, "token-1", until)
+				if err != nil || first == commit {
+					t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
+				}
+			})
+		}
 	}
 }
 
