@@ -155,6 +155,36 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 	return cs
 }
 
+// deployFile makes a migrated database file with the deploys table and
+// a keyring for the tool server's states.
+func deployFile(t *testing.T, d Driver) (string, *ctoken.Keyring) {
+	t.Helper()
+	db, path := openMigrated(t, d)
+	if _, err := db.ExecContext(context.Background(), `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, keys
+}
+
+// roundOne runs round one of the deploy tool of service api and returns
+// round two's call: its state, the confirmation accepted.
+func roundOne(t *testing.T, cs *mcp.ClientSession) *mcp.CallToolParams {
+	t.Helper()
+	first, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
+	if err != nil || !first.NeedsInput() || first.RequestState == "" {
+		t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
+	}
+	return &mcp.CallToolParams{
+		Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
+		InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
+	}
+}
+
 func deploys(t *testing.T, db *sql.DB) int {
 	t.Helper()
 	var n int
@@ -203,26 +233,11 @@ func mcpSingleUseStateAcrossARestart(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				db, path := openMigrated(t, d)
-				if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-					t.Fatal(err)
-				}
-				db.Close()
-				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-				if err != nil {
-					t.Fatal(err)
-				}
+				path, keys := deployFile(t, d)
 
 				before := startMCP(t, d, path, tc.store, keys, false)
 				cs := connectMCP(t, before)
-				first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-				if err != nil || !first.NeedsInput() || first.RequestState == "" {
-					t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
-				}
-				use := &mcp.CallToolParams{
-					Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-					InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-				}
+				use := roundOne(t, cs)
 				second, err := cs.CallTool(ctx, use)
 				if err != nil || second.IsError || second.StructuredContent.(map[string]any)["deployed"] != "api" {
 					t.Fatalf("round two: %v, %+v; want api deployed", err, second)
@@ -275,26 +290,11 @@ func resultOf(t *testing.T, body []byte) string {
 func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		db, path := openMigrated(t, d)
-		if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, keys := deployFile(t, d)
 
 		before := startMCP(t, d, path, "sqlite", keys, true)
 		cs := connectMCP(t, before)
-		first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-		if err != nil || !first.NeedsInput() || first.RequestState == "" {
-			t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
-		}
-		use := &mcp.CallToolParams{
-			Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-			InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-		}
+		use := roundOne(t, cs)
 		before.lose.Store(true)
 		if _, err := cs.CallTool(ctx, use); err == nil {
 			t.Fatal("round two returned although its response was lost")
@@ -356,25 +356,10 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 func mcpRoundWhoseServerStopped(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		db, path := openMigrated(t, d)
-		if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, keys := deployFile(t, d)
 		before := startMCP(t, d, path, "sqlite", keys, true)
 		cs := connectMCP(t, before)
-		first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-		if err != nil || first.RequestState == "" {
-			t.Fatalf("round one: %v, %+v", err, first)
-		}
-		use := &mcp.CallToolParams{
-			Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-			InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-		}
+		use := roundOne(t, cs)
 		before.gate, before.entered = make(chan struct{}), make(chan struct{})
 		go cs.CallTool(ctx, use) // its answer never comes: the server stops
 		select {
@@ -389,6 +374,7 @@ func mcpRoundWhoseServerStopped(t *testing.T) {
 		after := startMCP(t, d, path, "sqlite", keys, true)
 		retry := connectMCP(t, after)
 		var busy int
+		var err error
 		deadline := time.Now().Add(60 * time.Second) // a failsafe: the hold ends within 15 s
 		for {
 			_, err = retry.CallTool(ctx, use)
