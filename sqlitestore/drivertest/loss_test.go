@@ -674,21 +674,6 @@ func walLinksAfterACrash(t *testing.T) {
 		}
 		return tally
 	}
-	session := func(t *testing.T, d Driver, path string, pragmas []Pragma, stmts ...string) {
-		t.Helper()
-		db, err := sql.Open(d.SQLName, d.DSN(path, pragmas))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range stmts {
-			if _, err := db.Exec(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	refused := func(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
 		t.Helper()
 		faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
@@ -786,10 +771,10 @@ func walLinksAfterACrash(t *testing.T) {
 		})
 		t.Run("VACUUM shrinks the file", func(t *testing.T) {
 			path := faultDB(t, d)
-			session(t, d, path, Safe, `CREATE TABLE junk (v BLOB)`,
+			walSession(t, path, `CREATE TABLE junk (v BLOB)`,
 				`INSERT INTO junk SELECT randomblob(1000) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) SELECT i FROM n)`)
 			tally := killAfter(t, path, 200)
-			session(t, d, path, Safe, `DROP TABLE junk`, `VACUUM`)
+			walSession(t, path, `DROP TABLE junk`, `VACUUM`)
 			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 			refused(t, s, tally)
 		})
@@ -852,7 +837,7 @@ func walLinksAfterACrash(t *testing.T) {
 			}, false},
 			{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
 				backup := filepath.Join(plainTempDir(t), "into.db")
-				session(t, d, path, Safe, `VACUUM INTO '`+backup+`'`)
+				walSession(t, path, `VACUUM INTO '`+backup+`'`)
 				restoreCopy(t, path, backup)
 				return path
 			}, false},
@@ -864,7 +849,7 @@ func walLinksAfterACrash(t *testing.T) {
 			}, true},
 			{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
 				removeFiles(t, path+"-wal", path+"-shm")
-				session(t, d, path, Safe, `VACUUM`)
+				walSession(t, path, `VACUUM`)
 				return path
 			}, true},
 			{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
@@ -931,8 +916,8 @@ func walLinksAfterACrash(t *testing.T) {
 			// the app's pages change): no store row is lost.
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 50)
-			session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
-			session(t, d, path, Safe, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
+			walSession(t, path, `INSERT INTO effects VALUES ('one')`)
+			walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
 			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 			refused(t, s, tally)
 		})
@@ -943,7 +928,7 @@ func walLinksAfterACrash(t *testing.T) {
 			// (fcntl(2)): another process would no longer see them.
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 50)
-			session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
+			walSession(t, path, `INSERT INTO effects VALUES ('one')`)
 			links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
 			if err != nil || len(links) == 0 {
 				t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
