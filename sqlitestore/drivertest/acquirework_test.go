@@ -64,7 +64,6 @@ func TestAcquireWork(t *testing.T) {
 		{"lease running out rolls the work back", acquireWorkLeaseEnds},
 		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
-		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
 		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
@@ -299,36 +298,6 @@ func wantRefused(t *testing.T, s *sqlitestore.Store, id string) {
 	if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
 		t.Fatalf("Claim of an escaped work's ID = first (%v)", err)
 	}
-}
-
-func acquireWorkEscapedCommit(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	const lease = 200 * time.Millisecond
-	w, tx, _ := acquire(t, s, "job", lease, workFP)
-	leaseEnd := time.Now().Add(lease)
-	insertApp(t, tx, "before")
-	if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
-		t.Fatalf("COMMIT; BEGIN: %v", err)
-	}
-	insertApp(t, tx, "after")
-	err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-	if err == nil || errors.Is(err, replay.ErrRolledBack) {
-		t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack", err)
-	}
-	if n := appRows(t, db, "before"); n != 1 {
-		t.Fatalf("app row committed by the handler: %d rows; want 1", n)
-	}
-	if n := appRows(t, db, "after"); n != 0 {
-		t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0", n)
-	}
-	wantRefused(t, s, "job")
-	time.Sleep(time.Until(leaseEnd.Add(50 * time.Millisecond)))
-	wantRefused(t, s, "job")
-	if err := s.Release(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, s, "job", time.Minute, workFP)
 }
 
 func acquireWorkRefusals(t *testing.T, d Driver) {
