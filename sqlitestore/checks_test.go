@@ -223,38 +223,9 @@ func schemaNamesTheTable(t *testing.T) {
 	}
 }
 
-// TestNew pins the refusals that need no database: New and Migrate on a
-// nil *sql.DB, and the calls of a Store not built with New.
-func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"refuses nil DB", newRefusesNilDB},
-		{"zero Store refuses", zeroStoreRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
-}
-
-func zeroStoreRefuses(t *testing.T) {
-	var s Store
-	if _, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Claim on a zero Store = %v; want ErrConfig", err)
-	}
-	if _, err := s.AcquireLease(t.Context(), "a", time.Minute); !errors.Is(err, ErrConfig) {
-		t.Fatalf("AcquireLease on a zero Store = %v; want ErrConfig", err)
-	}
-	if _, err := s.BeginWork(t.Context(), "a", "t"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("BeginWork on a zero Store = %v; want ErrConfig", err)
-	}
-	s.Close() // no panic
-}
-
-func newRefusesNilDB(t *testing.T) {
-	if _, err := New(t.Context(), nil, Options{}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("New(nil) = %v; want ErrConfig", err)
-	}
+// TestMigrateRefusesNilDB: Migrate on a nil *sql.DB is ErrConfig (New's
+// refusal of one: drivertest's TestNew).
+func TestMigrateRefusesNilDB(t *testing.T) {
 	if err := Migrate(t.Context(), nil, ""); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Migrate(nil) = %v; want ErrConfig", err)
 	}

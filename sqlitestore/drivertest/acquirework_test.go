@@ -62,10 +62,8 @@ func TestAcquireWork(t *testing.T) {
 		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
 		{"agrees with AcquireRecord's lease", acquireWorkAfterLease},
 		{"lease running out rolls the work back", acquireWorkLeaseEnds},
-		{"claim in the work commits with it", acquireWorkClaim},
 		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
-		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
 		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
@@ -165,39 +163,6 @@ func acquireWorkLeaseEnds(t *testing.T, d Driver) {
 	w2, _, _ := acquire(t, s, "job", time.Minute, workFP)
 	if err := w2.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
 		t.Fatalf("the retry's Commit = %v", err)
-	}
-}
-
-func acquireWorkClaim(t *testing.T, d Driver) {
-	for _, commit := range []bool{false, true} {
-		name := "rollback"
-		if commit {
-			name = "commit"
-		}
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _ := workStore(t, d, sqlitestore.Options{})
-			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
-			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); !first || err != nil {
-				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
-			}
-			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); first || err != nil {
-				t.Fatalf("a second Claim in the work = %v, %v; want not first", first, err)
-			}
-			var err error
-			if commit {
-				err = w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-			} else {
-				err = w.Rollback(ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			first, err := s.Claim(ctx, "token-1", time.Now().Add(time.Hour))
-			if err != nil || first == commit {
-				t.Fatalf("Claim after the work's %s = %v, %v; want first=%v", name, first, err, !commit)
-			}
-		})
 	}
 }
 
@@ -333,36 +298,6 @@ func wantRefused(t *testing.T, s *sqlitestore.Store, id string) {
 	if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
 		t.Fatalf("Claim of an escaped work's ID = first (%v)", err)
 	}
-}
-
-func acquireWorkEscapedCommit(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	const lease = 200 * time.Millisecond
-	w, tx, _ := acquire(t, s, "job", lease, workFP)
-	leaseEnd := time.Now().Add(lease)
-	insertApp(t, tx, "before")
-	if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
-		t.Fatalf("COMMIT; BEGIN: %v", err)
-	}
-	insertApp(t, tx, "after")
-	err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-	if err == nil || errors.Is(err, replay.ErrRolledBack) {
-		t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack", err)
-	}
-	if n := appRows(t, db, "before"); n != 1 {
-		t.Fatalf("app row committed by the handler: %d rows; want 1", n)
-	}
-	if n := appRows(t, db, "after"); n != 0 {
-		t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0", n)
-	}
-	wantRefused(t, s, "job")
-	time.Sleep(time.Until(leaseEnd.Add(50 * time.Millisecond)))
-	wantRefused(t, s, "job")
-	if err := s.Release(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, s, "job", time.Minute, workFP)
 }
 
 func acquireWorkRefusals(t *testing.T, d Driver) {

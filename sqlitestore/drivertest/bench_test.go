@@ -22,22 +22,9 @@ import (
 // on the same kind of file with the same settings (Safe: WAL,
 // synchronous=FULL, busy_timeout=5000), in a temporary directory of the
 // disk (not a tmpfs): every call that commits costs an fsync there.
-// BENCHMARKS.md has the numbers, the targets and the command lines;
-// fsyncs.sh counts the fsyncs per claim.
-//
-//	BenchmarkClaim                 Store.Claim of fresh IDs, one caller
-//	BenchmarkClaimFloor            the same rows by a plain autocommit INSERT … ON CONFLICT DO NOTHING
-//	BenchmarkClaimConcurrent       Store.Claim from 1, 8 and 64 goroutines (claims/s)
-//	BenchmarkClaimFloorConcurrent  the plain INSERT from 1, 8 and 64 goroutines (inserts/s)
-//	BenchmarkTransactional         a first transactional request: AcquireWork (work) or AcquireRecord + BeginWork (lease), the handler's INSERT through TxFrom, Commit
-//	BenchmarkTransactionalFloor    the handler's own transaction: BEGIN IMMEDIATE; the same INSERT; COMMIT
-//	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
-//	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
-//	BenchmarkMiddlewareTransactionalVsFloor  the same through the idempotency middleware and an HTTP path (bench_middleware_test.go)
-//	BenchmarkReadRecord            ReadRecord of a live lease or a done record, and a plain one-row SELECT of its row, in turn: x-floor is their ratio
-//	BenchmarkTaskPoll              mcptoken's Tasks.Get of a working task (on its instance, or another) or a completed one, and the plain one-row SELECT of the task's row, in turn: x-floor is their ratio
-//	BenchmarkClaimWhileSweeping    claims on an idle store, then claims while one Sweep drains 100 000 expired rows: latency percentiles of each
-//	BenchmarkSweepKeepsUp          claims at 10, 100, 1 000 a second or as fast as they go, for b.N seconds, swept every second: rows and file sizes each second
+// BENCHMARKS.md lists them, with what each measures and the command
+// lines; docs/benchmarks.md has the figures; fsyncs.sh counts the fsyncs
+// per claim.
 //
 // A disk's fsync latency drifts (on a shared virtual disk, by 2x within
 // seconds), so a store and its floor timed seconds apart compare badly:
@@ -148,6 +135,14 @@ func benchClaim(s *sqlitestore.Store, id string, until time.Time) error {
 	return nil
 }
 
+// benchDrivers runs fn on every driver of the test binary, each in a
+// sub-benchmark named after the driver.
+func benchDrivers(b *testing.B, fn func(b *testing.B, d Driver)) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) { fn(b, d) })
+	}
+}
+
 // benchMust fails b with err unless it is nil.
 func benchMust(b *testing.B, err error) {
 	if err != nil {
@@ -157,35 +152,31 @@ func benchMust(b *testing.B, err error) {
 
 // BenchmarkClaim: Store.Claim of fresh IDs, one at a time.
 func BenchmarkClaim(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			s := benchStore(b, benchDB(b, d))
-			ids := benchIDs(b.N)
-			until := time.Now().Add(time.Hour)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				benchMust(b, benchClaim(s, ids[i], until))
-			}
-		})
-	}
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		s := benchStore(b, benchDB(b, d))
+		ids := benchIDs(b.N)
+		until := time.Now().Add(time.Hour)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			benchMust(b, benchClaim(s, ids[i], until))
+		}
+	})
 }
 
 // BenchmarkClaimFloor: the floor of BenchmarkClaim, the same rows written
 // by a plain autocommit INSERT … ON CONFLICT DO NOTHING.
 func BenchmarkClaimFloor(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			db := benchDB(b, d)
-			keys := benchKeys(benchIDs(b.N))
-			until := time.Now().Add(time.Hour).UnixNano()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				benchMust(b, benchFloorRow(db, keys[i], until))
-			}
-		})
-	}
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		db := benchDB(b, d)
+		keys := benchKeys(benchIDs(b.N))
+		until := time.Now().Add(time.Hour).UnixNano()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			benchMust(b, benchFloorRow(db, keys[i], until))
+		}
+	})
 }
 
 // benchConcurrency is the number of concurrent callers the concurrent
@@ -299,19 +290,17 @@ var benchModes = []struct {
 // handler's own transaction on a connection of the pool: BEGIN
 // IMMEDIATE; the same INSERT; COMMIT.
 func BenchmarkTransactionalFloor(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			db := benchDB(b, d)
-			ids := benchIDs(b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				benchHandlerTx(b, db, ids[i])
-			}
-			b.StopTimer()
-			benchAppRows(b, db, b.N)
-		})
-	}
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		db := benchDB(b, d)
+		ids := benchIDs(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			benchHandlerTx(b, db, ids[i])
+		}
+		b.StopTimer()
+		benchAppRows(b, db, b.N)
+	})
 }
 
 // benchAppRows fails b unless the handler's table holds want rows: every
@@ -372,18 +361,16 @@ func benchPairedAfter(b *testing.B, before, store, floor func(i int)) {
 // BenchmarkClaimVsFloor: BenchmarkClaim and BenchmarkClaimFloor in turn,
 // a claim then an INSERT, each on a file of its own in one directory.
 func BenchmarkClaimVsFloor(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			s := benchStore(b, benchDB(b, d))
-			floor := benchDB(b, d)
-			ids := benchIDs(b.N)
-			keys := benchKeys(ids)
-			until := time.Now().Add(time.Hour)
-			benchPaired(b,
-				func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
-				func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
-		})
-	}
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		s := benchStore(b, benchDB(b, d))
+		floor := benchDB(b, d)
+		ids := benchIDs(b.N)
+		keys := benchKeys(ids)
+		until := time.Now().Add(time.Hour)
+		benchPaired(b,
+			func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
+			func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+	})
 }
 
 // BenchmarkClaimAfterWorkVsFloor: BenchmarkClaimVsFloor on a store that
@@ -392,24 +379,22 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 // handler's own transaction on the floor's file), so every claim is the
 // first write after a Work, as on a server that serves both.
 func BenchmarkClaimAfterWorkVsFloor(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			db := benchDB(b, d)
-			s := benchStore(b, db)
-			floor := benchDB(b, d)
-			ids := benchIDs(b.N)
-			keys := benchKeys(ids)
-			works := benchIDs(b.N)
-			until := time.Now().Add(time.Hour)
-			benchPairedAfter(b,
-				func(i int) {
-					benchWorkRequest(b, s, "work-"+works[i], until)
-					benchHandlerTx(b, floor, "work-"+works[i])
-				},
-				func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
-				func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
-		})
-	}
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		db := benchDB(b, d)
+		s := benchStore(b, db)
+		floor := benchDB(b, d)
+		ids := benchIDs(b.N)
+		keys := benchKeys(ids)
+		works := benchIDs(b.N)
+		until := time.Now().Add(time.Hour)
+		benchPairedAfter(b,
+			func(i int) {
+				benchWorkRequest(b, s, "work-"+works[i], until)
+				benchHandlerTx(b, floor, "work-"+works[i])
+			},
+			func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
+			func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+	})
 }
 
 // BenchmarkTransactionalVsFloor: BenchmarkTransactional and
@@ -444,16 +429,7 @@ func benchWorkRequest(b *testing.B, s *sqlitestore.Store, id string, until time.
 	if err != nil || r.State != replay.LeaseAcquired || w == nil {
 		b.Fatalf("AcquireWork of a fresh ID = %+v, %v; want acquired", r, err)
 	}
-	tx, err := sqlitestore.TxFrom(w.Context(ctx))
-	if err != nil {
-		b.Fatalf("TxFrom: %v", err)
-	}
-	if _, err := tx.ExecContext(ctx, benchAppInsert, id, benchBody); err != nil {
-		b.Fatalf("the handler's INSERT: %v", err)
-	}
-	if err := w.Commit(ctx, until, benchFingerprint, benchResult); err != nil {
-		b.Fatalf("Commit: %v", err)
-	}
+	benchHandler(b, w, id, until)
 }
 
 // benchRequest is a first request in the transactional mode, as the
@@ -471,6 +447,13 @@ func benchRequest(b *testing.B, s *sqlitestore.Store, id string, until time.Time
 	if err != nil {
 		b.Fatalf("BeginWork: %v", err)
 	}
+	benchHandler(b, w, id, until)
+}
+
+// benchHandler is the handler's INSERT through TxFrom in w, and w's
+// Commit with the fingerprint and a small result.
+func benchHandler(b *testing.B, w replay.Work, id string, until time.Time) {
+	ctx := context.Background()
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
 	if err != nil {
 		b.Fatalf("TxFrom: %v", err)
@@ -507,36 +490,34 @@ func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
 // timer runs, as the store writes a claim), one step of the writer: how
 // long a sweep's step holds the writer.
 func BenchmarkSweep(b *testing.B) {
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			ctx := context.Background()
-			db := benchDB(b, d)
-			s := benchStore(b, db)
-			prefix := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
-			prefix = append(prefix, s.Prefix()...)
-			b.ReportAllocs()
-			for i := range b.N {
-				b.StopTimer()
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		ctx := context.Background()
+		db := benchDB(b, d)
+		s := benchStore(b, db)
+		prefix := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
+		prefix = append(prefix, s.Prefix()...)
+		b.ReportAllocs()
+		for i := range b.N {
+			b.StopTimer()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := range 100 {
+				key := append(append([]byte{}, prefix...), fmt.Sprint("swept-", i, "-", j)...)
+				if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
 					b.Fatal(err)
-				}
-				for j := range 100 {
-					key := append(append([]byte{}, prefix...), fmt.Sprint("swept-", i, "-", j)...)
-					if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := tx.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				if n, err := s.Sweep(ctx); n != 100 || err != nil {
-					b.Fatalf("Sweep = %d, %v; want the 100 expired rows", n, err)
 				}
 			}
-		})
-	}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if n, err := s.Sweep(ctx); n != 100 || err != nil {
+				b.Fatalf("Sweep = %d, %v; want the 100 expired rows", n, err)
+			}
+		}
+	})
 }
 
 // BenchmarkClaimWhileSweeping: serial claims on an idle store (b.N of
@@ -546,74 +527,72 @@ func BenchmarkSweep(b *testing.B) {
 // and the database file's and the WAL's bytes after it.
 func BenchmarkClaimWhileSweeping(b *testing.B) {
 	const backlog = 100_000
-	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			ctx := context.Background()
-			db := benchDB(b, d)
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-			benchMust(b, err)
-			b.Cleanup(func() { s.Close() })
-			until := time.Now().Add(time.Hour)
-			claim := func(id string) time.Duration {
-				start := time.Now()
-				benchMust(b, benchClaim(s, id, until))
-				return time.Since(start)
-			}
-			idle := make([]time.Duration, 0, b.N)
-			for i := range b.N {
-				idle = append(idle, claim(fmt.Sprint("idle-", i)))
-			}
-			b.StopTimer()
-			insertExpired(b, db, s, backlog)
-			type result struct {
-				n   int64
-				err error
-				len time.Duration
-			}
-			swept := make(chan result, 1)
+	benchDrivers(b, func(b *testing.B, d Driver) {
+		ctx := context.Background()
+		db := benchDB(b, d)
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+		benchMust(b, err)
+		b.Cleanup(func() { s.Close() })
+		until := time.Now().Add(time.Hour)
+		claim := func(id string) time.Duration {
 			start := time.Now()
-			go func() {
-				n, err := s.Sweep(ctx)
-				swept <- result{n, err, time.Since(start)}
-			}()
-			var during []time.Duration
-			var r result
-		claims:
-			for i := 0; ; i++ {
-				select {
-				case r = <-swept:
-					break claims
-				default:
-				}
-				during = append(during, claim(fmt.Sprint("during-", i)))
+			benchMust(b, benchClaim(s, id, until))
+			return time.Since(start)
+		}
+		idle := make([]time.Duration, 0, b.N)
+		for i := range b.N {
+			idle = append(idle, claim(fmt.Sprint("idle-", i)))
+		}
+		b.StopTimer()
+		insertExpired(b, db, s, backlog)
+		type result struct {
+			n   int64
+			err error
+			len time.Duration
+		}
+		swept := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			n, err := s.Sweep(ctx)
+			swept <- result{n, err, time.Since(start)}
+		}()
+		var during []time.Duration
+		var r result
+	claims:
+		for i := 0; ; i++ {
+			select {
+			case r = <-swept:
+				break claims
+			default:
 			}
-			if r.n != backlog || r.err != nil {
-				b.Fatalf("Sweep = %d, %v; want the %d expired rows", r.n, r.err, backlog)
+			during = append(during, claim(fmt.Sprint("during-", i)))
+		}
+		if r.n != backlog || r.err != nil {
+			b.Fatalf("Sweep = %d, %v; want the %d expired rows", r.n, r.err, backlog)
+		}
+		for _, side := range []struct {
+			name string
+			d    []time.Duration
+		}{{"idle", idle}, {"sweeping", during}} {
+			slices.Sort(side.d)
+			if len(side.d) == 0 {
+				continue
 			}
-			for _, side := range []struct {
-				name string
-				d    []time.Duration
-			}{{"idle", idle}, {"sweeping", during}} {
-				slices.Sort(side.d)
-				if len(side.d) == 0 {
-					continue
-				}
-				at := func(q float64) float64 { return float64(side.d[int(q*float64(len(side.d)-1))].Microseconds()) }
-				b.ReportMetric(at(0.5), side.name+"-p50-µs")
-				b.ReportMetric(at(0.99), side.name+"-p99-µs")
-				b.ReportMetric(at(1), side.name+"-max-µs")
-			}
-			b.ReportMetric(float64(r.len.Milliseconds()), "sweep-ms")
-			b.ReportMetric(float64(len(during)), "claims-while-sweeping")
-			var path string
-			benchMust(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
-			for _, f := range []struct{ name, path string }{{"file-bytes", path}, {"wal-bytes", path + "-wal"}} {
-				fi, err := os.Stat(f.path)
-				benchMust(b, err)
-				b.ReportMetric(float64(fi.Size()), f.name)
-			}
-		})
-	}
+			at := func(q float64) float64 { return float64(side.d[int(q*float64(len(side.d)-1))].Microseconds()) }
+			b.ReportMetric(at(0.5), side.name+"-p50-µs")
+			b.ReportMetric(at(0.99), side.name+"-p99-µs")
+			b.ReportMetric(at(1), side.name+"-max-µs")
+		}
+		b.ReportMetric(float64(r.len.Milliseconds()), "sweep-ms")
+		b.ReportMetric(float64(len(during)), "claims-while-sweeping")
+		var path string
+		benchMust(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
+		for _, f := range []struct{ name, path string }{{"file-bytes", path}, {"wal-bytes", path + "-wal"}} {
+			fi, err := os.Stat(f.path)
+			benchMust(b, err)
+			b.ReportMetric(float64(fi.Size()), f.name)
+		}
+	})
 }
 
 // BenchmarkSweepKeepsUp: claims at a steady rate (10, 100 or 1 000 a

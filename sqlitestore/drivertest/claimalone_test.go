@@ -23,36 +23,34 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 		{"sequence gone back", `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`},
 		{"marker's state", `UPDATE ctoken_replay SET state = 'c' WHERE key = x'0000'`},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					ctx := context.Background()
-					db, _ := openMigrated(t, d)
-					s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-					for _, id := range []string{"a", "b"} {
-						if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
-							t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db, _ := openMigrated(t, d)
+				s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+				for _, id := range []string{"a", "b"} {
+					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
 					}
-					if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
-						t.Fatalf("%s: %v", tc.tamper, err)
-					}
-					first, err := s.Claim(ctx, "c", time.Now().Add(time.Hour))
-					if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
-						t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)
-					}
-					var n int
-					if err := db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					if want := 2; n != want {
-						t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
-					}
-				})
-			}
-		})
-	}
+				}
+				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
+					t.Fatalf("%s: %v", tc.tamper, err)
+				}
+				first, err := s.Claim(ctx, "c", time.Now().Add(time.Hour))
+				if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
+					t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)
+				}
+				var n int
+				if err := db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if want := 2; n != want {
+					t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
+				}
+			})
+		}
+	})
 }
 
 // TestEveryDurableCommitAdvancesTheSequence: the judgement of a WAL kept
@@ -61,63 +59,61 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 // finds its ID held, a confirmation, a Work's commit, a claim in a
 // caller's transaction.
 func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db, _ := openMigrated(t, d)
-			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-			seq := func() int64 {
-				t.Helper()
-				var n int64
-				if err := db.QueryRowContext(ctx, `SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+		seq := func() int64 {
+			t.Helper()
+			var n int64
+			if err := db.QueryRowContext(ctx, `SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&n); err != nil {
+				t.Fatal(err)
 			}
-			until := time.Now().Add(time.Hour)
-			steps := []struct {
-				name string
-				do   func() error
-			}{
-				{"a lone first claim", func() error { _, err := s.Claim(ctx, "a", until); return err }},
-				{"a claim of a held ID", func() error { _, err := s.Claim(ctx, "a", until); return err }},
-				{"a confirmation", func() error {
-					l, err := s.AcquireLease(ctx, "l", time.Minute)
-					if err != nil {
-						return err
-					}
-					return s.ConfirmLease(ctx, "l", l.Token, until)
-				}},
-				{"a Work's commit", func() error {
-					_, w, err := s.AcquireWork(ctx, "w", time.Minute, nil)
-					if err != nil {
-						return err
-					}
-					return w.Commit(ctx, until, nil, nil)
-				}},
-				{"a claim in a caller's transaction", func() error {
-					tx, err := db.BeginTx(ctx, nil)
-					if err != nil {
-						return err
-					}
-					if _, err := s.Claim(sqlitestore.WithTx(ctx, tx), "tx", until); err != nil {
-						tx.Rollback()
-						return err
-					}
-					return tx.Commit()
-				}},
-			}
-			for _, st := range steps {
-				before := seq()
-				if err := st.do(); err != nil {
-					t.Fatalf("%s: %v", st.name, err)
+			return n
+		}
+		until := time.Now().Add(time.Hour)
+		steps := []struct {
+			name string
+			do   func() error
+		}{
+			{"a lone first claim", func() error { _, err := s.Claim(ctx, "a", until); return err }},
+			{"a claim of a held ID", func() error { _, err := s.Claim(ctx, "a", until); return err }},
+			{"a confirmation", func() error {
+				l, err := s.AcquireLease(ctx, "l", time.Minute)
+				if err != nil {
+					return err
 				}
-				if after := seq(); after <= before {
-					t.Errorf("%s left the sequence at %d; want it advanced", st.name, after)
+				return s.ConfirmLease(ctx, "l", l.Token, until)
+			}},
+			{"a Work's commit", func() error {
+				_, w, err := s.AcquireWork(ctx, "w", time.Minute, nil)
+				if err != nil {
+					return err
 				}
+				return w.Commit(ctx, until, nil, nil)
+			}},
+			{"a claim in a caller's transaction", func() error {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := s.Claim(sqlitestore.WithTx(ctx, tx), "tx", until); err != nil {
+					tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			}},
+		}
+		for _, st := range steps {
+			before := seq()
+			if err := st.do(); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
 			}
-		})
-	}
+			if after := seq(); after <= before {
+				t.Errorf("%s left the sequence at %d; want it advanced", st.name, after)
+			}
+		}
+	})
 }
 
 // TestWithTxRefusesASequenceGoneBack: a claim in a caller's transaction
@@ -125,28 +121,26 @@ func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
 // do: a database whose sequence went back (an older copy) refuses with
 // ErrForgotten before the next check, and the claim is not first.
 func TestWithTxRefusesASequenceGoneBack(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db, _ := openMigrated(t, d)
-			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-			until := time.Now().Add(time.Hour)
-			for _, id := range []string{"a", "b", "c"} {
-				if first, err := s.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("Claim(%s) = %v, %v", id, first, err)
-				}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+		until := time.Now().Add(time.Hour)
+		for _, id := range []string{"a", "b", "c"} {
+			if first, err := s.Claim(ctx, id, until); !first || err != nil {
+				t.Fatalf("Claim(%s) = %v, %v", id, first, err)
 			}
-			if _, err := db.ExecContext(ctx, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`); err != nil {
-				t.Fatal(err)
-			}
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "d", until); first || !errors.Is(err, sqlitestore.ErrForgotten) {
-				t.Fatalf("Claim in a caller's transaction after the sequence went back = %v, %v; want ErrForgotten", first, err)
-			}
-		})
-	}
+		}
+		if _, err := db.ExecContext(ctx, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "d", until); first || !errors.Is(err, sqlitestore.ErrForgotten) {
+			t.Fatalf("Claim in a caller's transaction after the sequence went back = %v, %v; want ErrForgotten", first, err)
+		}
+	})
 }

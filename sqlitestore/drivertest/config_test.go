@@ -28,9 +28,7 @@ func TestNew(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"refuses weak settings", newRefusesWeakSettings},
-		{"refuses invalid options", newRefusesInvalidOptions},
-		{"names every fault at once", newNamesEveryFaultAtOnce},
+		{"refuses", newRefuses},
 		{"tables share a file", tablesShareAFile},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
@@ -95,184 +93,118 @@ func closeGivesTheConnectionBack(t *testing.T) {
 	}
 }
 
-// newRefusesWeakSettings: New refuses, with ErrConfig and a message
-// naming the fix, every connection setting that loses acknowledged claims
-// or cannot work, set in the DSN as a user would.
-func newRefusesWeakSettings(t *testing.T) {
+// newRefuses: New refuses, with ErrConfig naming each fault with its
+// fix: every connection setting that loses acknowledged claims or cannot
+// work (set in the DSN as a user would), a pool of one connection, a nil
+// database, an invalid table name, a Prefix over MaxPrefixBytes,
+// negative durations, a table Migrate has not made, and several faults
+// at once in one error.
+func newRefuses(t *testing.T) {
+	deleteSync := func(sync string) []Pragma {
+		return []Pragma{{"journal_mode", "DELETE"}, {"synchronous", sync}, {"busy_timeout", "5000"}}
+	}
 	tests := []struct {
 		name    string
-		path    string // "" for a file in a temporary directory
-		pragmas []Pragma
-		fix     string
-	}{
-		{"in-memory database", ":memory:", Safe, "open a file"},
-		{"journal_mode MEMORY", "", With("journal_mode", "MEMORY"), "use WAL"},
-		{"journal_mode OFF", "", With("journal_mode", "OFF"), "use WAL"},
-		{"synchronous OFF", "", With("synchronous", "OFF"), "use FULL"},
-		{"synchronous NORMAL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "NORMAL"}, {"busy_timeout", "5000"}}, "use FULL"},
-		{"synchronous FULL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}}, "synchronous=EXTRA"},
-		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), "AllowNormalSync"},
-		{"busy_timeout 0", "", With("busy_timeout", "0"), "busy_timeout"},
-		{"query_only", "", With("query_only", "1"), "query_only"},
-	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					ctx := context.Background()
-					path := tc.path
-					if path == "" {
-						// The table exists, made with the safe settings, so
-						// the refusal is the setting's.
-						var safe *sql.DB
-						safe, path = openMigrated(t, d)
-						safe.Close()
-					}
-					db := d.OpenWith(t, path, tc.pragmas)
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-					if err == nil {
-						s.Close()
-						t.Fatal("New accepted the setting")
-					}
-					if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
-						t.Fatalf("New = %v; want ErrConfig naming %q", err, tc.fix)
-					}
-				})
-			}
-		})
-	}
-}
-
-// newRefusesInvalidOptions: New refuses, with ErrConfig naming what
-// to change, a pool of one connection, a nil database, an invalid table
-// name, a Prefix over MaxPrefixBytes, negative durations and a table
-// Migrate has not made.
-func newRefusesInvalidOptions(t *testing.T) {
-	tests := []struct {
-		name string
-		db   func(t *testing.T, d Driver) *sql.DB
-		opts sqlitestore.Options
-		want string
-	}{
-		{"pool of one connection", func(t *testing.T, d Driver) *sql.DB {
-			db, _ := openMigrated(t, d)
-			db.SetMaxOpenConns(1)
-			return db
-		}, sqlitestore.Options{}, "set 0 or at least 2"},
-		{"nil database", func(*testing.T, Driver) *sql.DB { return nil }, sqlitestore.Options{}, "nil *sql.DB"},
-		{"table name not an identifier", migrated, sqlitestore.Options{Table: "Replay-Table"}, "lower-case identifier"},
-		{"table name reserved", migrated, sqlitestore.Options{Table: "sqlite_replay"}, "reserved"},
-		{"Prefix over MaxPrefixBytes", migrated, sqlitestore.Options{Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1)}, "Prefix"},
-		{"negative Horizon", migrated, sqlitestore.Options{Horizon: -time.Second}, "negative Horizon"},
-		{"negative RecheckInterval", migrated, sqlitestore.Options{RecheckInterval: -time.Second}, "negative RecheckInterval"},
-		{"table missing", func(t *testing.T, d Driver) *sql.DB {
-			return d.Open(t, filepath.Join(t.TempDir(), "replay.db"))
-		}, sqlitestore.Options{}, "run Migrate"},
-		{"named table missing", func(t *testing.T, d Driver) *sql.DB {
-			return d.Open(t, filepath.Join(t.TempDir(), "replay.db"))
-		}, sqlitestore.Options{Table: "other_replay"}, "run Migrate"},
-	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					s, err := sqlitestore.New(context.Background(), tc.db(t, d), tc.opts)
-					if err == nil {
-						s.Close()
-						t.Fatal("New accepted the options")
-					}
-					if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
-						t.Fatalf("New = %v; want ErrConfig saying %q", err, tc.want)
-					}
-				})
-			}
-		})
-	}
-}
-
-// newNamesEveryFaultAtOnce: New refuses a DSN and Options with several
-// faults with one ErrConfig naming each with its fix, set as a user would
-// (a DSN with synchronous=OFF and busy_timeout=0 meets both at once).
-func newNamesEveryFaultAtOnce(t *testing.T) {
-	tests := []struct {
-		name    string
-		pragmas []Pragma
-		pool    int // db.SetMaxOpenConns, 0 to leave
+		file    string   // "" a migrated file, "memory", "nil" (no database) or "unmigrated"
+		pragmas []Pragma // nil: Safe
+		pool    int      // db.SetMaxOpenConns, 0 to leave
 		opts    sqlitestore.Options
-		names   []string
+		want    []string
 	}{
-		{"synchronous OFF, busy_timeout 0", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},
+		{"in-memory database", "memory", nil, 0, sqlitestore.Options{}, []string{"open a file"}},
+		{"journal_mode MEMORY", "", With("journal_mode", "MEMORY"), 0, sqlitestore.Options{}, []string{"use WAL"}},
+		{"journal_mode OFF", "", With("journal_mode", "OFF"), 0, sqlitestore.Options{}, []string{"use WAL"}},
+		{"synchronous OFF", "", With("synchronous", "OFF"), 0, sqlitestore.Options{}, []string{"use FULL"}},
+		{"synchronous NORMAL with journal_mode DELETE", "", deleteSync("NORMAL"), 0, sqlitestore.Options{}, []string{"use FULL"}},
+		{"synchronous FULL with journal_mode DELETE", "", deleteSync("FULL"), 0, sqlitestore.Options{}, []string{"synchronous=EXTRA"}},
+		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), 0, sqlitestore.Options{}, []string{"AllowNormalSync"}},
+		{"busy_timeout 0", "", With("busy_timeout", "0"), 0, sqlitestore.Options{}, []string{"busy_timeout"}},
+		{"query_only", "", With("query_only", "1"), 0, sqlitestore.Options{}, []string{"query_only"}},
+		{"pool of one connection", "", nil, 1, sqlitestore.Options{}, []string{"set 0 or at least 2"}},
+		{"nil database", "nil", nil, 0, sqlitestore.Options{}, []string{"nil *sql.DB"}},
+		{"table name not an identifier", "", nil, 0, sqlitestore.Options{Table: "Replay-Table"}, []string{"lower-case identifier"}},
+		{"table name reserved", "", nil, 0, sqlitestore.Options{Table: "sqlite_replay"}, []string{"reserved"}},
+		{"Prefix over MaxPrefixBytes", "", nil, 0, sqlitestore.Options{Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1)}, []string{"Prefix"}},
+		{"negative Horizon", "", nil, 0, sqlitestore.Options{Horizon: -time.Second}, []string{"negative Horizon"}},
+		{"negative RecheckInterval", "", nil, 0, sqlitestore.Options{RecheckInterval: -time.Second}, []string{"negative RecheckInterval"}},
+		{"table missing", "unmigrated", nil, 0, sqlitestore.Options{}, []string{"run Migrate"}},
+		{"named table missing", "unmigrated", nil, 0, sqlitestore.Options{Table: "other_replay"}, []string{"run Migrate"}},
+		{"synchronous OFF, busy_timeout 0", "", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},
 			[]string{"2 configuration faults", "synchronous=OFF", "use FULL", "busy_timeout=0", "set it, e.g. 5000 ms"}},
-		{"journal OFF, query_only", []Pragma{{"journal_mode", "OFF"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}, {"query_only", "1"}}, 0, sqlitestore.Options{},
+		{"journal OFF, query_only", "", []Pragma{{"journal_mode", "OFF"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}, {"query_only", "1"}}, 0, sqlitestore.Options{},
 			[]string{"2 configuration faults", "journal_mode=OFF", "use WAL", "query_only"}},
-		{"options and settings", With("synchronous", "NORMAL"), 1,
+		{"options and settings", "", With("synchronous", "NORMAL"), 1,
 			sqlitestore.Options{Table: "Replay", Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1), Horizon: -time.Second, RecheckInterval: -time.Second},
 			[]string{"6 configuration faults", "lower-case identifier", "Prefix of", "negative Horizon", "negative RecheckInterval",
 				"set 0 or at least 2", "AllowNormalSync"}},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				pragmas := tc.pragmas
+				if pragmas == nil {
+					pragmas = Safe
+				}
+				var db *sql.DB
+				switch tc.file {
+				case "memory":
+					db = d.OpenWith(t, ":memory:", pragmas)
+				case "unmigrated":
+					db = d.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), pragmas)
+				case "":
+					// The table exists, made with the safe settings, so
+					// the refusal is the setting's or the options'.
 					safe, path := openMigrated(t, d)
 					safe.Close()
-					db := d.OpenWith(t, path, tc.pragmas)
-					if tc.pool != 0 {
-						db.SetMaxOpenConns(tc.pool)
+					db = d.OpenWith(t, path, pragmas)
+				}
+				if tc.pool != 0 {
+					db.SetMaxOpenConns(tc.pool)
+				}
+				s, err := sqlitestore.New(context.Background(), db, tc.opts)
+				if err == nil {
+					s.Close()
+					t.Fatal("New accepted the fault")
+				}
+				if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) {
+					t.Fatalf("New = %v; want ErrConfig", err)
+				}
+				for _, want := range tc.want {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("New = %q; does not name %q", err, want)
 					}
-					s, err := sqlitestore.New(context.Background(), db, tc.opts)
-					if err == nil {
-						s.Close()
-						t.Fatal("New accepted the faults")
-					}
-					if !errors.Is(err, sqlitestore.ErrConfig) {
-						t.Fatalf("New = %v; want ErrConfig", err)
-					}
-					for _, name := range tc.names {
-						if !strings.Contains(err.Error(), name) {
-							t.Errorf("New = %q; does not name %q", err, name)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 // tablesShareAFile: two stores with tables of their own
 // (Options.Table) in one database file are each migrated, built, used,
 // closed and built again; neither takes the other for a loss.
 func tablesShareAFile(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, _ := openMigrated(t, d)
-			if err := sqlitestore.Migrate(ctx, db, "second_replay"); err != nil {
-				t.Fatalf("Migrate of a second table in the file = %v", err)
-			}
-			until := time.Now().Add(time.Minute)
-			for round := range 2 {
-				for _, table := range []string{"", "second_replay"} {
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Table: table})
-					if err != nil {
-						t.Fatalf("round %d: New(Table %q) = %v", round, table, err)
-					}
-					first, err := s.Claim(ctx, "shared-id", until)
-					s.Close()
-					if err != nil || first != (round == 0) {
-						t.Fatalf("round %d: Claim in table %q = %v, %v; want first only in round 0", round, table, first, err)
-					}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		if err := sqlitestore.Migrate(ctx, db, "second_replay"); err != nil {
+			t.Fatalf("Migrate of a second table in the file = %v", err)
+		}
+		until := time.Now().Add(time.Minute)
+		for round := range 2 {
+			for _, table := range []string{"", "second_replay"} {
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Table: table})
+				if err != nil {
+					t.Fatalf("round %d: New(Table %q) = %v", round, table, err)
+				}
+				first, err := s.Claim(ctx, "shared-id", until)
+				s.Close()
+				if err != nil || first != (round == 0) {
+					t.Fatalf("round %d: Claim in table %q = %v, %v; want first only in round 0", round, table, first, err)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // sidecarNamesNeverCollide: the table audit in replay.db and the
@@ -281,43 +213,40 @@ func tablesShareAFile(t *testing.T) {
 // and built again; neither takes the other for a loss, and each keeps
 // its claims.
 func sidecarNamesNeverCollide(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			dir := t.TempDir()
-			stores := []struct{ path, table string }{
-				{filepath.Join(dir, "replay.db"), "audit"},
-				{filepath.Join(dir, "replay.db-audit"), ""},
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		stores := []struct{ path, table string }{
+			{filepath.Join(dir, "replay.db"), "audit"},
+			{filepath.Join(dir, "replay.db-audit"), ""},
+		}
+		dbs := make([]*sql.DB, len(stores))
+		for i, st := range stores {
+			dbs[i] = d.Open(t, st.path)
+			if err := sqlitestore.Migrate(ctx, dbs[i], st.table); err != nil {
+				t.Fatalf("Migrate(%s, table %q) = %v", filepath.Base(st.path), st.table, err)
 			}
-			dbs := make([]*sql.DB, len(stores))
+		}
+		until := time.Now().Add(time.Minute)
+		for round := range 2 {
 			for i, st := range stores {
-				dbs[i] = d.Open(t, st.path)
-				if err := sqlitestore.Migrate(ctx, dbs[i], st.table); err != nil {
-					t.Fatalf("Migrate(%s, table %q) = %v", filepath.Base(st.path), st.table, err)
+				s, err := sqlitestore.New(ctx, dbs[i], sqlitestore.Options{Table: st.table})
+				if err != nil {
+					t.Fatalf("round %d: New(%s, table %q) = %v", round, filepath.Base(st.path), st.table, err)
+				}
+				first, err := s.Claim(ctx, "id-"+strconv.Itoa(i), until)
+				s.Close()
+				if err != nil || first != (round == 0) {
+					t.Fatalf("round %d: Claim in %s, table %q = %v, %v; want first only in round 0", round, filepath.Base(st.path), st.table, first, err)
 				}
 			}
-			until := time.Now().Add(time.Minute)
-			for round := range 2 {
-				for i, st := range stores {
-					s, err := sqlitestore.New(ctx, dbs[i], sqlitestore.Options{Table: st.table})
-					if err != nil {
-						t.Fatalf("round %d: New(%s, table %q) = %v", round, filepath.Base(st.path), st.table, err)
-					}
-					first, err := s.Claim(ctx, "id-"+strconv.Itoa(i), until)
-					s.Close()
-					if err != nil || first != (round == 0) {
-						t.Fatalf("round %d: Claim in %s, table %q = %v, %v; want first only in round 0", round, filepath.Base(st.path), st.table, first, err)
-					}
-				}
+		}
+		for _, name := range []string{".replay.db-ctoken.audit", ".replay.db-audit-ctoken"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Errorf("sidecar %s: %v", name, err)
 			}
-			for _, name := range []string{".replay.db-ctoken.audit", ".replay.db-audit-ctoken"} {
-				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-					t.Errorf("sidecar %s: %v", name, err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // newRefusesAFileWithoutLocks: a DSN that turns SQLite's file locks off
@@ -326,51 +255,48 @@ func sidecarNamesNeverCollide(t *testing.T) {
 // the DSN, or the parameter has no effect on this driver and two
 // connections still cannot both take the write lock.
 func newRefusesAFileWithoutLocks(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, param := range []string{"nolock=1", "vfs=unix-none"} {
-				t.Run(param, func(t *testing.T) {
-					ctx := context.Background()
-					path := filepath.Join(t.TempDir(), "replay.db")
-					// EXTRA: without locks SQLite cannot run WAL (it needs
-					// shared memory) and falls back to DELETE, which New
-					// accepts with EXTRA only; the lock check is then what
-					// refuses.
-					db, err := sql.Open(d.SQLName, d.DSN(path, With("synchronous", "EXTRA"))+"&"+param)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { db.Close() })
-					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-						t.Logf("%s: Migrate = %v (the driver refused the DSN)", param, err)
-						return
-					}
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-					switch {
-					case errors.Is(err, sqlitestore.ErrConfig) && strings.Contains(err.Error(), "without locks"):
-						t.Logf("%s: New = %v", param, err)
-						return
-					case err != nil:
-						t.Fatalf("%s: New = %v; want ErrConfig naming the locks, or a store on a locked file", param, err)
-					}
-					s.Close()
-					a, b := conns(t, db)
-					if _, err := a.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-						t.Fatal(err)
-					}
-					defer a.ExecContext(ctx, `ROLLBACK`)
-					if _, err := b.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := b.ExecContext(ctx, `BEGIN IMMEDIATE`); err == nil {
-						t.Fatalf("%s: New served a store, and two connections both took the write lock", param)
-					}
-					t.Logf("%s: no effect on this driver (New served; the file locks)", param)
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, param := range []string{"nolock=1", "vfs=unix-none"} {
+			t.Run(param, func(t *testing.T) {
+				ctx := context.Background()
+				path := filepath.Join(t.TempDir(), "replay.db")
+				// EXTRA: without locks SQLite cannot run WAL (it needs
+				// shared memory) and falls back to DELETE, which New
+				// accepts with EXTRA only; the lock check is then what
+				// refuses.
+				db, err := sql.Open(d.SQLName, d.DSN(path, With("synchronous", "EXTRA"))+"&"+param)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+					t.Logf("%s: Migrate = %v (the driver refused the DSN)", param, err)
+					return
+				}
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+				switch {
+				case errors.Is(err, sqlitestore.ErrConfig) && strings.Contains(err.Error(), "without locks"):
+					t.Logf("%s: New = %v", param, err)
+					return
+				case err != nil:
+					t.Fatalf("%s: New = %v; want ErrConfig naming the locks, or a store on a locked file", param, err)
+				}
+				s.Close()
+				a, b := conns(t, db)
+				if _, err := a.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+					t.Fatal(err)
+				}
+				defer a.ExecContext(ctx, `ROLLBACK`)
+				if _, err := b.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.ExecContext(ctx, `BEGIN IMMEDIATE`); err == nil {
+					t.Fatalf("%s: New served a store, and two connections both took the write lock", param)
+				}
+				t.Logf("%s: no effect on this driver (New served; the file locks)", param)
+			})
+		}
+	})
 }
 
 // newWaitsForAnotherWriter: New's first write waits for another
@@ -380,37 +306,34 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 // are generous, not the mechanism (New's reads before the lock take
 // milliseconds).
 func newWaitsForAnotherWriter(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			other := d.Open(t, path)
-			holder, err := other.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		other := d.Open(t, path)
+		holder, err := other.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close()
+		if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: 300 * time.Millisecond, SweepInterval: -1})
+			if err == nil {
+				s.Close()
 			}
-			defer holder.Close()
-			if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: 300 * time.Millisecond, SweepInterval: -1})
-				if err == nil {
-					s.Close()
-				}
-				done <- err
-			}()
-			time.Sleep(time.Second)
-			if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("New while another connection held the write lock for 1 s (busy_timeout 5 s, Timeout 300 ms) = %v; want a store", err)
-			}
-		})
-	}
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("New while another connection held the write lock for 1 s (busy_timeout 5 s, Timeout 300 ms) = %v; want a store", err)
+		}
+	})
 }
 
 // conns returns two connections of db, closed (and dropped from the pool)
@@ -437,36 +360,33 @@ func conns(t *testing.T, db *sql.DB) (*sql.Conn, *sql.Conn) {
 // connection after New) or another journal_mode is refused, with
 // ErrConfig and ErrUnavailable naming the setting; nothing is written.
 func withTxRefusesALoweredConnection(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, pragma := range []string{"synchronous = OFF", "synchronous = NORMAL"} {
-				t.Run(pragma, func(t *testing.T) {
-					ctx := context.Background()
-					db, _ := openMigrated(t, d)
-					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					c, _ := conns(t, db)
-					if _, err := c.ExecContext(ctx, `PRAGMA `+pragma); err != nil {
-						t.Fatal(err)
-					}
-					tx, err := c.BeginTx(ctx, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "lowered", time.Now().Add(time.Minute))
-					if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
-						t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
-					}
-					if err := tx.Commit(); err != nil {
-						t.Fatal(err)
-					}
-					if first, err := s.Claim(ctx, "lowered", time.Now().Add(time.Minute)); !first || err != nil {
-						t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
-					}
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, pragma := range []string{"synchronous = OFF", "synchronous = NORMAL"} {
+			t.Run(pragma, func(t *testing.T) {
+				ctx := context.Background()
+				db, _ := openMigrated(t, d)
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				c, _ := conns(t, db)
+				if _, err := c.ExecContext(ctx, `PRAGMA `+pragma); err != nil {
+					t.Fatal(err)
+				}
+				tx, err := c.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "lowered", time.Now().Add(time.Minute))
+				if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
+					t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if first, err := s.Claim(ctx, "lowered", time.Now().Add(time.Minute)); !first || err != nil {
+					t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
+				}
+			})
+		}
+	})
 }
 
 // normalSyncAfterAMachineCrash: while a store with synchronous=NORMAL
@@ -486,67 +406,59 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		id, _ := m["boot"].(string)
 		return m, id
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			_, path := openMigrated(t, d)
-			db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
-			opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
-			s, err := sqlitestore.New(ctx, db, opts)
-			if err != nil {
-				t.Fatal(err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		_, path := openMigrated(t, d)
+		db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
+		opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
+		s, err := sqlitestore.New(ctx, db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err := s.Claim(ctx, "before", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatalf("Claim = %v, %v", first, err)
+		}
+		if _, id := sidecarBoot(t, path); id != strings.TrimSpace(string(boot)) {
+			t.Fatalf("the sidecar's boot id while a NORMAL store runs = %q; want the kernel's", id)
+		}
+		s.Close()
+		m, id := sidecarBoot(t, path)
+		if id != "" {
+			t.Fatalf("the sidecar's boot id after Close = %q; want none", id)
+		}
+		// A clean Close, then a reboot: New serves.
+		if s, err = sqlitestore.New(ctx, db, opts); err != nil {
+			t.Fatalf("New after a clean Close = %v", err)
+		}
+		s.Close()
+		// A store abandoned without Close, then a crash and a reboot:
+		// the sidecar names a boot that is not the machine's (written
+		// with no store running, which would write it back).
+		m["boot"] = "a-boot-before-the-crash"
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {
+			pool := db
+			if !o.AllowNormalSync {
+				pool = d.Open(t, path)
 			}
-			if first, err := s.Claim(ctx, "before", time.Now().Add(time.Hour)); !first || err != nil {
-				t.Fatalf("Claim = %v, %v", first, err)
-			}
-			if _, id := sidecarBoot(t, path); id != strings.TrimSpace(string(boot)) {
-				t.Fatalf("the sidecar's boot id while a NORMAL store runs = %q; want the kernel's", id)
-			}
-			s.Close()
-			m, id := sidecarBoot(t, path)
-			if id != "" {
-				t.Fatalf("the sidecar's boot id after Close = %q; want none", id)
-			}
-			// A clean Close, then a reboot: New serves.
-			if s, err = sqlitestore.New(ctx, db, opts); err != nil {
-				t.Fatalf("New after a clean Close = %v", err)
-			}
-			s.Close()
-			// A store abandoned without Close, then a crash and a reboot:
-			// the sidecar names a boot that is not the machine's (written
-			// with no store running, which would write it back).
-			m["boot"] = "a-boot-before-the-crash"
-			b, _ := json.Marshal(m)
-			if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {
-				pool := db
-				if !o.AllowNormalSync {
-					pool = d.Open(t, path)
+			if s2, err := sqlitestore.New(ctx, pool, o); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "NORMAL") {
+				if err == nil {
+					s2.Close()
 				}
-				if s2, err := sqlitestore.New(ctx, pool, o); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "NORMAL") {
-					if err == nil {
-						s2.Close()
-					}
-					t.Fatalf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store = %v; want ErrForgotten naming NORMAL", o.AllowNormalSync, err)
-				}
+				t.Fatalf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store = %v; want ErrForgotten naming NORMAL", o.AllowNormalSync, err)
 			}
-			if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
-				t.Fatal(err)
-			}
-			s3 := mustStore(t, db, opts)
-			if first, err := s3.Claim(ctx, "after", time.Now().Add(time.Hour)); !first || err != nil {
-				t.Fatalf("Claim after Rearm = %v, %v", first, err)
-			}
-		})
-	}
-}
-
-func migrated(t *testing.T, d Driver) *sql.DB {
-	db, _ := openMigrated(t, d)
-	return db
+		}
+		if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
+			t.Fatal(err)
+		}
+		s3 := mustStore(t, db, opts)
+		if first, err := s3.Claim(ctx, "after", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatalf("Claim after Rearm = %v, %v", first, err)
+		}
+	})
 }
 
 // logRecords is a slog.Handler that keeps every record.
@@ -582,29 +494,26 @@ func (h *logRecords) warns(substr string) int {
 // with Options.AllowNormalSync, and New then logs a Warn naming the
 // option; the store serves.
 func allowNormalSync(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			safe, path := openMigrated(t, d)
-			safe.Close()
-			db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
-			logs := &logRecords{}
-			var events []replay.Event
-			s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e replay.Event) { events = append(events, e) }})
-			if n := logs.warns("AllowNormalSync"); n != 1 {
-				t.Fatalf("New logged %d Warn records naming AllowNormalSync; want 1", n)
-			}
-			// New reports it synchronously: read before the checker runs.
-			if len(events) != 1 || events[0].Kind != replay.EventRiskAccepted || events[0].Option != "AllowNormalSync" || !strings.Contains(events[0].Risk, "NORMAL") || events[0].Kind.String() != "risk_accepted" ||
-				events[0].Store != "sqlitestore" || events[0].Table != sqlitestore.DefaultTable || events[0].Shard != -1 {
-				t.Fatalf("New reported %+v to the Observer; want one replay.EventRiskAccepted naming AllowNormalSync", events)
-			}
-			if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("Claim = %v, %v; want first", first, err)
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		safe, path := openMigrated(t, d)
+		safe.Close()
+		db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
+		logs := &logRecords{}
+		var events []replay.Event
+		s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e replay.Event) { events = append(events, e) }})
+		if n := logs.warns("AllowNormalSync"); n != 1 {
+			t.Fatalf("New logged %d Warn records naming AllowNormalSync; want 1", n)
+		}
+		// New reports it synchronously: read before the checker runs.
+		if len(events) != 1 || events[0].Kind != replay.EventRiskAccepted || events[0].Option != "AllowNormalSync" || !strings.Contains(events[0].Risk, "NORMAL") || events[0].Kind.String() != "risk_accepted" ||
+			events[0].Store != "sqlitestore" || events[0].Table != sqlitestore.DefaultTable || events[0].Shard != -1 {
+			t.Fatalf("New reported %+v to the Observer; want one replay.EventRiskAccepted naming AllowNormalSync", events)
+		}
+		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !first || err != nil {
+			t.Fatalf("Claim = %v, %v; want first", first, err)
+		}
+	})
 }
 
 // heldPool fills what is left of db's pool (limited to size connections,
@@ -685,134 +594,131 @@ func loweredConnectionRefuses(t *testing.T) {
 		{"FULL lowered to NORMAL", "FULL", false, "NORMAL"},
 		{"NORMAL allowed, lowered to OFF", "NORMAL", true, "OFF"},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name+"/the writer's connection", func(t *testing.T) {
-					t.Parallel()
-					ctx := context.Background()
-					safe, path := openMigrated(t, d)
-					safe.Close()
-					db := d.OpenWith(t, path, With("synchronous", tc.opened))
-					// No recheck runs during the test: what is checked is
-					// that every write reads its connection's setting.
-					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
-						RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
-					until := time.Now().Add(time.Minute)
-					lease, err := s.AcquireLease(ctx, "leased", time.Minute)
-					if err != nil || lease.State != replay.LeaseAcquired {
-						t.Fatalf("AcquireLease before the change = %+v, %v", lease, err)
-					}
-					calls := []struct {
-						name string
-						call func(id string) error
-					}{
-						{"Claim", func(id string) error {
-							if first, err := s.Claim(ctx, id, until); first || err == nil {
-								return fmt.Errorf("= %v, %v", first, err)
-							} else {
-								return err
-							}
-						}},
-						{"AcquireLease", func(id string) error {
-							if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || err == nil {
-								return fmt.Errorf("= %+v, %v", l, err)
-							} else {
-								return err
-							}
-						}},
-						{"ConfirmLease", func(string) error {
-							if err := s.ConfirmLease(ctx, "leased", lease.Token, until); err == nil {
-								return errors.New("succeeded")
-							} else {
-								return err
-							}
-						}},
-						{"BeginWork", func(string) error {
-							if w, err := s.BeginWork(ctx, "leased", lease.Token); err == nil {
-								w.Rollback(ctx)
-								return errors.New("succeeded")
-							} else {
-								return err
-							}
-						}},
-					}
-					for i, c := range calls {
-						id := fmt.Sprint("fresh-", i)
-						lowerWriter(t, s, fmt.Sprint("lower-", i), tc.lowered)
-						if err := c.call(id); !strings.Contains(err.Error(), "synchronous") {
-							t.Fatalf("%s on the writer's connection with synchronous=%s: %v; want an error naming synchronous", c.name, tc.lowered, err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name+"/the writer's connection", func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				safe, path := openMigrated(t, d)
+				safe.Close()
+				db := d.OpenWith(t, path, With("synchronous", tc.opened))
+				// No recheck runs during the test: what is checked is
+				// that every write reads its connection's setting.
+				s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
+					RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
+				until := time.Now().Add(time.Minute)
+				lease, err := s.AcquireLease(ctx, "leased", time.Minute)
+				if err != nil || lease.State != replay.LeaseAcquired {
+					t.Fatalf("AcquireLease before the change = %+v, %v", lease, err)
+				}
+				calls := []struct {
+					name string
+					call func(id string) error
+				}{
+					{"Claim", func(id string) error {
+						if first, err := s.Claim(ctx, id, until); first || err == nil {
+							return fmt.Errorf("= %v, %v", first, err)
+						} else {
+							return err
 						}
-						if first, err := s.Claim(ctx, id, until); !first || err != nil {
-							t.Fatalf("Claim(%s) after the refused %s = %v, %v; want first, on a fresh connection", id, c.name, first, err)
+					}},
+					{"AcquireLease", func(id string) error {
+						if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || err == nil {
+							return fmt.Errorf("= %+v, %v", l, err)
+						} else {
+							return err
 						}
-					}
-				})
-				t.Run(tc.name+"/a connection of the pool", func(t *testing.T) {
-					t.Parallel()
-					ctx := context.Background()
-					safe, path := openMigrated(t, d)
-					safe.Close()
-					db := d.OpenWith(t, path, With("synchronous", tc.opened))
-					events := make(chan replay.Event, 64)
-					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
-						RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{}),
-						Observer: func(e replay.Event) {
-							if e.Kind != replay.EventRiskAccepted {
-								events <- e
-							}
-						}})
-					until := time.Now().Add(time.Minute)
-					if first, err := s.Claim(ctx, "before", until); !first || err != nil {
-						t.Fatalf("Claim before the change = %v, %v", first, err)
-					}
-					heldPool(t, db, 4, tc.lowered)
-					deadline := time.Now().Add(5 * time.Second)
-					for i := 0; ; i++ {
-						first, err := s.Claim(ctx, fmt.Sprint("fresh-", i), until)
-						if err != nil && strings.Contains(err.Error(), "synchronous") && !first {
-							break
+					}},
+					{"ConfirmLease", func(string) error {
+						if err := s.ConfirmLease(ctx, "leased", lease.Token, until); err == nil {
+							return errors.New("succeeded")
+						} else {
+							return err
 						}
-						if err != nil || time.Now().After(deadline) {
-							t.Fatalf("Claim %v after a pool connection was lowered to synchronous=%s = %v, %v; want the recheck's refusal naming synchronous", time.Since(deadline.Add(-5*time.Second)), tc.lowered, first, err)
+					}},
+					{"BeginWork", func(string) error {
+						if w, err := s.BeginWork(ctx, "leased", lease.Token); err == nil {
+							w.Rollback(ctx)
+							return errors.New("succeeded")
+						} else {
+							return err
 						}
-						time.Sleep(5 * time.Millisecond)
+					}},
+				}
+				for i, c := range calls {
+					id := fmt.Sprint("fresh-", i)
+					lowerWriter(t, s, fmt.Sprint("lower-", i), tc.lowered)
+					if err := c.call(id); !strings.Contains(err.Error(), "synchronous") {
+						t.Fatalf("%s on the writer's connection with synchronous=%s: %v; want an error naming synchronous", c.name, tc.lowered, err)
 					}
-					for i := range 5 {
-						if first, err := s.Claim(ctx, fmt.Sprint("refused-", i), until); first || !strings.Contains(fmt.Sprint(err), "synchronous") {
-							t.Fatalf("Claim after the recheck's refusal = %v, %v; want an error naming synchronous", first, err)
+					if first, err := s.Claim(ctx, id, until); !first || err != nil {
+						t.Fatalf("Claim(%s) after the refused %s = %v, %v; want first, on a fresh connection", id, c.name, first, err)
+					}
+				}
+			})
+			t.Run(tc.name+"/a connection of the pool", func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				safe, path := openMigrated(t, d)
+				safe.Close()
+				db := d.OpenWith(t, path, With("synchronous", tc.opened))
+				events := make(chan replay.Event, 64)
+				s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
+					RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{}),
+					Observer: func(e replay.Event) {
+						if e.Kind != replay.EventRiskAccepted {
+							events <- e
 						}
+					}})
+				until := time.Now().Add(time.Minute)
+				if first, err := s.Claim(ctx, "before", until); !first || err != nil {
+					t.Fatalf("Claim before the change = %v, %v", first, err)
+				}
+				heldPool(t, db, 4, tc.lowered)
+				deadline := time.Now().Add(5 * time.Second)
+				for i := 0; ; i++ {
+					first, err := s.Claim(ctx, fmt.Sprint("fresh-", i), until)
+					if err != nil && strings.Contains(err.Error(), "synchronous") && !first {
+						break
 					}
-					// The checker reports the refusal right after it sets it
-					// (a failsafe bound, not a timing: a second on any machine).
-					select {
-					case e := <-events:
-						if e.Kind != replay.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
-							t.Fatalf("the Observer's first event = %+v; want replay.EventRefusing naming synchronous", e)
-						}
-					case <-time.After(30 * time.Second):
-						t.Fatal("the Observer was not told of the refusal")
+					if err != nil || time.Now().After(deadline) {
+						t.Fatalf("Claim %v after a pool connection was lowered to synchronous=%s = %v, %v; want the recheck's refusal naming synchronous", time.Since(deadline.Add(-5*time.Second)), tc.lowered, first, err)
 					}
-					// The lowered connection closed (it was the pool's idle
-					// one), the checker's next connection is a new one: the
-					// checks hold again, and the Observer hears so.
-					db.SetMaxIdleConns(0)
-					select {
-					case e := <-events:
-						if e.Kind != replay.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
-							t.Fatalf("the Observer's event after the fix = %+v; want replay.EventServing", e)
-						}
-					case <-time.After(30 * time.Second):
-						t.Fatal("the Observer was not told the store serves again")
+					time.Sleep(5 * time.Millisecond)
+				}
+				for i := range 5 {
+					if first, err := s.Claim(ctx, fmt.Sprint("refused-", i), until); first || !strings.Contains(fmt.Sprint(err), "synchronous") {
+						t.Fatalf("Claim after the recheck's refusal = %v, %v; want an error naming synchronous", first, err)
 					}
-					if first, err := s.Claim(ctx, "after", until); !first || err != nil {
-						t.Fatalf("Claim once serving again = %v, %v; want first", first, err)
+				}
+				// The checker reports the refusal right after it sets it
+				// (a failsafe bound, not a timing: a second on any machine).
+				select {
+				case e := <-events:
+					if e.Kind != replay.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
+						t.Fatalf("the Observer's first event = %+v; want replay.EventRefusing naming synchronous", e)
 					}
-				})
-			}
-		})
-	}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the Observer was not told of the refusal")
+				}
+				// The lowered connection closed (it was the pool's idle
+				// one), the checker's next connection is a new one: the
+				// checks hold again, and the Observer hears so.
+				db.SetMaxIdleConns(0)
+				select {
+				case e := <-events:
+					if e.Kind != replay.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
+						t.Fatalf("the Observer's event after the fix = %+v; want replay.EventServing", e)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the Observer was not told the store serves again")
+				}
+				if first, err := s.Claim(ctx, "after", until); !first || err != nil {
+					t.Fatalf("Claim once serving again = %v, %v; want first", first, err)
+				}
+			})
+		}
+	})
 }
 
 // zeroStoreRefuses: a Store not built with New refuses every method

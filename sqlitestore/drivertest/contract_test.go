@@ -50,37 +50,34 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 // kits that SQLite makes: a Work holds the database's only writer, so
 // Transactional MCP tasks are refused, not stalled.
 func TestStore(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			store := func(t *testing.T) *sqlitestore.Store {
-				db, _ := openMigrated(t, d)
-				return mustStore(t, db, sqlitestore.Options{})
+	eachDriver(t, func(t *testing.T, d Driver) {
+		store := func(t *testing.T) *sqlitestore.Store {
+			db, _ := openMigrated(t, d)
+			return mustStore(t, db, sqlitestore.Options{})
+		}
+		t.Run("mcp tasks work refused", func(t *testing.T) {
+			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Run("mcp tasks work refused", func(t *testing.T) {
-				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-				if err != nil {
-					t.Fatal(err)
-				}
-				ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store(t)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				run := func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }
-				if err := ts.Add(mcptoken.TaskTool{Name: "tx", Run: run, Transactional: true}); !errors.Is(err, ctoken.ErrConfig) {
-					t.Fatalf("Add of a Transactional task tool = %v; want ctoken.ErrConfig", err)
-				}
-			})
-			storetest.Exercise(t, storetest.Harness{
-				NewStore:     func(t *testing.T) replay.Store { return store(t) },
-				NewInstances: func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) },
-				NewWork: func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
-					s, db := workStore(t, d, sqlitestore.Options{})
-					return s, sqliteEffects{db}
-				},
-			})
+			ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }
+			if err := ts.Add(mcptoken.TaskTool{Name: "tx", Run: run, Transactional: true}); !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("Add of a Transactional task tool = %v; want ctoken.ErrConfig", err)
+			}
 		})
-	}
+		storetest.Exercise(t, storetest.Harness{
+			NewStore:     func(t *testing.T) replay.Store { return store(t) },
+			NewInstances: func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) },
+			NewWork: func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+				s, db := workStore(t, d, sqlitestore.Options{})
+				return s, sqliteEffects{db}
+			},
+		})
+	})
 }
 
 // forgetHorizon is the horizon of the stores the forget contract runs
@@ -102,37 +99,34 @@ func TestForgetContract(t *testing.T) {
 		{"table dropped", `DROP TABLE ctoken_replay`},
 		{"marker row deleted", `DELETE FROM ctoken_replay WHERE key = x'0000'`},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			// The ways run at once, each for the contract's ~9 s of
-			// mostly waiting, in goroutines rather than as parallel
-			// subtests, so they do not hold -parallel's slots (GOMAXPROCS)
-			// from the rest of the package.
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			for _, w := range ways {
-				wg.Go(func() {
-					t.Run(w.name, func(t *testing.T) {
-						db, _ := openMigrated(t, d)
-						var s *sqlitestore.Store
-						replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
-							s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
-							return s
-						}, func(t *testing.T) {
-							if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
-								t.Fatalf("%s: %v", w.sql, err)
-							}
-						})
-						// The refusal is the loss's, not a passing error.
-						if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {
-							t.Fatalf("Claim after the loss = %v; want ErrForgotten", err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		// The ways run at once, each for the contract's ~9 s of
+		// mostly waiting, in goroutines rather than as parallel
+		// subtests, so they do not hold -parallel's slots (GOMAXPROCS)
+		// from the rest of the package.
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for _, w := range ways {
+			wg.Go(func() {
+				t.Run(w.name, func(t *testing.T) {
+					db, _ := openMigrated(t, d)
+					var s *sqlitestore.Store
+					replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
+						s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
+						return s
+					}, func(t *testing.T) {
+						if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
+							t.Fatalf("%s: %v", w.sql, err)
 						}
 					})
+					// The refusal is the loss's, not a passing error.
+					if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {
+						t.Fatalf("Claim after the loss = %v; want ErrForgotten", err)
+					}
 				})
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestSweep: one Sweep deletes every expired row, never a live row, the

@@ -15,11 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ctoken/ctoken"
 	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
+
+	"github.com/ctoken/ctoken"
 
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	"github.com/ctoken/ctoken/mcptoken"

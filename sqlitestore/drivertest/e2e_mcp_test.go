@@ -155,6 +155,36 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 	return cs
 }
 
+// deployFile makes a migrated database file with the deploys table and
+// a keyring for the tool server's states.
+func deployFile(t *testing.T, d Driver) (string, *ctoken.Keyring) {
+	t.Helper()
+	db, path := openMigrated(t, d)
+	if _, err := db.ExecContext(context.Background(), `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, keys
+}
+
+// roundOne runs round one of the deploy tool of service api and returns
+// round two's call: its state, the confirmation accepted.
+func roundOne(t *testing.T, cs *mcp.ClientSession) *mcp.CallToolParams {
+	t.Helper()
+	first, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
+	if err != nil || !first.NeedsInput() || first.RequestState == "" {
+		t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
+	}
+	return &mcp.CallToolParams{
+		Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
+		InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
+	}
+}
+
 func deploys(t *testing.T, db *sql.DB) int {
 	t.Helper()
 	var n int
@@ -198,60 +228,42 @@ func mcpSingleUseStateAcrossARestart(t *testing.T) {
 		{"sqlitestore: the used state is refused, one deploy", "sqlite", true, 1},
 		{"MemoryStore: the used state deploys again", "memory", false, 2},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					ctx := context.Background()
-					db, path := openMigrated(t, d)
-					if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-						t.Fatal(err)
-					}
-					db.Close()
-					keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-					if err != nil {
-						t.Fatal(err)
-					}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				path, keys := deployFile(t, d)
 
-					before := startMCP(t, d, path, tc.store, keys, false)
-					cs := connectMCP(t, before)
-					first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-					if err != nil || !first.NeedsInput() || first.RequestState == "" {
-						t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
-					}
-					use := &mcp.CallToolParams{
-						Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-						InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-					}
-					second, err := cs.CallTool(ctx, use)
-					if err != nil || second.IsError || second.StructuredContent.(map[string]any)["deployed"] != "api" {
-						t.Fatalf("round two: %v, %+v; want api deployed", err, second)
-					}
-					if n := deploys(t, before.db); n != 1 {
-						t.Fatalf("%d deploys after round two; want 1", n)
-					}
-					cs.Close()
-					before.stop()
+				before := startMCP(t, d, path, tc.store, keys, false)
+				cs := connectMCP(t, before)
+				use := roundOne(t, cs)
+				second, err := cs.CallTool(ctx, use)
+				if err != nil || second.IsError || second.StructuredContent.(map[string]any)["deployed"] != "api" {
+					t.Fatalf("round two: %v, %+v; want api deployed", err, second)
+				}
+				if n := deploys(t, before.db); n != 1 {
+					t.Fatalf("%d deploys after round two; want 1", n)
+				}
+				cs.Close()
+				before.stop()
 
-					after := startMCP(t, d, path, tc.store, keys, false)
-					replayed, err := connectMCP(t, after).CallTool(ctx, use)
-					if tc.refused {
-						var we *jsonrpc.Error
-						if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
-							t.Fatalf("the used state after the restart: %v, %+v; want -32602 with ctoken code %d", err, replayed, ctokenmcp.StateUsed)
-						}
-					} else if err != nil || replayed.StructuredContent.(map[string]any)["deployed"] != "api" {
-						t.Fatalf("the used state after the restart: %v, %+v; want api deployed again", err, replayed)
+				after := startMCP(t, d, path, tc.store, keys, false)
+				replayed, err := connectMCP(t, after).CallTool(ctx, use)
+				if tc.refused {
+					var we *jsonrpc.Error
+					if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
+						t.Fatalf("the used state after the restart: %v, %+v; want -32602 with ctoken code %d", err, replayed, ctokenmcp.StateUsed)
 					}
-					if n := deploys(t, after.db); n != tc.deploys {
-						t.Fatalf("%d deploys after the replay; want %d", n, tc.deploys)
-					}
-				})
-			}
-		})
-	}
+				} else if err != nil || replayed.StructuredContent.(map[string]any)["deployed"] != "api" {
+					t.Fatalf("the used state after the restart: %v, %+v; want api deployed again", err, replayed)
+				}
+				if n := deploys(t, after.db); n != tc.deploys {
+					t.Fatalf("%d deploys after the replay; want %d", n, tc.deploys)
+				}
+			})
+		}
+	})
 }
 
 // resultOf returns the JSON-RPC result member of a response body.
@@ -276,79 +288,61 @@ func resultOf(t *testing.T, body []byte) string {
 // refused as invalid (1023), and a retry without AnswerRetries is already
 // used (1026).
 func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-				t.Fatal(err)
-			}
-			db.Close()
-			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-			if err != nil {
-				t.Fatal(err)
-			}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		path, keys := deployFile(t, d)
 
-			before := startMCP(t, d, path, "sqlite", keys, true)
-			cs := connectMCP(t, before)
-			first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-			if err != nil || !first.NeedsInput() || first.RequestState == "" {
-				t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
-			}
-			use := &mcp.CallToolParams{
-				Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-				InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-			}
-			before.lose.Store(true)
-			if _, err := cs.CallTool(ctx, use); err == nil {
-				t.Fatal("round two returned although its response was lost")
-			}
-			if n := deploys(t, before.db); n != 1 {
-				t.Fatalf("%d deploys after round two; want 1", n)
-			}
-			lost := resultOf(t, before.lost)
-			cs.Close()
-			before.stop()
+		before := startMCP(t, d, path, "sqlite", keys, true)
+		cs := connectMCP(t, before)
+		use := roundOne(t, cs)
+		before.lose.Store(true)
+		if _, err := cs.CallTool(ctx, use); err == nil {
+			t.Fatal("round two returned although its response was lost")
+		}
+		if n := deploys(t, before.db); n != 1 {
+			t.Fatalf("%d deploys after round two; want 1", n)
+		}
+		lost := resultOf(t, before.lost)
+		cs.Close()
+		before.stop()
 
-			after := startMCP(t, d, path, "sqlite", keys, true)
-			cs = connectMCP(t, after)
-			for i := range 2 {
-				retry, err := cs.CallTool(ctx, use)
-				if err != nil || retry.IsError {
-					t.Fatalf("retry %d after the restart: %v, %+v", i, err, retry)
-				}
-				if got := resultOf(t, after.sent); got != lost {
-					t.Fatalf("retry %d's result:\n%s\nthe lost one:\n%s", i, got, lost)
-				}
+		after := startMCP(t, d, path, "sqlite", keys, true)
+		cs = connectMCP(t, after)
+		for i := range 2 {
+			retry, err := cs.CallTool(ctx, use)
+			if err != nil || retry.IsError {
+				t.Fatalf("retry %d after the restart: %v, %+v", i, err, retry)
 			}
-			if n := deploys(t, after.db); n != 1 {
-				t.Fatalf("%d deploys after the retries; want 1", n)
+			if got := resultOf(t, after.sent); got != lost {
+				t.Fatalf("retry %d's result:\n%s\nthe lost one:\n%s", i, got, lost)
 			}
-			var we *jsonrpc.Error
-			for _, tc := range []struct {
-				name string
-				p    *mcp.CallToolParams
-			}{
-				{"changed argument", &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "db"}, RequestState: use.RequestState, InputResponses: use.InputResponses}},
-				{"tampered state", &mcp.CallToolParams{Name: "deploy", Arguments: use.Arguments, RequestState: use.RequestState[:len(use.RequestState)-3] + "AAA", InputResponses: use.InputResponses}},
-			} {
-				if _, err := cs.CallTool(ctx, tc.p); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateInvalid {
-					t.Fatalf("%s: %v; want ctoken code %d", tc.name, err, ctokenmcp.StateInvalid)
-				}
+		}
+		if n := deploys(t, after.db); n != 1 {
+			t.Fatalf("%d deploys after the retries; want 1", n)
+		}
+		var we *jsonrpc.Error
+		for _, tc := range []struct {
+			name string
+			p    *mcp.CallToolParams
+		}{
+			{"changed argument", &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "db"}, RequestState: use.RequestState, InputResponses: use.InputResponses}},
+			{"tampered state", &mcp.CallToolParams{Name: "deploy", Arguments: use.Arguments, RequestState: use.RequestState[:len(use.RequestState)-3] + "AAA", InputResponses: use.InputResponses}},
+		} {
+			if _, err := cs.CallTool(ctx, tc.p); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateInvalid {
+				t.Fatalf("%s: %v; want ctoken code %d", tc.name, err, ctokenmcp.StateInvalid)
 			}
-			cs.Close()
-			after.stop()
+		}
+		cs.Close()
+		after.stop()
 
-			plain := startMCP(t, d, path, "sqlite", keys, false)
-			if _, err := connectMCP(t, plain).CallTool(ctx, use); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
-				t.Fatalf("without AnswerRetries: %v; want ctoken code %d", err, ctokenmcp.StateUsed)
-			}
-			if n := deploys(t, plain.db); n != 1 {
-				t.Fatalf("%d deploys; want 1", n)
-			}
-		})
-	}
+		plain := startMCP(t, d, path, "sqlite", keys, false)
+		if _, err := connectMCP(t, plain).CallTool(ctx, use); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
+			t.Fatalf("without AnswerRetries: %v; want ctoken code %d", err, ctokenmcp.StateUsed)
+		}
+		if n := deploys(t, plain.db); n != 1 {
+			t.Fatalf("%d deploys; want 1", n)
+		}
+	})
 }
 
 // mcpRoundWhoseServerStopped: round two of the deploy tool is running when
@@ -360,64 +354,47 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 // retry, and nothing is deployed: the round never runs again. Before,
 // it stayed busy until the state expired.
 func mcpRoundWhoseServerStopped(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-				t.Fatal(err)
-			}
-			db.Close()
-			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-			if err != nil {
-				t.Fatal(err)
-			}
-			before := startMCP(t, d, path, "sqlite", keys, true)
-			cs := connectMCP(t, before)
-			first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
-			if err != nil || first.RequestState == "" {
-				t.Fatalf("round one: %v, %+v", err, first)
-			}
-			use := &mcp.CallToolParams{
-				Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
-				InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
-			}
-			before.gate, before.entered = make(chan struct{}), make(chan struct{})
-			go cs.CallTool(ctx, use) // its answer never comes: the server stops
-			select {
-			case <-before.entered:
-			case <-time.After(30 * time.Second):
-				t.Fatal("round two did not start within 30 s")
-			}
-			before.store.Close() // the server stops: no renewal, no record, no deploy
-			before.db.Close()
-			defer close(before.gate)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		path, keys := deployFile(t, d)
+		before := startMCP(t, d, path, "sqlite", keys, true)
+		cs := connectMCP(t, before)
+		use := roundOne(t, cs)
+		before.gate, before.entered = make(chan struct{}), make(chan struct{})
+		go cs.CallTool(ctx, use) // its answer never comes: the server stops
+		select {
+		case <-before.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("round two did not start within 30 s")
+		}
+		before.store.Close() // the server stops: no renewal, no record, no deploy
+		before.db.Close()
+		defer close(before.gate)
 
-			after := startMCP(t, d, path, "sqlite", keys, true)
-			retry := connectMCP(t, after)
-			var busy int
-			deadline := time.Now().Add(60 * time.Second) // a failsafe: the hold ends within 15 s
-			for {
-				_, err = retry.CallTool(ctx, use)
-				if ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateBusy || time.Now().After(deadline) {
-					break
-				}
-				busy++
-				wait, _ := ctokenmcp.RetryAfter(err)
-				time.Sleep(wait)
+		after := startMCP(t, d, path, "sqlite", keys, true)
+		retry := connectMCP(t, after)
+		var busy int
+		var err error
+		deadline := time.Now().Add(60 * time.Second) // a failsafe: the hold ends within 15 s
+		for {
+			_, err = retry.CallTool(ctx, use)
+			if ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateBusy || time.Now().After(deadline) {
+				break
 			}
-			var we *jsonrpc.Error
-			if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
-				t.Fatalf("after %d busy answers: %v; want -32602 with ctoken code %d (round interrupted)", busy, err, ctokenmcp.RoundInterrupted)
-			}
-			if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
-				t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.RoundInterrupted)
-			}
-			if n := deploys(t, after.db); n != 0 {
-				t.Fatalf("%d deploys; want 0: the interrupted round never ran again", n)
-			}
-			t.Logf("%s: %d busy answers, then round interrupted (1029)", d.Name, busy)
-		})
-	}
+			busy++
+			wait, _ := ctokenmcp.RetryAfter(err)
+			time.Sleep(wait)
+		}
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
+			t.Fatalf("after %d busy answers: %v; want -32602 with ctoken code %d (round interrupted)", busy, err, ctokenmcp.RoundInterrupted)
+		}
+		if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
+			t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.RoundInterrupted)
+		}
+		if n := deploys(t, after.db); n != 0 {
+			t.Fatalf("%d deploys; want 0: the interrupted round never ran again", n)
+		}
+		t.Logf("%s: %d busy answers, then round interrupted (1029)", d.Name, busy)
+	})
 }

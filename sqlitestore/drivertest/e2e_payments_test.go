@@ -267,17 +267,14 @@ func TestPaymentsAcrossARestart(t *testing.T) {
 		{"sqlitestore transactional: one charge, the retry replayed", "sqlite", 1, "true"},
 		{"MemoryStore: the restart forgets the key, two charges", "memory", 2, ""},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					paymentsAcrossARestart(t, d, tc.store, tc.charges, tc.replayed)
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				paymentsAcrossARestart(t, d, tc.store, tc.charges, tc.replayed)
+			})
+		}
+	})
 }
 
 func paymentsAcrossARestart(t *testing.T, d Driver, store string, wantCharges int, wantReplayed string) {

@@ -135,59 +135,56 @@ func restoreProcedure(t *testing.T) {
 			}
 		}},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, w := range ways {
-				t.Run(w.name, func(t *testing.T) {
-					ctx := context.Background()
-					db, path := openMigrated(t, d)
-					dir := filepath.Dir(path)
-					copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, ".copy.db-ctoken")
-					until := time.Now().Add(time.Hour)
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					if err != nil {
-						t.Fatal(err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, w := range ways {
+			t.Run(w.name, func(t *testing.T) {
+				ctx := context.Background()
+				db, path := openMigrated(t, d)
+				dir := filepath.Dir(path)
+				copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, ".copy.db-ctoken")
+				until := time.Now().Add(time.Hour)
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := idList("before-", 8)
+				claimAll(t, s, before, until)
+				s.Close()
+				snapshot(t, db, copy)
+				b, err := os.ReadFile(sidecarOf(path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(side, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				after := idList("after-", 8)
+				claimAll(t, s, after, until)
+				// 1. Stop.
+				s.Close()
+				db.Close()
+				// 2. The copy in place, -wal and -shm deleted.
+				w.replace(t, path, copy, side)
+				// 3. Rearm with the Horizon, before any New.
+				db = d.Open(t, path)
+				if err := sqlitestore.Rearm(ctx, db, "", sqlitestore.DefaultHorizon); err != nil {
+					t.Fatalf("Rearm = %v", err)
+				}
+				// 4. Start.
+				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				for _, id := range append(append(before, after...), "fresh") {
+					first, err := s.Claim(ctx, id, until)
+					if _, fenced := replay.RetryAt(err); first || !errors.Is(err, sqlitestore.ErrUnavailable) || !fenced {
+						t.Fatalf("Claim(%s) after the procedure = %v, %v; want refused until the fence ends", id, first, err)
 					}
-					before := idList("before-", 8)
-					claimAll(t, s, before, until)
-					s.Close()
-					snapshot(t, db, copy)
-					b, err := os.ReadFile(sidecarOf(path))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(side, b, 0o600); err != nil {
-						t.Fatal(err)
-					}
-					s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					if err != nil {
-						t.Fatal(err)
-					}
-					after := idList("after-", 8)
-					claimAll(t, s, after, until)
-					// 1. Stop.
-					s.Close()
-					db.Close()
-					// 2. The copy in place, -wal and -shm deleted.
-					w.replace(t, path, copy, side)
-					// 3. Rearm with the Horizon, before any New.
-					db = d.Open(t, path)
-					if err := sqlitestore.Rearm(ctx, db, "", sqlitestore.DefaultHorizon); err != nil {
-						t.Fatalf("Rearm = %v", err)
-					}
-					// 4. Start.
-					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					for _, id := range append(append(before, after...), "fresh") {
-						first, err := s.Claim(ctx, id, until)
-						if _, fenced := replay.RetryAt(err); first || !errors.Is(err, sqlitestore.ErrUnavailable) || !fenced {
-							t.Fatalf("Claim(%s) after the procedure = %v, %v; want refused until the fence ends", id, first, err)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 // olderCopyRestoredWhileStopped: the database file replaced by an
@@ -198,89 +195,86 @@ func restoreProcedure(t *testing.T) {
 // copy holds are still claimed, and those it lost are accepted: the
 // operator chose that when re-arming.
 func olderCopyRestoredWhileStopped(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			dir := t.TempDir()
-			path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
-			until := time.Now().Add(time.Hour)
-			a, b := idList("a-", 8), idList("b-", 8)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+		until := time.Now().Add(time.Hour)
+		a, b := idList("a-", 8), idList("b-", 8)
 
-			db := d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
-			}
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			claimAll(t, s, a, until)
-			s.Close()
-			snapshot(t, db, copy)
-			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			claimAll(t, s, b, until)
-			s.Close()
-			db.Close()
+		db := d.Open(t, path)
+		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+			t.Fatal(err)
+		}
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimAll(t, s, a, until)
+		s.Close()
+		snapshot(t, db, copy)
+		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimAll(t, s, b, until)
+		s.Close()
+		db.Close()
 
-			restoreCopy(t, path, copy)
-			db = d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
-				t.Fatalf("Migrate on the older copy = %v; want ErrForgotten", err)
+		restoreCopy(t, path, copy)
+		db = d.Open(t, path)
+		if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
+			t.Fatalf("Migrate on the older copy = %v; want ErrForgotten", err)
+		}
+		if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+			if err == nil {
+				s.Close()
 			}
-			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-				if err == nil {
-					s.Close()
+			t.Fatalf("New on the older copy = %v; want ErrForgotten", err)
+		}
+
+		const fence = time.Second
+		if err := sqlitestore.Rearm(ctx, db, "", fence); err != nil {
+			t.Fatalf("Rearm: %v", err)
+		}
+		rearmed := time.Now()
+		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+		if err != nil {
+			// The fence refuses claims, not the store: a server
+			// restarted during it must come up (as pgstore's does).
+			at, ok := replay.RetryAt(err)
+			t.Errorf("New during the fence = %v (RetryAt %v, %v); want a store whose calls refuse until the fence passes", err, at, ok)
+			if !ok {
+				t.FailNow()
+			}
+			time.Sleep(time.Until(at) + 10*time.Millisecond)
+			if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
+				t.Fatalf("New after the fence = %v", err)
+			}
+		} else {
+			for _, id := range append(append([]string{}, a...), b...) {
+				first, err := s.Claim(ctx, id, until)
+				if first || err == nil {
+					t.Fatalf("Claim(%s) during the fence = %v, %v; want refused", id, first, err)
 				}
-				t.Fatalf("New on the older copy = %v; want ErrForgotten", err)
-			}
-
-			const fence = time.Second
-			if err := sqlitestore.Rearm(ctx, db, "", fence); err != nil {
-				t.Fatalf("Rearm: %v", err)
-			}
-			rearmed := time.Now()
-			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-			if err != nil {
-				// The fence refuses claims, not the store: a server
-				// restarted during it must come up (as pgstore's does).
 				at, ok := replay.RetryAt(err)
-				t.Errorf("New during the fence = %v (RetryAt %v, %v); want a store whose calls refuse until the fence passes", err, at, ok)
-				if !ok {
-					t.FailNow()
+				if !ok || at.Before(rearmed) || at.After(time.Now().Add(fence)) {
+					t.Fatalf("Claim(%s) during the fence: RetryAt = %v, %v; want the fence's end, about %v after Rearm", id, at, ok, fence)
 				}
-				time.Sleep(time.Until(at) + 10*time.Millisecond)
-				if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
-					t.Fatalf("New after the fence = %v", err)
-				}
-			} else {
-				for _, id := range append(append([]string{}, a...), b...) {
-					first, err := s.Claim(ctx, id, until)
-					if first || err == nil {
-						t.Fatalf("Claim(%s) during the fence = %v, %v; want refused", id, first, err)
-					}
-					at, ok := replay.RetryAt(err)
-					if !ok || at.Before(rearmed) || at.After(time.Now().Add(fence)) {
-						t.Fatalf("Claim(%s) during the fence: RetryAt = %v, %v; want the fence's end, about %v after Rearm", id, at, ok, fence)
-					}
-					if l, err := s.AcquireLease(ctx, id, time.Minute); err == nil || l.State == replay.LeaseAcquired {
-						t.Fatalf("AcquireLease(%s) during the fence = %+v, %v; want refused", id, l, err)
-					}
-				}
-				time.Sleep(time.Until(rearmed.Add(fence)) + 10*time.Millisecond)
-			}
-			defer s.Close()
-			for _, id := range a {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s), held in the copy, after the fence = %v, %v; want not first", id, first, err)
+				if l, err := s.AcquireLease(ctx, id, time.Minute); err == nil || l.State == replay.LeaseAcquired {
+					t.Fatalf("AcquireLease(%s) during the fence = %+v, %v; want refused", id, l, err)
 				}
 			}
-			claimAll(t, s, b, until) // the operator's decision: Rearm accepts what the copy lost
-		})
-	}
+			time.Sleep(time.Until(rearmed.Add(fence)) + 10*time.Millisecond)
+		}
+		defer s.Close()
+		for _, id := range a {
+			if first, err := s.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("Claim(%s), held in the copy, after the fence = %v, %v; want not first", id, first, err)
+			}
+		}
+		claimAll(t, s, b, until) // the operator's decision: Rearm accepts what the copy lost
+	})
 }
 
 // olderCopyRestoredAfterACrash: the sequence advances once per
@@ -289,44 +283,41 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 // process died without Close (the sidecar holds what the last check
 // recorded), still makes New refuse with ErrForgotten.
 func olderCopyRestoredAfterACrash(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			dir := t.TempDir()
-			path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
-			until := time.Now().Add(time.Hour)
-			db := d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+		until := time.Now().Add(time.Hour)
+		db := d.Open(t, path)
+		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+			t.Fatal(err)
+		}
+		const recheck = 20 * time.Millisecond
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		claimAll(t, s, idList("a-", 8), until)
+		snapshot(t, db, copy)
+		// Claims across several rechecks: each recheck records the
+		// sequence, and the first claim after it advances it.
+		for i, end := 0, time.Now().Add(8*recheck); time.Now().Before(end); i++ {
+			claimAll(t, s, []string{fmt.Sprint("b-", i)}, until)
+			time.Sleep(recheck / 4)
+		}
+		// The process dies: no Close, so the sidecar keeps what the
+		// last recheck recorded. Closing db stops every later check.
+		db.Close()
+		restoreCopy(t, path, copy)
+		db = d.Open(t, path)
+		if s2, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+			if err == nil {
+				s2.Close()
 			}
-			const recheck = 20 * time.Millisecond
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			claimAll(t, s, idList("a-", 8), until)
-			snapshot(t, db, copy)
-			// Claims across several rechecks: each recheck records the
-			// sequence, and the first claim after it advances it.
-			for i, end := 0, time.Now().Add(8*recheck); time.Now().Before(end); i++ {
-				claimAll(t, s, []string{fmt.Sprint("b-", i)}, until)
-				time.Sleep(recheck / 4)
-			}
-			// The process dies: no Close, so the sidecar keeps what the
-			// last recheck recorded. Closing db stops every later check.
-			db.Close()
-			restoreCopy(t, path, copy)
-			db = d.Open(t, path)
-			if s2, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-				if err == nil {
-					s2.Close()
-				}
-				t.Fatalf("New on the older copy after a crash = %v; want ErrForgotten", err)
-			}
-		})
-	}
+			t.Fatalf("New on the older copy after a crash = %v; want ErrForgotten", err)
+		}
+	})
 }
 
 // deletedWhileStopped: the database file deleted (with its WAL and
@@ -334,32 +325,29 @@ func olderCopyRestoredAfterACrash(t *testing.T) {
 // New refuse with ErrForgotten: a new empty file is not taken for the
 // store's database.
 func deletedWhileStopped(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			claimAll(t, s, idList("a-", 4), time.Now().Add(time.Hour))
-			s.Close()
-			db.Close()
-			removeDatabase(t, path)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimAll(t, s, idList("a-", 4), time.Now().Add(time.Hour))
+		s.Close()
+		db.Close()
+		removeDatabase(t, path)
 
-			db = d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
-				t.Fatalf("Migrate on a new file at the path = %v; want ErrForgotten", err)
+		db = d.Open(t, path)
+		if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
+			t.Fatalf("Migrate on a new file at the path = %v; want ErrForgotten", err)
+		}
+		if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+			if err == nil {
+				s.Close()
 			}
-			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-				if err == nil {
-					s.Close()
-				}
-				t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
-			}
-		})
-	}
+			t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
+		}
+	})
 }
 
 // withoutItsSidecar: a database a store ran on (its marker's sequence
@@ -420,111 +408,108 @@ func withoutItsSidecar(t *testing.T) {
 			return mvGlob(t, path, dir, true)
 		}},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, w := range ways {
-				t.Run(w.name, func(t *testing.T) {
-					db, path := openMigrated(t, d)
-					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					claimAll(t, s, idList("a-", 3), time.Now().Add(time.Hour))
-					s.Close()
-					db.Close()
-					path = w.act(t, d, path)
-					db = d.Open(t, path)
-					names := func(err error) bool {
-						return errors.Is(err, sqlitestore.ErrForgotten) && strings.Contains(err.Error(), "ctoken-sqlite rearm -db ") &&
-							strings.Contains(err.Error(), filepath.Base(path)+" -table ctoken_replay")
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, w := range ways {
+			t.Run(w.name, func(t *testing.T) {
+				db, path := openMigrated(t, d)
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				claimAll(t, s, idList("a-", 3), time.Now().Add(time.Hour))
+				s.Close()
+				db.Close()
+				path = w.act(t, d, path)
+				db = d.Open(t, path)
+				names := func(err error) bool {
+					return errors.Is(err, sqlitestore.ErrForgotten) && strings.Contains(err.Error(), "ctoken-sqlite rearm -db ") &&
+						strings.Contains(err.Error(), filepath.Base(path)+" -table ctoken_replay")
+				}
+				if err := sqlitestore.Migrate(ctx, db, ""); !names(err) {
+					t.Fatalf("Migrate = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
+				}
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				if !names(err) {
+					if err == nil {
+						s.Close()
 					}
-					if err := sqlitestore.Migrate(ctx, db, ""); !names(err) {
-						t.Fatalf("Migrate = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
+					t.Fatalf("New = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
+				}
+				t.Logf("New: %v", err)
+				if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				everyCallRefuses(t, s, "a-0", sqlitestore.ErrUnavailable)
+			})
+		}
+		t.Run("a table no store ran on yet, and a restart, are served", func(t *testing.T) {
+			for _, how := range []string{"Migrate", "Schema"} {
+				path := filepath.Join(t.TempDir(), "replay.db")
+				db := d.Open(t, path)
+				if how == "Migrate" {
+					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+						t.Fatal(err)
 					}
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					if !names(err) {
+				} else {
+					schema, err := sqlitestore.Schema("")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := db.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
+				s.Close()
+				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				for _, id := range idList(how+"-", 3) {
+					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
+						t.Fatalf("%s: Claim(%s) after a restart = %v, %v; want not first", how, id, first, err)
+					}
+				}
+				s.Close()
+			}
+		})
+		t.Run("first News at once on a new file are served", func(t *testing.T) {
+			// Four programs start on a file no store ran on, each with
+			// its own *sql.DB, half of them running Migrate first, as a
+			// restart with a migration step does; a round each, as
+			// they read and write the sidecar and the marker in any
+			// order.
+			schema, err := sqlitestore.Schema("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := range 50 {
+				path := filepath.Join(t.TempDir(), "replay.db")
+				db := d.Open(t, path)
+				if _, err := db.ExecContext(ctx, schema); err != nil {
+					t.Fatal(err)
+				}
+				db.Close()
+				errs := make([]error, 4)
+				var wg sync.WaitGroup
+				for i := range errs {
+					db := d.Open(t, path)
+					wg.Go(func() {
+						if i%2 == 1 {
+							if errs[i] = sqlitestore.Migrate(ctx, db, ""); errs[i] != nil {
+								return
+							}
+						}
+						s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 						if err == nil {
 							s.Close()
 						}
-						t.Fatalf("New = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
-					}
-					t.Logf("New: %v", err)
-					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
-						t.Fatal(err)
-					}
-					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					everyCallRefuses(t, s, "a-0", sqlitestore.ErrUnavailable)
-				})
+						errs[i] = err
+					})
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("round %d: %v; want every Migrate and New served", round, err)
+				}
 			}
-			t.Run("a table no store ran on yet, and a restart, are served", func(t *testing.T) {
-				for _, how := range []string{"Migrate", "Schema"} {
-					path := filepath.Join(t.TempDir(), "replay.db")
-					db := d.Open(t, path)
-					if how == "Migrate" {
-						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-							t.Fatal(err)
-						}
-					} else {
-						schema, err := sqlitestore.Schema("")
-						if err != nil {
-							t.Fatal(err)
-						}
-						if _, err := db.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
-							t.Fatal(err)
-						}
-					}
-					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
-					s.Close()
-					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					for _, id := range idList(how+"-", 3) {
-						if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
-							t.Fatalf("%s: Claim(%s) after a restart = %v, %v; want not first", how, id, first, err)
-						}
-					}
-					s.Close()
-				}
-			})
-			t.Run("first News at once on a new file are served", func(t *testing.T) {
-				// Four programs start on a file no store ran on, each with
-				// its own *sql.DB, half of them running Migrate first, as a
-				// restart with a migration step does; a round each, as
-				// they read and write the sidecar and the marker in any
-				// order.
-				schema, err := sqlitestore.Schema("")
-				if err != nil {
-					t.Fatal(err)
-				}
-				for round := range 50 {
-					path := filepath.Join(t.TempDir(), "replay.db")
-					db := d.Open(t, path)
-					if _, err := db.ExecContext(ctx, schema); err != nil {
-						t.Fatal(err)
-					}
-					db.Close()
-					errs := make([]error, 4)
-					var wg sync.WaitGroup
-					for i := range errs {
-						db := d.Open(t, path)
-						wg.Go(func() {
-							if i%2 == 1 {
-								if errs[i] = sqlitestore.Migrate(ctx, db, ""); errs[i] != nil {
-									return
-								}
-							}
-							s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-							if err == nil {
-								s.Close()
-							}
-							errs[i] = err
-						})
-					}
-					wg.Wait()
-					if err := errors.Join(errs...); err != nil {
-						t.Fatalf("round %d: %v; want every Migrate and New served", round, err)
-					}
-				}
-			})
 		})
-	}
+	})
 }
 
 // walDeletedAfterACrash: a process claiming IDs is SIGKILLed with its
@@ -563,61 +548,58 @@ func walDeletedAfterACrash(t *testing.T) {
 			}
 		}, false},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, w := range ways {
-				t.Run(w.name, func(t *testing.T) {
-					ctx := context.Background()
-					path := faultDB(t, d)
-					p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
-					tally := newFaultTally()
-					for len(p.lines()) < 50 {
-						select {
-						case <-p.exited:
-							t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
-						case <-time.After(10 * time.Millisecond):
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, w := range ways {
+			t.Run(w.name, func(t *testing.T) {
+				ctx := context.Background()
+				path := faultDB(t, d)
+				p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+				tally := newFaultTally()
+				for len(p.lines()) < 50 {
+					select {
+					case <-p.exited:
+						t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
+					case <-time.After(10 * time.Millisecond):
 					}
-					p.kill()
-					tally.add(p.lines(), "c-")
-					if len(tally.acked) == 0 {
-						t.Fatal("no claim acknowledged before the kill")
-					}
-					w.after(t, d, path)
+				}
+				p.kill()
+				tally.add(p.lines(), "c-")
+				if len(tally.acked) == 0 {
+					t.Fatal("no claim acknowledged before the kill")
+				}
+				w.after(t, d, path)
 
-					db := d.Open(t, path)
-					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-						t.Fatalf("Migrate = %v", err)
+				db := d.Open(t, path)
+				if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+					t.Fatalf("Migrate = %v", err)
+				}
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				switch {
+				case w.lost && !errors.Is(err, sqlitestore.ErrForgotten):
+					if err == nil {
+						s.Close()
 					}
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					switch {
-					case w.lost && !errors.Is(err, sqlitestore.ErrForgotten):
-						if err == nil {
-							s.Close()
-						}
-						t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
-					case w.lost:
-						t.Logf("New: %v", err)
-						if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
-							t.Fatal(err)
-						}
-						s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					case err != nil:
-						t.Fatalf("New after a kill and a clean close of the file = %v; want a store (nothing was lost)", err)
-					default:
-						t.Cleanup(func() { s.Close() })
+					t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
+				case w.lost:
+					t.Logf("New: %v", err)
+					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
+						t.Fatal(err)
 					}
-					faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
-						if first, _ := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
-							return errors.New("first again")
-						}
-						return nil
-					}))
-				})
-			}
-		})
-	}
+					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				case err != nil:
+					t.Fatalf("New after a kill and a clean close of the file = %v; want a store (nothing was lost)", err)
+				default:
+					t.Cleanup(func() { s.Close() })
+				}
+				faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
+					if first, _ := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
+						return errors.New("first again")
+					}
+					return nil
+				}))
+			})
+		}
+	})
 }
 
 // cleanStopThenAnotherProgramWrites: a store closed cleanly (its Close
@@ -627,43 +609,40 @@ func walDeletedAfterACrash(t *testing.T) {
 // file's: New serves (nothing was lost), and every ID claimed before is
 // refused.
 func cleanStopThenAnotherProgramWrites(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			until := time.Now().Add(time.Hour)
-			before := idList("before-", 200) // the file grows: the WAL holds page 1
-			claimAll(t, s, before, until)
-			s.Close()
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		until := time.Now().Add(time.Hour)
+		before := idList("before-", 200) // the file grows: the WAL holds page 1
+		claimAll(t, s, before, until)
+		s.Close()
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 
-			other := d.Open(t, path)
-			for _, q := range []string{
-				`CREATE TABLE app_feature (id INTEGER PRIMARY KEY, v BLOB)`,
-				`INSERT INTO app_feature (v) SELECT randomblob(500) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT i FROM n)`,
-				`PRAGMA wal_checkpoint(TRUNCATE)`,
-			} {
-				if _, err := other.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
+		other := d.Open(t, path)
+		for _, q := range []string{
+			`CREATE TABLE app_feature (id INTEGER PRIMARY KEY, v BLOB)`,
+			`INSERT INTO app_feature (v) SELECT randomblob(500) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT i FROM n)`,
+			`PRAGMA wal_checkpoint(TRUNCATE)`,
+		} {
+			if _, err := other.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
 			}
-			if err := other.Close(); err != nil {
-				t.Fatal(err)
-			}
+		}
+		if err := other.Close(); err != nil {
+			t.Fatal(err)
+		}
 
-			db = d.Open(t, path)
-			s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			for _, id := range before {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the restart = %v, %v; want not first", id, first, err)
-				}
+		db = d.Open(t, path)
+		s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		for _, id := range before {
+			if first, err := s.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("Claim(%s) after the restart = %v, %v; want not first", id, first, err)
 			}
-		})
-	}
+		}
+	})
 }
 
 // walLinksAfterACrash pins the WAL links (each Store's own, judged by
@@ -695,21 +674,6 @@ func walLinksAfterACrash(t *testing.T) {
 		}
 		return tally
 	}
-	session := func(t *testing.T, d Driver, path string, pragmas []Pragma, stmts ...string) {
-		t.Helper()
-		db, err := sql.Open(d.SQLName, d.DSN(path, pragmas))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range stmts {
-			if _, err := db.Exec(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	refused := func(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
 		t.Helper()
 		faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
@@ -720,318 +684,315 @@ func walLinksAfterACrash(t *testing.T) {
 		}))
 	}
 	ctx := context.Background()
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			t.Run("another store closed meanwhile, the WAL deleted", func(t *testing.T) {
-				path := faultDB(t, d)
-				p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
-				for len(p.lines()) < 20 {
-					time.Sleep(5 * time.Millisecond)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		t.Run("another store closed meanwhile, the WAL deleted", func(t *testing.T) {
+			path := faultDB(t, d)
+			p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+			for len(p.lines()) < 20 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			// The child's claims hold the write lock back to back: New's
+			// one write waits for it as long as busy_timeout allows,
+			// here a minute (a loaded machine starves the waiter).
+			db := d.OpenWith(t, path, With("busy_timeout", "60000"))
+			other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			other.Close() // its link goes; the child's stays
+			db.Close()
+			n := len(p.lines())
+			for len(p.lines()) < n+40 {
+				time.Sleep(time.Millisecond)
+			}
+			p.kill()
+			tally := newFaultTally()
+			tally.add(p.lines(), "c-")
+			removeFiles(t, path+"-wal", path+"-shm")
+			db = d.Open(t, path)
+			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				if err == nil {
+					refused(t, s, tally)
+					s.Close()
 				}
-				// The child's claims hold the write lock back to back: New's
-				// one write waits for it as long as busy_timeout allows,
-				// here a minute (a loaded machine starves the waiter).
-				db := d.OpenWith(t, path, With("busy_timeout", "60000"))
-				other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				other.Close() // its link goes; the child's stays
-				db.Close()
-				n := len(p.lines())
-				for len(p.lines()) < n+40 {
-					time.Sleep(time.Millisecond)
+				t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
+			}
+		})
+		// A checkpoint killed before its first page past the file's
+		// end: the pages it copied point at pages the file lacks.
+		// Put back, the kept WAL completes the checkpoint.
+		t.Run("a checkpoint cut short, the WAL deleted", func(t *testing.T) {
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 300)
+			wal, err := os.ReadFile(path + "-wal")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size, _, last, err := walfile.Committed(bytes.NewReader(wal))
+			info, serr := f.Stat()
+			if err != nil || serr != nil {
+				t.Fatal(err, serr)
+			}
+			grown := false
+			for pgno, off := range last {
+				if at := int64(pgno-1) * int64(size); at >= info.Size() {
+					grown = true
+				} else if _, err := f.WriteAt(wal[off:off+int64(size)], at); err != nil {
+					t.Fatal(err)
 				}
-				p.kill()
-				tally := newFaultTally()
-				tally.add(p.lines(), "c-")
+			}
+			if err := f.Close(); err != nil || !grown {
+				t.Fatalf("close: %v; the claims grew the file: %v", err, grown)
+			}
+			links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
+			if err != nil || len(links) != 1 {
+				t.Fatalf("WAL links %v, %v; want one", links, err)
+			}
+			removeFiles(t, path+"-wal", path+"-shm")
+			db := d.Open(t, path)
+			if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(new(int)); err == nil || !strings.Contains(err.Error(), "malformed") {
+				t.Fatalf("reading the table = %v; want SQLite to find the file malformed", err)
+			}
+			if _, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				t.Fatalf("New = %v; want ErrForgotten", err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(links[0], path+"-wal"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+			refused(t, s, tally)
+		})
+		t.Run("VACUUM shrinks the file", func(t *testing.T) {
+			path := faultDB(t, d)
+			walSession(t, path, `CREATE TABLE junk (v BLOB)`,
+				`INSERT INTO junk SELECT randomblob(1000) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) SELECT i FROM n)`)
+			tally := killAfter(t, path, 200)
+			walSession(t, path, `DROP TABLE junk`, `VACUUM`)
+			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+			refused(t, s, tally)
+		})
+		// What an operator does after a crash, with the application
+		// stopped: each act that keeps the WAL's commits costs nothing
+		// (New serves, every acknowledged ID refused); each that
+		// deletes them, or leaves the hidden files behind, ends in
+		// ErrForgotten (refused), never in service.
+		shell := func(t *testing.T, path string, stmts ...string) {
+			t.Helper()
+			if _, err := exec.LookPath("sqlite3"); err != nil {
+				t.Skip("the sqlite3 shell is not installed (.ci/sqlite.sh installs it)")
+			}
+			for _, q := range stmts {
+				if out, err := exec.Command("sqlite3", path, q).CombinedOutput(); err != nil {
+					t.Fatalf("sqlite3 %s: %v: %s", q, err, out)
+				}
+			}
+		}
+		moved := func(t *testing.T, path string, cp bool) string {
+			t.Helper()
+			dir := filepath.Join(plainTempDir(t), "moved")
+			cmd := exec.Command("mv", filepath.Dir(path), dir)
+			if cp {
+				cmd = exec.Command("cp", "-a", filepath.Dir(path), dir)
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", cmd.Args, err, out)
+			}
+			return filepath.Join(dir, filepath.Base(path))
+		}
+		rmGlob := func(t *testing.T, path string) {
+			t.Helper()
+			files, err := filepath.Glob(path + "-*")
+			if err != nil || len(files) == 0 {
+				t.Fatalf("rm %s-*: nothing matches (%v)", path, err)
+			}
+			removeFiles(t, files...)
+		}
+		for _, act := range []struct {
+			name    string
+			do      func(t *testing.T, path string) string // the path New opens
+			refused bool
+		}{
+			{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
+				shell(t, path, `PRAGMA integrity_check`)
+				return path
+			}, false},
+			{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false},
+			{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
+				shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
+				return path
+			}, false},
+			{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false},
+			{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
+				backup := filepath.Join(plainTempDir(t), "backup.db")
+				shell(t, path, `.backup `+backup)
+				restoreCopy(t, path, backup)
+				return path
+			}, false},
+			{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
+				backup := filepath.Join(plainTempDir(t), "into.db")
+				walSession(t, path, `VACUUM INTO '`+backup+`'`)
+				restoreCopy(t, path, backup)
+				return path
+			}, false},
+			{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false},
+			{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false},
+			{"rm -wal -shm", func(t *testing.T, path string) string {
 				removeFiles(t, path+"-wal", path+"-shm")
-				db = d.Open(t, path)
-				if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				return path
+			}, true},
+			{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
+				removeFiles(t, path+"-wal", path+"-shm")
+				walSession(t, path, `VACUUM`)
+				return path
+			}, true},
+			{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
+			{"rm replay.db-* then VACUUM", func(t *testing.T, path string) string {
+				rmGlob(t, path)
+				shell(t, path, `VACUUM`)
+				return path
+			}, true},
+			{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
+				to := filepath.Join(plainTempDir(t), filepath.Base(path))
+				for _, suffix := range []string{"", "-wal", "-shm"} {
+					if err := os.Rename(path+suffix, to+suffix); err != nil {
+						t.Fatal(err)
+					}
+				}
+				removeFiles(t, to+"-wal", to+"-shm")
+				return to
+			}, true},
+		} {
+			t.Run("after a crash, "+act.name, func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				path = act.do(t, path)
+				db := d.Open(t, path)
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				switch {
+				case act.refused && !errors.Is(err, sqlitestore.ErrForgotten):
 					if err == nil {
 						refused(t, s, tally)
 						s.Close()
 					}
-					t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
-				}
-			})
-			// A checkpoint killed before its first page past the file's
-			// end: the pages it copied point at pages the file lacks.
-			// Put back, the kept WAL completes the checkpoint.
-			t.Run("a checkpoint cut short, the WAL deleted", func(t *testing.T) {
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 300)
-				wal, err := os.ReadFile(path + "-wal")
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := os.OpenFile(path, os.O_RDWR, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-				info, serr := f.Stat()
-				if err != nil || serr != nil {
-					t.Fatal(err, serr)
-				}
-				grown := false
-				for pgno, off := range last {
-					if at := int64(pgno-1) * int64(size); at >= info.Size() {
-						grown = true
-					} else if _, err := f.WriteAt(wal[off:off+int64(size)], at); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := f.Close(); err != nil || !grown {
-					t.Fatalf("close: %v; the claims grew the file: %v", err, grown)
-				}
-				links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
-				if err != nil || len(links) != 1 {
-					t.Fatalf("WAL links %v, %v; want one", links, err)
-				}
-				removeFiles(t, path+"-wal", path+"-shm")
-				db := d.Open(t, path)
-				if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(new(int)); err == nil || !strings.Contains(err.Error(), "malformed") {
-					t.Fatalf("reading the table = %v; want SQLite to find the file malformed", err)
-				}
-				if _, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
-					t.Fatalf("New = %v; want ErrForgotten", err)
-				}
-				if err := db.Close(); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Rename(links[0], path+"-wal"); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
-					t.Fatal(err)
-				}
-				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				refused(t, s, tally)
-			})
-			t.Run("VACUUM shrinks the file", func(t *testing.T) {
-				path := faultDB(t, d)
-				session(t, d, path, Safe, `CREATE TABLE junk (v BLOB)`,
-					`INSERT INTO junk SELECT randomblob(1000) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) SELECT i FROM n)`)
-				tally := killAfter(t, path, 200)
-				session(t, d, path, Safe, `DROP TABLE junk`, `VACUUM`)
-				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				refused(t, s, tally)
-			})
-			// What an operator does after a crash, with the application
-			// stopped: each act that keeps the WAL's commits costs nothing
-			// (New serves, every acknowledged ID refused); each that
-			// deletes them, or leaves the hidden files behind, ends in
-			// ErrForgotten (refused), never in service.
-			shell := func(t *testing.T, path string, stmts ...string) {
-				t.Helper()
-				if _, err := exec.LookPath("sqlite3"); err != nil {
-					t.Skip("the sqlite3 shell is not installed (.ci/sqlite.sh installs it)")
-				}
-				for _, q := range stmts {
-					if out, err := exec.Command("sqlite3", path, q).CombinedOutput(); err != nil {
-						t.Fatalf("sqlite3 %s: %v: %s", q, err, out)
-					}
-				}
-			}
-			moved := func(t *testing.T, path string, cp bool) string {
-				t.Helper()
-				dir := filepath.Join(plainTempDir(t), "moved")
-				cmd := exec.Command("mv", filepath.Dir(path), dir)
-				if cp {
-					cmd = exec.Command("cp", "-a", filepath.Dir(path), dir)
-				}
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("%v: %v: %s", cmd.Args, err, out)
-				}
-				return filepath.Join(dir, filepath.Base(path))
-			}
-			rmGlob := func(t *testing.T, path string) {
-				t.Helper()
-				files, err := filepath.Glob(path + "-*")
-				if err != nil || len(files) == 0 {
-					t.Fatalf("rm %s-*: nothing matches (%v)", path, err)
-				}
-				removeFiles(t, files...)
-			}
-			for _, act := range []struct {
-				name    string
-				do      func(t *testing.T, path string) string // the path New opens
-				refused bool
-			}{
-				{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
-					shell(t, path, `PRAGMA integrity_check`)
-					return path
-				}, false},
-				{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false},
-				{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
-					shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
-					return path
-				}, false},
-				{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false},
-				{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
-					backup := filepath.Join(plainTempDir(t), "backup.db")
-					shell(t, path, `.backup `+backup)
-					restoreCopy(t, path, backup)
-					return path
-				}, false},
-				{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
-					backup := filepath.Join(plainTempDir(t), "into.db")
-					session(t, d, path, Safe, `VACUUM INTO '`+backup+`'`)
-					restoreCopy(t, path, backup)
-					return path
-				}, false},
-				{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false},
-				{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false},
-				{"rm -wal -shm", func(t *testing.T, path string) string {
-					removeFiles(t, path+"-wal", path+"-shm")
-					return path
-				}, true},
-				{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
-					removeFiles(t, path+"-wal", path+"-shm")
-					session(t, d, path, Safe, `VACUUM`)
-					return path
-				}, true},
-				{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
-				{"rm replay.db-* then VACUUM", func(t *testing.T, path string) string {
-					rmGlob(t, path)
-					shell(t, path, `VACUUM`)
-					return path
-				}, true},
-				{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
-					to := filepath.Join(plainTempDir(t), filepath.Base(path))
-					for _, suffix := range []string{"", "-wal", "-shm"} {
-						if err := os.Rename(path+suffix, to+suffix); err != nil {
-							t.Fatal(err)
-						}
-					}
-					removeFiles(t, to+"-wal", to+"-shm")
-					return to
-				}, true},
-			} {
-				t.Run("after a crash, "+act.name, func(t *testing.T) {
-					path := faultDB(t, d)
-					tally := killAfter(t, path, 50)
-					path = act.do(t, path)
-					db := d.Open(t, path)
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					switch {
-					case act.refused && !errors.Is(err, sqlitestore.ErrForgotten):
-						if err == nil {
-							refused(t, s, tally)
-							s.Close()
-						}
-						t.Fatalf("New after %s (%d claims acknowledged) = %v; want ErrForgotten", act.name, len(tally.acked), err)
-					case act.refused:
-						t.Logf("New: %v", err)
-					case err != nil:
-						t.Fatalf("New = %v; want a store (nothing was lost)", err)
-					default:
-						refused(t, s, tally)
-						s.Close()
-					}
-				})
-			}
-			t.Run("the directory copied without hard links", func(t *testing.T) {
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 50)
-				dir := plainTempDir(t)
-				ents, err := os.ReadDir(filepath.Dir(path))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range ents {
-					b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
-					if err != nil {
-						t.Fatal(err)
-					}
-					writeFile(t, filepath.Join(dir, e.Name()), b)
-				}
-				s := mustStore(t, d.Open(t, filepath.Join(dir, filepath.Base(path))), sqlitestore.Options{SweepInterval: -1})
-				refused(t, s, tally)
-			})
-			t.Run("another program writes in two sessions", func(t *testing.T) {
-				// The first session's close copies the WAL into the file
-				// and deletes it; the second grows the file (page 1 and
-				// the app's pages change): no store row is lost.
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 50)
-				session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
-				session(t, d, path, Safe, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
-				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				refused(t, s, tally)
-			})
-			t.Run("New and Close keep the process's SQLite locks on the file", func(t *testing.T) {
-				// New reads the database file past SQLite to judge a link.
-				// Closing any descriptor of the file would release every
-				// POSIX lock the process holds on it, its connections' too
-				// (fcntl(2)): another process would no longer see them.
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 50)
-				session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
-				links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
-				if err != nil || len(links) == 0 {
-					t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
-				}
-				db := d.Open(t, path)
-				if _, err := db.Exec(`SELECT count(*) FROM effects`); err != nil {
-					t.Fatal(err)
-				}
-				if !othersSeeSQLiteLock(t, path) {
-					t.Fatal("another process sees no SQLite lock of this one's open connection: the probe does not work here")
-				}
-				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				for _, link := range links {
-					if _, err := os.Stat(link); err == nil {
-						t.Fatalf("%s still there after New: it was not judged", link)
-					}
-				}
-				if !othersSeeSQLiteLock(t, path) {
-					t.Error("after New judged a WAL link, another process sees no SQLite lock of this one on the file")
-				}
-				refused(t, s, tally)
-				// The store's own descriptor of the file, for its checks'
-				// fsync, closes with it.
-				s.Close()
-				if !othersSeeSQLiteLock(t, path) {
-					t.Error("after the store's Close, with the pool open, another process sees no SQLite lock of this one on the file")
-				}
-			})
-			t.Run("a store of another table in the file restarts first", func(t *testing.T) {
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 50)
-				db := d.Open(t, path)
-				if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-					t.Fatal(err)
-				}
-				other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
-				claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
-				other.Close()
-				db.Close()
-				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				refused(t, s, tally)
-			})
-			t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {
-				path := faultDB(t, d)
-				tally := killAfter(t, path, 50)
-				// busy_timeout first: the switch from WAL waits for the other connections.
-				del := []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}}
-				for round := range 2 {
-					db, err := sql.Open(d.SQLName, d.DSN(path, del))
-					if err != nil {
-						t.Fatal(err)
-					}
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-					if err != nil {
-						db.Close()
-						t.Fatalf("restart %d: New = %v; want a store (nothing was lost)", round, err)
-					}
+					t.Fatalf("New after %s (%d claims acknowledged) = %v; want ErrForgotten", act.name, len(tally.acked), err)
+				case act.refused:
+					t.Logf("New: %v", err)
+				case err != nil:
+					t.Fatalf("New = %v; want a store (nothing was lost)", err)
+				default:
 					refused(t, s, tally)
-					claimAll(t, s, idList(fmt.Sprint("del-", round, "-"), 100), time.Now().Add(time.Hour))
 					s.Close()
-					db.Close()
 				}
 			})
+		}
+		t.Run("the directory copied without hard links", func(t *testing.T) {
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 50)
+			dir := plainTempDir(t)
+			ents, err := os.ReadDir(filepath.Dir(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(dir, e.Name()), b)
+			}
+			s := mustStore(t, d.Open(t, filepath.Join(dir, filepath.Base(path))), sqlitestore.Options{SweepInterval: -1})
+			refused(t, s, tally)
 		})
-	}
+		t.Run("another program writes in two sessions", func(t *testing.T) {
+			// The first session's close copies the WAL into the file
+			// and deletes it; the second grows the file (page 1 and
+			// the app's pages change): no store row is lost.
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 50)
+			walSession(t, path, `INSERT INTO effects VALUES ('one')`)
+			walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
+			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+			refused(t, s, tally)
+		})
+		t.Run("New and Close keep the process's SQLite locks on the file", func(t *testing.T) {
+			// New reads the database file past SQLite to judge a link.
+			// Closing any descriptor of the file would release every
+			// POSIX lock the process holds on it, its connections' too
+			// (fcntl(2)): another process would no longer see them.
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 50)
+			walSession(t, path, `INSERT INTO effects VALUES ('one')`)
+			links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
+			if err != nil || len(links) == 0 {
+				t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
+			}
+			db := d.Open(t, path)
+			if _, err := db.Exec(`SELECT count(*) FROM effects`); err != nil {
+				t.Fatal(err)
+			}
+			if !othersSeeSQLiteLock(t, path) {
+				t.Fatal("another process sees no SQLite lock of this one's open connection: the probe does not work here")
+			}
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			for _, link := range links {
+				if _, err := os.Stat(link); err == nil {
+					t.Fatalf("%s still there after New: it was not judged", link)
+				}
+			}
+			if !othersSeeSQLiteLock(t, path) {
+				t.Error("after New judged a WAL link, another process sees no SQLite lock of this one on the file")
+			}
+			refused(t, s, tally)
+			// The store's own descriptor of the file, for its checks'
+			// fsync, closes with it.
+			s.Close()
+			if !othersSeeSQLiteLock(t, path) {
+				t.Error("after the store's Close, with the pool open, another process sees no SQLite lock of this one on the file")
+			}
+		})
+		t.Run("a store of another table in the file restarts first", func(t *testing.T) {
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 50)
+			db := d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
+				t.Fatal(err)
+			}
+			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
+			claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
+			other.Close()
+			db.Close()
+			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+			refused(t, s, tally)
+		})
+		t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {
+			path := faultDB(t, d)
+			tally := killAfter(t, path, 50)
+			// busy_timeout first: the switch from WAL waits for the other connections.
+			del := []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}}
+			for round := range 2 {
+				db, err := sql.Open(d.SQLName, d.DSN(path, del))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				if err != nil {
+					db.Close()
+					t.Fatalf("restart %d: New = %v; want a store (nothing was lost)", round, err)
+				}
+				refused(t, s, tally)
+				claimAll(t, s, idList(fmt.Sprint("del-", round, "-"), 100), time.Now().Add(time.Hour))
+				s.Close()
+				db.Close()
+			}
+		})
+	})
 }
 
 // removeFiles deletes each file, which must exist.
@@ -1108,65 +1069,62 @@ func lostWhileRunning(t *testing.T) {
 		name    string
 		maxIdle int
 	}{{"connections kept", 2}, {"new connection each call", 0}}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, w := range ways {
-				for _, p := range pools {
-					t.Run(w.name+"/"+p.name, func(t *testing.T) {
-						t.Parallel()
-						ctx := context.Background()
-						db, path := openMigrated(t, d)
-						db.SetMaxIdleConns(p.maxIdle)
-						copy := filepath.Join(filepath.Dir(path), "copy.db")
-						s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-						snapshot(t, db, copy)
-						until := time.Now().Add(time.Hour)
-						before := idList("before-", 8)
-						claimAll(t, s, before, until)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, w := range ways {
+			for _, p := range pools {
+				t.Run(w.name+"/"+p.name, func(t *testing.T) {
+					t.Parallel()
+					ctx := context.Background()
+					db, path := openMigrated(t, d)
+					db.SetMaxIdleConns(p.maxIdle)
+					copy := filepath.Join(filepath.Dir(path), "copy.db")
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					snapshot(t, db, copy)
+					until := time.Now().Add(time.Hour)
+					before := idList("before-", 8)
+					claimAll(t, s, before, until)
 
-						w.lose(t, path, copy)
-						lost := time.Now()
-						// A generous bound: the loop ends at the first refusal
-						// (two RecheckIntervals on a quiet machine).
-						deadline := lost.Add(30 * time.Second)
-						var refusedAt time.Time
-						fresh := 0
-						for i := 0; ; i++ {
-							for _, id := range before {
-								first, err := s.Claim(ctx, id, until)
-								if first {
-									t.Fatalf("Claim(%s), claimed before the loss, was first %v after it", id, time.Since(lost))
-								}
-								if errors.Is(err, sqlitestore.ErrForgotten) && refusedAt.IsZero() {
-									refusedAt = time.Now()
-								}
+					w.lose(t, path, copy)
+					lost := time.Now()
+					// A generous bound: the loop ends at the first refusal
+					// (two RecheckIntervals on a quiet machine).
+					deadline := lost.Add(30 * time.Second)
+					var refusedAt time.Time
+					fresh := 0
+					for i := 0; ; i++ {
+						for _, id := range before {
+							first, err := s.Claim(ctx, id, until)
+							if first {
+								t.Fatalf("Claim(%s), claimed before the loss, was first %v after it", id, time.Since(lost))
 							}
-							if first, _ := s.Claim(ctx, fmt.Sprint("fresh-", i), until); first {
-								fresh++
+							if errors.Is(err, sqlitestore.ErrForgotten) && refusedAt.IsZero() {
+								refusedAt = time.Now()
 							}
-							if !refusedAt.IsZero() || time.Now().After(deadline) {
-								break
-							}
-							time.Sleep(20 * time.Millisecond)
 						}
-						if refusedAt.IsZero() {
-							t.Fatalf("no call refused with ErrForgotten %v after the loss", time.Since(lost))
+						if first, _ := s.Claim(ctx, fmt.Sprint("fresh-", i), until); first {
+							fresh++
 						}
-						t.Logf("ErrForgotten %v after the loss; %d fresh IDs accepted before", refusedAt.Sub(lost).Round(time.Millisecond), fresh)
-						for _, id := range append(before, "fresh-after") {
-							everyCallRefuses(t, s, id, sqlitestore.ErrForgotten)
+						if !refusedAt.IsZero() || time.Now().After(deadline) {
+							break
 						}
-						// ErrForgotten's documentation: "Every call then
-						// refuses (the error also matches ErrUnavailable)".
-						if _, err := s.Claim(ctx, "fresh-after", until); !errors.Is(err, sqlitestore.ErrUnavailable) {
-							t.Errorf("Claim after the loss = %v; want an error that also matches ErrUnavailable", err)
-						}
-					})
-				}
+						time.Sleep(20 * time.Millisecond)
+					}
+					if refusedAt.IsZero() {
+						t.Fatalf("no call refused with ErrForgotten %v after the loss", time.Since(lost))
+					}
+					t.Logf("ErrForgotten %v after the loss; %d fresh IDs accepted before", refusedAt.Sub(lost).Round(time.Millisecond), fresh)
+					for _, id := range append(before, "fresh-after") {
+						everyCallRefuses(t, s, id, sqlitestore.ErrForgotten)
+					}
+					// ErrForgotten's documentation: "Every call then
+					// refuses (the error also matches ErrUnavailable)".
+					if _, err := s.Claim(ctx, "fresh-after", until); !errors.Is(err, sqlitestore.ErrUnavailable) {
+						t.Errorf("Claim after the loss = %v; want an error that also matches ErrUnavailable", err)
+					}
+				})
 			}
-		})
-	}
+		}
+	})
 }
 
 // appVacuumWhileRunning: the application drops a table made before the
@@ -1176,187 +1134,181 @@ func lostWhileRunning(t *testing.T) {
 // claim made before is refused, and New after a restart (which judges the
 // store's WAL link by the table's tree) serves.
 func appVacuumWhileRunning(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "replay.db")
-			db := d.OpenWith(t, path, With("wal_autocheckpoint", "16"))
-			for _, q := range []string{`CREATE TABLE early (v BLOB)`, `CREATE TABLE app (id INTEGER PRIMARY KEY, v BLOB)`} {
-				if _, err := db.ExecContext(ctx, q); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		path := filepath.Join(t.TempDir(), "replay.db")
+		db := d.OpenWith(t, path, With("wal_autocheckpoint", "16"))
+		for _, q := range []string{`CREATE TABLE early (v BLOB)`, `CREATE TABLE app (id INTEGER PRIMARY KEY, v BLOB)`} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatal(err)
 			}
-			var rootBefore, rootAfter int
-			root := `SELECT rootpage FROM sqlite_master WHERE name = 'ctoken_replay'`
-			if err := db.QueryRowContext(ctx, root).Scan(&rootBefore); err != nil {
-				t.Fatal(err)
-			}
-			opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond}
-			s, err := sqlitestore.New(ctx, db, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			until := time.Now().Add(time.Hour)
-			var claimed []string
-			blob := make([]byte, 3000)
-			for round := range 6 {
-				ids := idList(fmt.Sprintf("r%d-", round), 150)
-				claimAll(t, s, ids, until)
-				claimed = append(claimed, ids...)
-				early := round <= 3 // dropped in round 3
-				for i := range 40 {
-					if early {
-						if _, err := db.ExecContext(ctx, `INSERT INTO early (v) VALUES (?)`, blob); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if _, err := db.ExecContext(ctx, `INSERT INTO app (id, v) VALUES (?, ?)`, round*100+i, blob); err != nil {
+		}
+		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+			t.Fatal(err)
+		}
+		var rootBefore, rootAfter int
+		root := `SELECT rootpage FROM sqlite_master WHERE name = 'ctoken_replay'`
+		if err := db.QueryRowContext(ctx, root).Scan(&rootBefore); err != nil {
+			t.Fatal(err)
+		}
+		opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond}
+		s, err := sqlitestore.New(ctx, db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := time.Now().Add(time.Hour)
+		var claimed []string
+		blob := make([]byte, 3000)
+		for round := range 6 {
+			ids := idList(fmt.Sprintf("r%d-", round), 150)
+			claimAll(t, s, ids, until)
+			claimed = append(claimed, ids...)
+			early := round <= 3 // dropped in round 3
+			for i := range 40 {
+				if early {
+					if _, err := db.ExecContext(ctx, `INSERT INTO early (v) VALUES (?)`, blob); err != nil {
 						t.Fatal(err)
 					}
 				}
-				app := []string{`DELETE FROM app WHERE id % 2 = 0`, `VACUUM`}
-				switch {
-				case round == 3:
-					app = append(app, `DROP TABLE early`, `VACUUM`)
-				case early:
-					app = append(app, `DELETE FROM early`)
-				}
-				for _, q := range app {
-					if _, err := db.ExecContext(ctx, q); err != nil {
-						t.Fatalf("%s: %v", q, err)
-					}
-				}
-				time.Sleep(50 * time.Millisecond) // checks
-			}
-			if err := db.QueryRowContext(ctx, root).Scan(&rootAfter); err != nil {
-				t.Fatal(err)
-			}
-			if rootAfter == rootBefore {
-				t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
-			}
-			for _, id := range claimed {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the application's VACUUMs = %v, %v; want false, nil", id, first, err)
+				if _, err := db.ExecContext(ctx, `INSERT INTO app (id, v) VALUES (?, ?)`, round*100+i, blob); err != nil {
+					t.Fatal(err)
 				}
 			}
-			s.Close()
-			s, err = sqlitestore.New(ctx, db, opts)
-			if err != nil {
-				t.Fatalf("New after the application's VACUUMs: %v", err)
+			app := []string{`DELETE FROM app WHERE id % 2 = 0`, `VACUUM`}
+			switch {
+			case round == 3:
+				app = append(app, `DROP TABLE early`, `VACUUM`)
+			case early:
+				app = append(app, `DELETE FROM early`)
 			}
-			s.Close()
-		})
-	}
+			for _, q := range app {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // checks
+		}
+		if err := db.QueryRowContext(ctx, root).Scan(&rootAfter); err != nil {
+			t.Fatal(err)
+		}
+		if rootAfter == rootBefore {
+			t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
+		}
+		for _, id := range claimed {
+			if first, err := s.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("Claim(%s) after the application's VACUUMs = %v, %v; want false, nil", id, first, err)
+			}
+		}
+		s.Close()
+		s, err = sqlitestore.New(ctx, db, opts)
+		if err != nil {
+			t.Fatalf("New after the application's VACUUMs: %v", err)
+		}
+		s.Close()
+	})
 }
 
 // readOnlyFile: a database New cannot write is refused by New (an
 // error, never a store), and a store whose file becomes read-only while
 // it runs refuses every claim with ErrUnavailable, never first.
 func readOnlyFile(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		t.Run("New refuses", func(t *testing.T) {
 			t.Parallel()
-			t.Run("New refuses", func(t *testing.T) {
-				t.Parallel()
-				tests := []struct {
-					name string
-					open func(t *testing.T, path string) *sql.DB
-				}{
-					{"mode=ro", func(t *testing.T, path string) *sql.DB {
-						db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&mode=ro")
-						if err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { db.Close() })
-						return db
-					}},
-					{"query_only", func(t *testing.T, path string) *sql.DB { return d.OpenWith(t, path, With("query_only", "1")) }},
-					{"read-only bind mount", func(t *testing.T, path string) *sql.DB {
-						ro := readOnlyMount(t, filepath.Dir(path))
-						return d.Open(t, filepath.Join(ro, filepath.Base(path)))
-					}},
-					{"chmod 0444", func(t *testing.T, path string) *sql.DB {
-						chmodReadOnly(t, path)
-						return d.Open(t, path)
-					}},
-				}
-				for _, tc := range tests {
-					t.Run(tc.name, func(t *testing.T) {
-						ctx := context.Background()
-						safe, path := openMigrated(t, d)
-						safe.Close()
-						db := tc.open(t, path)
-						s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-						if err == nil {
-							first, cerr := s.Claim(ctx, "a", time.Now().Add(time.Minute))
-							s.Close()
-							t.Fatalf("New on a read-only database returned a store (its Claim: %v, %v); want an error", first, cerr)
-						}
-						t.Logf("New: %v", err)
-					})
-				}
-			})
-			t.Run("store running", func(t *testing.T) {
-				t.Parallel()
-				tests := []struct {
-					name string
-					// open opens the migrated database in dir and returns
-					// the pool and a function that makes it read-only.
-					setup func(t *testing.T, dir string) (*sql.DB, func())
-				}{
-					{"read-only bind mount", func(t *testing.T, dir string) (*sql.DB, func()) {
-						mnt := bindMount(t, dir)
-						db := d.Open(t, filepath.Join(mnt, "replay.db"))
-						return db, func() { remountReadOnly(t, mnt) }
-					}},
-					{"chmod 0444", func(t *testing.T, dir string) (*sql.DB, func()) {
-						if os.Geteuid() == 0 {
-							t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
-						}
-						path := filepath.Join(dir, "replay.db")
-						return d.Open(t, path), func() { chmodReadOnly(t, path) }
-					}},
-				}
-				for _, tc := range tests {
-					t.Run(tc.name, func(t *testing.T) {
-						ctx := context.Background()
-						db, makeReadOnly := tc.setup(t, t.TempDir())
-						// Every connection is closed when the store gives it
-						// back, so the file can become read-only (Linux
-						// refuses a read-only remount while a file is open
-						// for writing) and the next connection finds it so.
-						db.SetMaxIdleConns(0)
-						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-							t.Fatal(err)
-						}
-						s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-						until := time.Now().Add(time.Hour)
-						before := idList("before-", 4)
-						claimAll(t, s, before, until)
-						makeReadOnly()
-						for i := range 20 {
-							for _, id := range append([]string{fmt.Sprint("fresh-", i)}, before...) {
-								first, err := s.Claim(ctx, id, until)
-								if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
-									t.Fatalf("Claim(%s) on a read-only file = %v, %v; want ErrUnavailable", id, first, err)
-								}
-								if i == 0 && id == before[0] {
-									t.Logf("Claim: %v", err)
-								}
-							}
-							if l, err := s.AcquireLease(ctx, fmt.Sprint("lease-", i), time.Minute); l.State == replay.LeaseAcquired || !errors.Is(err, sqlitestore.ErrUnavailable) {
-								t.Fatalf("AcquireLease on a read-only file = %+v, %v; want ErrUnavailable", l, err)
-							}
-						}
-					})
-				}
-			})
+			tests := []struct {
+				name string
+				open func(t *testing.T, path string) *sql.DB
+			}{
+				{"mode=ro", func(t *testing.T, path string) *sql.DB {
+					db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&mode=ro")
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { db.Close() })
+					return db
+				}},
+				{"query_only", func(t *testing.T, path string) *sql.DB { return d.OpenWith(t, path, With("query_only", "1")) }},
+				{"read-only bind mount", func(t *testing.T, path string) *sql.DB {
+					ro := readOnlyMount(t, filepath.Dir(path))
+					return d.Open(t, filepath.Join(ro, filepath.Base(path)))
+				}},
+				{"chmod 0444", func(t *testing.T, path string) *sql.DB {
+					chmodReadOnly(t, path)
+					return d.Open(t, path)
+				}},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx := context.Background()
+					safe, path := openMigrated(t, d)
+					safe.Close()
+					db := tc.open(t, path)
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+					if err == nil {
+						first, cerr := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+						s.Close()
+						t.Fatalf("New on a read-only database returned a store (its Claim: %v, %v); want an error", first, cerr)
+					}
+					t.Logf("New: %v", err)
+				})
+			}
 		})
-	}
+		t.Run("store running", func(t *testing.T) {
+			t.Parallel()
+			tests := []struct {
+				name string
+				// open opens the migrated database in dir and returns
+				// the pool and a function that makes it read-only.
+				setup func(t *testing.T, dir string) (*sql.DB, func())
+			}{
+				{"read-only bind mount", func(t *testing.T, dir string) (*sql.DB, func()) {
+					mnt := bindMount(t, dir)
+					db := d.Open(t, filepath.Join(mnt, "replay.db"))
+					return db, func() { remountReadOnly(t, mnt) }
+				}},
+				{"chmod 0444", func(t *testing.T, dir string) (*sql.DB, func()) {
+					if os.Geteuid() == 0 {
+						t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
+					}
+					path := filepath.Join(dir, "replay.db")
+					return d.Open(t, path), func() { chmodReadOnly(t, path) }
+				}},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx := context.Background()
+					db, makeReadOnly := tc.setup(t, t.TempDir())
+					// Every connection is closed when the store gives it
+					// back, so the file can become read-only (Linux
+					// refuses a read-only remount while a file is open
+					// for writing) and the next connection finds it so.
+					db.SetMaxIdleConns(0)
+					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+						t.Fatal(err)
+					}
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					until := time.Now().Add(time.Hour)
+					before := idList("before-", 4)
+					claimAll(t, s, before, until)
+					makeReadOnly()
+					for i := range 20 {
+						for _, id := range append([]string{fmt.Sprint("fresh-", i)}, before...) {
+							first, err := s.Claim(ctx, id, until)
+							if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
+								t.Fatalf("Claim(%s) on a read-only file = %v, %v; want ErrUnavailable", id, first, err)
+							}
+							if i == 0 && id == before[0] {
+								t.Logf("Claim: %v", err)
+							}
+						}
+						if l, err := s.AcquireLease(ctx, fmt.Sprint("lease-", i), time.Minute); l.State == replay.LeaseAcquired || !errors.Is(err, sqlitestore.ErrUnavailable) {
+							t.Fatalf("AcquireLease on a read-only file = %+v, %v; want ErrUnavailable", l, err)
+						}
+					}
+				})
+			}
+		})
+	})
 }
 
 // chmodReadOnly makes path and its directory read-only (restored when

@@ -303,30 +303,27 @@ func middlewaresOnSQLite(t *testing.T) {
 		{"a failed attempt keeps no charge and the retry charges once", failedAttemptKeepsNothing, false},
 		{"a one-time token redeemed in the handler", oneTimeTokenInHandler, true},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, f := range fronts {
-				t.Run(f.name, func(t *testing.T) {
-					t.Parallel()
-					for _, m := range middlewareModes {
-						t.Run(m.name, func(t *testing.T) {
-							t.Parallel()
-							for _, tc := range tests {
-								if !m.tx && !tc.plain {
-									continue
-								}
-								t.Run(tc.name, func(t *testing.T) {
-									t.Parallel()
-									tc.fn(t, d, f, m.tx)
-								})
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, f := range fronts {
+			t.Run(f.name, func(t *testing.T) {
+				t.Parallel()
+				for _, m := range middlewareModes {
+					t.Run(m.name, func(t *testing.T) {
+						t.Parallel()
+						for _, tc := range tests {
+							if !m.tx && !tc.plain {
+								continue
 							}
-						})
-					}
-				})
-			}
-		})
-	}
+							t.Run(tc.name, func(t *testing.T) {
+								t.Parallel()
+								tc.fn(t, d, f, m.tx)
+							})
+						}
+					})
+				}
+			})
+		}
+	})
 }
 
 // concurrentRetriesChargeOnce sends 16 copies of one operation at once,
@@ -490,26 +487,23 @@ func oneTimeTokenInHandler(t *testing.T, d Driver, f front, tx bool) {
 // its own, so a handler written for the transactional mode does not
 // silently write outside it.
 func txFromInPlainModeIsErrNoTx(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, f := range fronts {
-				t.Run(f.name, func(t *testing.T) {
-					t.Parallel()
-					s, _ := chargeStore(t, d)
-					var got error
-					send := f.wrap(t, s, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-						_, got = sqlitestore.TxFrom(r.Context())
-						w.WriteHeader(http.StatusNoContent)
-					}), nil)
-					if a := send("ref_plain", nil); a.status != http.StatusNoContent {
-						t.Fatalf("status %d %q; want 204", a.status, a.body)
-					}
-					if !errors.Is(got, sqlitestore.ErrNoTx) {
-						t.Fatalf("TxFrom in the plain mode = %v; want ErrNoTx", got)
-					}
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, f := range fronts {
+			t.Run(f.name, func(t *testing.T) {
+				t.Parallel()
+				s, _ := chargeStore(t, d)
+				var got error
+				send := f.wrap(t, s, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, got = sqlitestore.TxFrom(r.Context())
+					w.WriteHeader(http.StatusNoContent)
+				}), nil)
+				if a := send("ref_plain", nil); a.status != http.StatusNoContent {
+					t.Fatalf("status %d %q; want 204", a.status, a.body)
+				}
+				if !errors.Is(got, sqlitestore.ErrNoTx) {
+					t.Fatalf("TxFrom in the plain mode = %v; want ErrNoTx", got)
+				}
+			})
+		}
+	})
 }

@@ -46,54 +46,52 @@ func files(t *testing.T, path string) (db, wal []byte) {
 // WAL byte for byte as they were (no frame appended, none rewritten),
 // and reads what AcquireRecord then finds.
 func TestReadRecordWritesNothing(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _, path := readStore(t, d)
-			fp, result := []byte("fingerprint"), bytes.Repeat([]byte("r"), 10_000)
-			l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
-			if err != nil || l.State != replay.LeaseAcquired {
-				t.Fatal(l.Lease, err)
-			}
-			dn, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
-			if err != nil || dn.State != replay.LeaseAcquired {
-				t.Fatal(dn.Lease, err)
-			}
-			if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-				t.Fatal(err)
-			}
-			for _, tc := range []struct {
-				id     string
-				want   replay.LeaseState
-				result []byte
-			}{
-				{"free", replay.LeaseFree, nil},
-				{"leased", replay.LeaseBusy, nil},
-				{"done", replay.LeaseDone, result},
-			} {
-				t.Run(tc.id, func(t *testing.T) {
-					dbBefore, walBefore := files(t, path)
-					for range 100 {
-						r, err := s.ReadRecord(ctx, tc.id)
-						if err != nil || r.State != tc.want || !bytes.Equal(r.Result, tc.result) {
-							t.Fatalf("ReadRecord(%q) = %v with %d result bytes, %v; want %v with %d", tc.id, r.State, len(r.Result), err, tc.want, len(tc.result))
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		s, _, path := readStore(t, d)
+		fp, result := []byte("fingerprint"), bytes.Repeat([]byte("r"), 10_000)
+		l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l.Lease, err)
+		}
+		dn, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
+		if err != nil || dn.State != replay.LeaseAcquired {
+			t.Fatal(dn.Lease, err)
+		}
+		if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			id     string
+			want   replay.LeaseState
+			result []byte
+		}{
+			{"free", replay.LeaseFree, nil},
+			{"leased", replay.LeaseBusy, nil},
+			{"done", replay.LeaseDone, result},
+		} {
+			t.Run(tc.id, func(t *testing.T) {
+				dbBefore, walBefore := files(t, path)
+				for range 100 {
+					r, err := s.ReadRecord(ctx, tc.id)
+					if err != nil || r.State != tc.want || !bytes.Equal(r.Result, tc.result) {
+						t.Fatalf("ReadRecord(%q) = %v with %d result bytes, %v; want %v with %d", tc.id, r.State, len(r.Result), err, tc.want, len(tc.result))
 					}
-					dbAfter, walAfter := files(t, path)
-					if !bytes.Equal(walBefore, walAfter) {
-						t.Errorf("the WAL changed over 100 reads of %s: %d bytes before, %d after", tc.id, len(walBefore), len(walAfter))
-					}
-					if !bytes.Equal(dbBefore, dbAfter) {
-						t.Errorf("the database file changed over 100 reads of %s", tc.id)
-					}
-				})
-			}
-			// The lease is still its holder's.
-			if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
-				t.Fatalf("RenewLease after the reads: %v", err)
-			}
-		})
-	}
+				}
+				dbAfter, walAfter := files(t, path)
+				if !bytes.Equal(walBefore, walAfter) {
+					t.Errorf("the WAL changed over 100 reads of %s: %d bytes before, %d after", tc.id, len(walBefore), len(walAfter))
+				}
+				if !bytes.Equal(dbBefore, dbAfter) {
+					t.Errorf("the database file changed over 100 reads of %s", tc.id)
+				}
+			})
+		}
+		// The lease is still its holder's.
+		if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
+			t.Fatalf("RenewLease after the reads: %v", err)
+		}
+	})
 }
 
 // pollCaller is the caller pollTasks's tasks are bound to.
@@ -180,29 +178,27 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 // the instance running it and on another, and of a completed one leave
 // the database file and its WAL byte for byte as they were.
 func TestTaskPollWritesNothing(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _, path := readStore(t, d)
-			for _, p := range pollTasks(t, s) {
-				t.Run(p.name, func(t *testing.T) {
-					dbBefore, walBefore := files(t, path)
-					for range 100 {
-						if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
-							t.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		s, _, path := readStore(t, d)
+		for _, p := range pollTasks(t, s) {
+			t.Run(p.name, func(t *testing.T) {
+				dbBefore, walBefore := files(t, path)
+				for range 100 {
+					if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
+						t.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
 					}
-					dbAfter, walAfter := files(t, path)
-					if !bytes.Equal(walBefore, walAfter) {
-						t.Errorf("the WAL changed over 100 polls (%s): %d bytes before, %d after", p.name, len(walBefore), len(walAfter))
-					}
-					if !bytes.Equal(dbBefore, dbAfter) {
-						t.Errorf("the database file changed over 100 polls (%s)", p.name)
-					}
-				})
-			}
-		})
-	}
+				}
+				dbAfter, walAfter := files(t, path)
+				if !bytes.Equal(walBefore, walAfter) {
+					t.Errorf("the WAL changed over 100 polls (%s): %d bytes before, %d after", p.name, len(walBefore), len(walAfter))
+				}
+				if !bytes.Equal(dbBefore, dbAfter) {
+					t.Errorf("the database file changed over 100 polls (%s)", p.name)
+				}
+			})
+		}
+	})
 }
 
 // TestReadRecordChecksTheMarker: a read checks the table's marker in its
@@ -221,28 +217,26 @@ func TestReadRecordChecksTheMarker(t *testing.T) {
 		{"sequence gone back", `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`, true},
 		{"rows gone with the marker", `DELETE FROM ctoken_replay`, true},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					ctx := context.Background()
-					s, db, _ := readStore(t, d)
-					if first, err := s.Claim(ctx, "a", time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatalf("Claim = %v, %v; want first", first, err)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				s, db, _ := readStore(t, d)
+				if first, err := s.Claim(ctx, "a", time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v; want first", first, err)
+				}
+				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
+					t.Fatalf("%s: %v", tc.tamper, err)
+				}
+				for _, id := range []string{"a", "never-claimed"} {
+					r, err := s.ReadRecord(ctx, id)
+					if !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) != tc.forgotten || r.State != 0 {
+						t.Fatalf("ReadRecord(%q) after %q = %v, %v; want ErrUnavailable (ErrForgotten: %v)", id, tc.tamper, r.State, err, tc.forgotten)
 					}
-					if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
-						t.Fatalf("%s: %v", tc.tamper, err)
-					}
-					for _, id := range []string{"a", "never-claimed"} {
-						r, err := s.ReadRecord(ctx, id)
-						if !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) != tc.forgotten || r.State != 0 {
-							t.Fatalf("ReadRecord(%q) after %q = %v, %v; want ErrUnavailable (ErrForgotten: %v)", id, tc.tamper, r.State, err, tc.forgotten)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 // TestReadRecordBesideCommits: reads on the pool while the writer
@@ -250,71 +244,67 @@ func TestReadRecordChecksTheMarker(t *testing.T) {
 // older than a sequence the store saw for a loss: no read fails, and
 // the store serves on.
 func TestReadRecordBesideCommits(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _, _ := readStore(t, d)
-			until := time.Now().Add(time.Hour)
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			stop := make(chan struct{})
-			for range 4 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := s.ReadRecord(ctx, "c0"); err != nil {
-							errs <- err
-							return
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		s, _, _ := readStore(t, d)
+		until := time.Now().Add(time.Hour)
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		stop := make(chan struct{})
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
 					}
-				})
-			}
-			for i := range 200 {
-				if first, err := s.Claim(ctx, fmt.Sprint("c", i), until); !first || err != nil {
-					close(stop)
-					wg.Wait()
-					t.Fatalf("Claim %d = %v, %v", i, first, err)
+					if _, err := s.ReadRecord(ctx, "c0"); err != nil {
+						errs <- err
+						return
+					}
 				}
+			})
+		}
+		for i := range 200 {
+			if first, err := s.Claim(ctx, fmt.Sprint("c", i), until); !first || err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("Claim %d = %v, %v", i, first, err)
 			}
-			close(stop)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Errorf("ReadRecord beside the commits: %v", err)
-			}
-			if r, err := s.ReadRecord(ctx, "c0"); err != nil || r.State != replay.LeaseDone {
-				t.Fatalf("ReadRecord after the commits = %v, %v; want done", r.State, err)
-			}
-		})
-	}
+		}
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("ReadRecord beside the commits: %v", err)
+		}
+		if r, err := s.ReadRecord(ctx, "c0"); err != nil || r.State != replay.LeaseDone {
+			t.Fatalf("ReadRecord after the commits = %v, %v; want done", r.State, err)
+		}
+	})
 }
 
 // TestReadRecordOfAWorksID: an ID a Work of AcquireWork holds, whose row
 // is not committed, reads busy, as AcquireRecord finds it; once the Work
 // commits, it reads done with the Work's record.
 func TestReadRecordOfAWorksID(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			s, _, _ := readStore(t, d)
-			fp := []byte("fingerprint")
-			_, w, err := s.AcquireWork(ctx, "w", time.Minute, fp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, fp) {
-				t.Fatalf("ReadRecord of a Work's ID = %v %q, %v; want busy with its fingerprint", r.State, r.Fingerprint, err)
-			}
-			if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
-				t.Fatal(err)
-			}
-			if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
-				t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		s, _, _ := readStore(t, d)
+		fp := []byte("fingerprint")
+		_, w, err := s.AcquireWork(ctx, "w", time.Minute, fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, fp) {
+			t.Fatalf("ReadRecord of a Work's ID = %v %q, %v; want busy with its fingerprint", r.State, r.Fingerprint, err)
+		}
+		if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
+			t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
+		}
+	})
 }

@@ -20,33 +20,31 @@ func TestRecheckDuringClaims(t *testing.T) {
 		claimers = 8
 		claims   = 300 // each claimer's: about a second on a disk
 	)
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			db, _ := openMigrated(t, d)
-			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Millisecond, SweepInterval: -1})
-			ctx := context.Background()
-			until := time.Now().Add(time.Hour)
-			errs := make(chan error, claimers)
-			var wg sync.WaitGroup
-			for c := range claimers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range claims {
-						id := strconv.Itoa(c) + "/" + strconv.Itoa(i)
-						first, err := s.Claim(ctx, id, until)
-						if err != nil || !first {
-							errs <- fmt.Errorf("Claim(%s) = %v, %v; want true, nil", id, first, err)
-							return
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Millisecond, SweepInterval: -1})
+		ctx := context.Background()
+		until := time.Now().Add(time.Hour)
+		errs := make(chan error, claimers)
+		var wg sync.WaitGroup
+		for c := range claimers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range claims {
+					id := strconv.Itoa(c) + "/" + strconv.Itoa(i)
+					first, err := s.Claim(ctx, id, until)
+					if err != nil || !first {
+						errs <- fmt.Errorf("Claim(%s) = %v, %v; want true, nil", id, first, err)
+						return
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-		})
-	}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
 }

@@ -90,30 +90,27 @@ func TestTempTableShadow(t *testing.T) {
 			return first
 		}},
 	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					db, path := openMigrated(t, d)
-					if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-						t.Fatal(err)
-					}
-					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					other := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-					if !tc.claim(t, s, db, "token") {
-						t.Fatal("the first claim of the token was not first")
-					}
-					first, err := other.Claim(context.Background(), "token", time.Now().Add(time.Hour))
-					if err != nil || first {
-						t.Fatalf("another Store's Claim of the claimed token = %v, %v; want false, nil (the claim is in the file)", first, err)
-					}
-					if r, err := other.AcquireRecord(context.Background(), "token", time.Minute, nil); err != nil || r.State != replay.LeaseDone {
-						t.Fatalf("another Store's AcquireRecord of the claimed token = %+v, %v; want done", r, err)
-					}
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				db, path := openMigrated(t, d)
+				if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+					t.Fatal(err)
+				}
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				other := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+				if !tc.claim(t, s, db, "token") {
+					t.Fatal("the first claim of the token was not first")
+				}
+				first, err := other.Claim(context.Background(), "token", time.Now().Add(time.Hour))
+				if err != nil || first {
+					t.Fatalf("another Store's Claim of the claimed token = %v, %v; want false, nil (the claim is in the file)", first, err)
+				}
+				if r, err := other.AcquireRecord(context.Background(), "token", time.Minute, nil); err != nil || r.State != replay.LeaseDone {
+					t.Fatalf("another Store's AcquireRecord of the claimed token = %+v, %v; want done", r, err)
+				}
+			})
+		}
+	})
 }

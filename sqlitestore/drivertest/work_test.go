@@ -211,32 +211,48 @@ func workOutlivesLease(t *testing.T, d Driver) {
 	}
 }
 
+// workClaim: a claim in a Work, of BeginWork or of AcquireWork, commits
+// and rolls back with it.
 func workClaim(t *testing.T, d Driver) {
-	for _, commit := range []bool{false, true} {
-		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
-			ctx := context.Background()
-			s, _ := workStore(t, d, sqlitestore.Options{})
-			until := time.Now().Add(time.Hour)
-			l := mustLease(t, s, "job", time.Minute)
-			w, _, wctx := begin(t, s, "job", l.Token)
-			if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
-				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
-			}
-			if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
-				t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
-			}
-			if commit {
-				if err := w.Commit(ctx, until, nil, nil); err != nil {
+	for _, way := range []struct {
+		name    string
+		fp, rec []byte // Commit's
+		begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context)
+	}{
+		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
+			w, _, wctx := begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
+			return w, wctx
+		}},
+		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
+			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
+			return w, wctx
+		}},
+	} {
+		for _, commit := range []bool{false, true} {
+			t.Run(fmt.Sprint(way.name, "/commit=", commit), func(t *testing.T) {
+				ctx := context.Background()
+				s, _ := workStore(t, d, sqlitestore.Options{})
+				until := time.Now().Add(time.Hour)
+				w, wctx := way.begin(t, s)
+				if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
+					t.Fatalf("Claim in the work = %v, %v; want first", first, err)
+				}
+				if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
+					t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
+				}
+				if commit {
+					if err := w.Commit(ctx, until, way.fp, way.rec); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := w.Rollback(ctx); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := w.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			first, err := s.Claim(ctx, "token-1", until)
-			if err != nil || first == commit {
-				t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
-			}
-		})
+				first, err := s.Claim(ctx, "token-1", until)
+				if err != nil || first == commit {
+					t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
+				}
+			})
+		}
 	}
 }
 
@@ -371,50 +387,61 @@ func workEscapedRollback(t *testing.T, d Driver) {
 	}
 }
 
+// workEscapedCommit: a handler's COMMIT, in a Work of BeginWork or of
+// AcquireWork, keeps what it wrote before; Commit is an error (not
+// ErrRolledBack) and the ID is refused while the lease lasts and after,
+// until an operator's Release frees it.
 func workEscapedCommit(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
 	const lease = 200 * time.Millisecond
-	l := mustLease(t, s, "job", lease)
-	leaseEnd := time.Now().Add(lease)
-	w, tx, _ := begin(t, s, "job", l.Token)
-	insertApp(t, tx, "before")
-	if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
-		t.Fatalf("COMMIT; BEGIN: %v", err)
+	for _, way := range []struct {
+		name    string
+		fp, rec []byte // Commit's
+		begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx)
+	}{
+		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx) {
+			w, tx, _ := begin(t, s, "job", mustLease(t, s, "job", lease).Token)
+			return w, tx
+		}},
+		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx) {
+			w, tx, _ := acquire(t, s, "job", lease, workFP)
+			return w, tx
+		}},
+	} {
+		t.Run(way.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			w, tx := way.begin(t, s)
+			leaseEnd := time.Now().Add(lease) // not before the lease's end
+			insertApp(t, tx, "before")
+			if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
+				t.Fatalf("COMMIT; BEGIN: %v", err)
+			}
+			insertApp(t, tx, "after")
+			err := w.Commit(ctx, time.Now().Add(time.Hour), way.fp, way.rec)
+			if err == nil || errors.Is(err, replay.ErrRolledBack) {
+				t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack (part of the work was kept)", err)
+			}
+			if n := appRows(t, db, "before"); n != 1 {
+				t.Fatalf("app row committed by the handler: %d rows; want 1", n)
+			}
+			if n := appRows(t, db, "after"); n != 0 {
+				t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0 (rolled back)", n)
+			}
+			// The work's outcome is unknown: the ID is never run again by
+			// itself, not while the lease lasts, and not after.
+			wantRefused(t, s, "job")
+			time.Sleep(time.Until(leaseEnd.Add(50 * time.Millisecond)))
+			wantRefused(t, s, "job")
+			if _, err := s.AcquireLease(ctx, "job", time.Minute); err == nil {
+				t.Fatal("AcquireLease after the lease's time = nil error; want the escaped work's refusal")
+			}
+			// An operator's Release frees it.
+			if err := s.Release(ctx, "job"); err != nil {
+				t.Fatal(err)
+			}
+			mustLease(t, s, "job", time.Minute)
+		})
 	}
-	insertApp(t, tx, "after")
-	err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
-	if err == nil || errors.Is(err, replay.ErrRolledBack) {
-		t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack (part of the work was kept)", err)
-	}
-	if n := appRows(t, db, "before"); n != 1 {
-		t.Fatalf("app row committed by the handler: %d rows; want 1", n)
-	}
-	if n := appRows(t, db, "after"); n != 0 {
-		t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0 (rolled back)", n)
-	}
-	// The work's outcome is unknown: the ID is never run again by itself,
-	// not while the lease lasts, and not after.
-	for time.Now().Before(leaseEnd.Add(300 * time.Millisecond)) {
-		if l, err := s.AcquireLease(ctx, "job", time.Minute); err == nil && l.State == replay.LeaseAcquired {
-			t.Fatal("the ID of a work whose transaction escaped was acquired again")
-		}
-		if r, err := s.AcquireRecord(ctx, "job", time.Minute, []byte("fp")); err == nil && r.State == replay.LeaseAcquired {
-			t.Fatal("the ID of a work whose transaction escaped was acquired again (AcquireRecord)")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := s.AcquireLease(ctx, "job", time.Minute); err == nil {
-		t.Fatal("AcquireLease after the lease's time = nil error; want the escaped work's refusal")
-	}
-	if first, err := s.Claim(ctx, "job", time.Now().Add(time.Hour)); first {
-		t.Errorf("Claim of the ID of a work whose transaction escaped = first (%v); want refused or not first", err)
-	}
-	// An operator's Release frees it.
-	if err := s.Release(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	mustLease(t, s, "job", time.Minute)
 }
 
 func txFromPlainContext(t *testing.T, _ Driver) {
@@ -543,18 +570,26 @@ type driverCase struct {
 	fn   func(t *testing.T, d Driver)
 }
 
-// runOnEveryDriver runs every case on every driver of the test binary, in
-// parallel.
-func runOnEveryDriver(t *testing.T, cases []driverCase) {
+// eachDriver runs fn on every driver of the test binary, each in a
+// parallel subtest named after the driver.
+func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					tc.fn(t, d)
-				})
-			}
+			fn(t, d)
 		})
 	}
+}
+
+// runOnEveryDriver runs every case on every driver of the test binary, in
+// parallel.
+func runOnEveryDriver(t *testing.T, cases []driverCase) {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.fn(t, d)
+			})
+		}
+	})
 }
