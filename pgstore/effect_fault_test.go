@@ -10,6 +10,7 @@ package pgstore
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -473,13 +474,20 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 		lease   time.Duration // the work's lease, when not lease
 		slow    bool          // COMMITs of a run that set effect.slow_commit wait
 		pool    func(t *testing.T) *pgxpool.Pool
+		// timeout is the store's Timeout where it is the mechanism (a
+		// COMMIT's reply waited for); elsewhere a bound no loaded
+		// machine reaches, so that no outcome is unknown by the clock.
+		timeout time.Duration
 	}{
 		{name: "statement_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 50`); err != nil {
 				return false
 			}
-			tx.Exec(ctx, `SELECT pg_sleep(1)`) // cancelled at 50 ms; the error is ignored
-			return true
+			// Cancelled at 50 ms, and the handler ignores the error. A
+			// sleep a starved server let finish ended nothing: the run
+			// answers 503 itself, as a fault it could not cause.
+			_, err := tx.Exec(ctx, `SELECT pg_sleep(1)`)
+			return err != nil
 		}},
 		{name: "idle_in_transaction_session_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			// Stalls, ignoring its context, until the server has ended its
@@ -513,7 +521,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}()
 			return true
 		}},
-		{name: "lost COMMIT reply", kept: true, unknown: true, lease: time.Minute, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "lost COMMIT reply", kept: true, unknown: true, lease: time.Minute, timeout: 2 * time.Second, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			var pid int32
 			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				return false
@@ -532,7 +540,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			} else { // connections for every first run at once: each is faulted
 				pool = p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
 			}
-			s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
+			s := storeOn(t, pool, func(o *Options) { o.Timeout = cmp.Or(tc.timeout, 30*time.Second) })
 			app := &effectApp{table: newChargeTable(t, admin), fault: tc.fault, first: true}
 			if tc.slow {
 				slowCommits(t, admin, app.table)
