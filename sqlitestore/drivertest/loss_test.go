@@ -981,7 +981,9 @@ func walLinksAfterACrash(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+				// A minute a call: synchronous=EXTRA's fsyncs on a loaded
+				// machine outlast the default 2 s.
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute})
 				if err != nil {
 					db.Close()
 					t.Fatalf("restart %d: New = %v; want a store (nothing was lost)", round, err)
