@@ -44,13 +44,8 @@ func shareAFile(t *testing.T, d Driver, mode string, procs, ids int) {
 	for _, p := range children {
 		p.stdin.Close() // go
 	}
-	timeout := time.After(25 * time.Second)
 	for i, p := range children {
-		select {
-		case <-p.exited:
-		case <-timeout:
-			t.Fatalf("process %d did not finish its %d IDs within 25 s", i, ids)
-		}
+		p.waitFor(t, fmt.Sprintf("process %d to finish its %d IDs", i, ids), nil)
 		if p.err != nil {
 			t.Fatalf("process %d: %v; stderr:\n%s", i, p.err, p.stderr.String())
 		}
