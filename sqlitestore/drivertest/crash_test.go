@@ -38,10 +38,11 @@ import (
 // instead of its tests.
 const faultChildEnv = "CTOKEN_DRIVERTEST_FAULT_CHILD"
 
-// faultLease is every lease the children take: longer than a test runs,
+// faultLease is every lease the children take: longer than a test runs
+// (go test's -timeout included; a minute was not, on a loaded machine),
 // so an ID acquired twice (acknowledged both times) is a lease granted
 // while another was live.
-const faultLease = time.Minute
+const faultLease = time.Hour
 
 // faultPatience is how long a parent waits for a child that prints
 // nothing (see faultProc.waitFor): a bound for a child that hangs, which
@@ -116,7 +117,9 @@ func faultChild(spec string) error {
 		return fmt.Errorf("unknown mode %q", job.Mode)
 	}
 	ctx := context.Background()
-	pragmas, opts := Safe, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	// A call waits for its answer as long as a loaded machine makes it
+	// (Timeout): an ErrUnavailable is the store's refusal, not a slow turn.
+	pragmas, opts := Safe, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: time.Minute}
 	if job.HoldInWAL {
 		pragmas, opts.RecheckInterval = With("wal_autocheckpoint", "0"), time.Hour
 	}
@@ -557,14 +560,7 @@ func faultTwice(m map[string]int) []string {
 	return out
 }
 
-func faultKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
+func faultKeys(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) }
 
 // eachID runs check on ids with 32 goroutines (the store's group commit
 // then answers them in a few transactions) and returns the failures.
