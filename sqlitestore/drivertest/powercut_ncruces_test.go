@@ -283,6 +283,33 @@ func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(st
 	return again, lost, errs
 }
 
+// pcAfterCut builds a store on f after a cut and asks it for every ID in
+// acked (pcCheck), adding what it found to tot. It returns New's error:
+// ErrForgotten, counted as refused, then names how many acknowledged IDs
+// the file lacks (read with SQL).
+func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) (again, lost []string, errs []error, err error) {
+	ctx := context.Background()
+	db := f.open(t)
+	defer db.Close()
+	s, err := pcNew(ctx, db, pcOptions())
+	if errors.Is(err, sqlitestore.ErrForgotten) {
+		tot.refused++
+		missing, merr := pcMissing(ctx, db, acked)
+		tot.missingRefused += missing
+		return nil, nil, nil, fmt.Errorf("%w; %d of %d acknowledged IDs missing (read with SQL: %v)", err, missing, len(acked), merr)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer s.Close()
+	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s, db), acked)
+	tot.checked += len(acked)
+	tot.again += len(again)
+	tot.lost += len(lost)
+	tot.checkErrs += len(errs)
+	return again, lost, errs, nil
+}
+
 // pcChecker returns the check of one ID for pcCheck.
 func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind, record func(id string, again, lost bool)) func(id string) error {
 	return func(id string) error {
@@ -596,31 +623,17 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 			acked[id] = k
 		}
 
-		db = f.open(t)
-		s, err = pcNew(ctx, db, pcOptions())
+		again, lost, errs, err := pcAfterCut(t, f, acked, &tot)
 		switch {
 		case errors.Is(err, sqlitestore.ErrForgotten):
-			tot.refused++
-			missing, merr := pcMissing(ctx, db, acked)
-			t.Logf("round %d (%v, %s): New refused: %v; %d of %d acknowledged IDs missing (read with SQL: %v); a fresh file for the next rounds",
-				round, mode, strings.Join(v.Events(), "; "), err, missing, len(acked), merr)
-			tot.missingRefused += missing
-			db.Close()
+			t.Logf("round %d (%v, %s): New refused: %v; a fresh file for the next rounds", round, mode, strings.Join(v.Events(), "; "), err)
 			f, acked = newFile(), map[string]pcKind{}
 			continue
 		case err != nil:
 			t.Errorf("round %d (%v, %s): New after the cut: %v (a fresh file for the next rounds)", round, mode, strings.Join(v.Events(), "; "), err)
-			db.Close()
 			f, acked = newFile(), map[string]pcKind{}
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), acked)
-		s.Close()
-		db.Close()
-		tot.checked += len(acked)
-		tot.again += len(again)
-		tot.lost += len(lost)
-		tot.checkErrs += len(errs)
 		t.Logf("round %d (%v; %s; %v): %d calls, %d acknowledged, %d unavailable until the cut (%s); %d acknowledged so far: %d accepted again %q, %d lost %q, %d check errors %v",
 			round, mode, strings.Join(v.Events(), "; "), cut, l.calls, len(l.acked), unavailBefore, sample, len(acked),
 			len(again), again[:min(3, len(again))], len(lost), lost[:min(3, len(lost))], len(errs), errors.Join(errs[:min(2, len(errs))]...))
@@ -1166,29 +1179,16 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		tot.unavailable += unavailBefore
 		tot.bad = append(tot.bad, l.bad...)
 
-		db = f.open(t)
-		s, err = pcNew(ctx, db, pcOptions())
+		again, lost, errs, err := pcAfterCut(t, f, l.acked, &tot)
 		switch {
 		case errors.Is(err, sqlitestore.ErrForgotten):
-			tot.refused++
-			missing, merr := pcMissing(ctx, db, l.acked)
-			tot.missingRefused += missing
-			t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); New refused: %v; %d acknowledged IDs missing (read with SQL: %v)",
-				round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample, err, missing, merr)
-			db.Close()
+			t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); New refused: %v",
+				round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample, err)
 			continue
 		case err != nil:
 			t.Errorf("round %d (%s): New after the cut: %v", round, events, err)
-			db.Close()
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), l.acked)
-		s.Close()
-		db.Close()
-		tot.checked += len(l.acked)
-		tot.again += len(again)
-		tot.lost += len(lost)
-		tot.checkErrs += len(errs)
 		t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); after the cut: %d accepted again %q, %d lost %q, %d check errors %v",
 			round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample,
 			len(again), again[:min(3, len(again))], len(lost), lost[:min(3, len(lost))], len(errs), errors.Join(errs[:min(2, len(errs))]...))

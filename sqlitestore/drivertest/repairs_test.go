@@ -82,17 +82,14 @@ func (r *repairs) wait(t testing.TB) {
 // only good copy is gone, until Rearm. The claims made before are refused
 // after the repair, and nothing is accepted while it runs.
 func TestRepairUnfinishedAtTheStop(t *testing.T) {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		t.Skip("no boot id here (not Linux): a repair mark always refuses New")
-	}
+	boot := repairBoot(t)
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			for _, tc := range []struct {
 				name, mark string
 				refused    bool
 			}{
-				{"the same boot: repaired, then served", strings.TrimSpace(string(boot)), false},
+				{"the same boot: repaired, then served", boot, false},
 				{"another boot: refused until Rearm", "boot-before-the-crash", true},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
