@@ -38,10 +38,17 @@ import (
 // instead of its tests.
 const faultChildEnv = "CTOKEN_DRIVERTEST_FAULT_CHILD"
 
-// faultLease is every lease the children take: longer than a test runs,
+// faultLease is every lease the children take: longer than a test runs
+// (go test's -timeout included; a minute was not, on a loaded machine),
 // so an ID acquired twice (acknowledged both times) is a lease granted
 // while another was live.
-const faultLease = time.Minute
+const faultLease = time.Hour
+
+// faultPatience is how long a parent waits for a child that prints
+// nothing (see faultProc.waitFor): a bound for a child that hangs, which
+// a slow one on a loaded machine does not reach. A crash child stops by
+// itself after twice as long, should its parent be gone.
+const faultPatience = 2 * time.Minute
 
 // faultJob is what a child runs.
 type faultJob struct {
@@ -98,7 +105,7 @@ func init() {
 
 // faultChild is the child process: it builds a store on the file, says
 // "ready", and runs the job's IDs with 8 goroutines, printing one line a
-// step. A crash job runs until it is killed (or 20 s pass); a
+// step. A crash job runs until it is killed (or 2 faultPatience pass); a
 // multiprocess job runs its IDs once and says "finished".
 func faultChild(spec string) error {
 	var job faultJob
@@ -110,7 +117,9 @@ func faultChild(spec string) error {
 		return fmt.Errorf("unknown mode %q", job.Mode)
 	}
 	ctx := context.Background()
-	pragmas, opts := Safe, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	// A call waits for its answer as long as a loaded machine makes it
+	// (Timeout): an ErrUnavailable is the store's refusal, not a slow turn.
+	pragmas, opts := Safe, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)), Timeout: time.Minute}
 	if job.HoldInWAL {
 		pragmas, opts.RecheckInterval = With("wal_autocheckpoint", "0"), time.Hour
 	}
@@ -164,7 +173,7 @@ func faultChild(spec string) error {
 	}
 
 	ids := make(chan string)
-	stop := time.After(20 * time.Second)
+	stop := time.After(2 * faultPatience)
 	go func() {
 		defer close(ids)
 		r := rand.New(rand.NewPCG(job.Seed, 53))
@@ -332,12 +341,14 @@ type faultProc struct {
 	stderr faultBuffer
 }
 
-// faultLines splits a child's stdout into lines as they arrive.
+// faultLines splits a child's stdout into lines as they arrive; changed
+// receives after each Write that added some.
 type faultLines struct {
 	mu      sync.Mutex
 	partial []byte
 	lines   []string
 	ready   func()
+	changed chan struct{}
 }
 
 func (l *faultLines) Write(p []byte) (int, error) {
@@ -356,6 +367,10 @@ func (l *faultLines) Write(p []byte) (int, error) {
 			continue
 		}
 		l.lines = append(l.lines, line)
+		select {
+		case l.changed <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -400,6 +415,7 @@ func launchFault(t *testing.T, job faultJob) *faultProc {
 	p.cmd.Env = append(os.Environ(), faultChildEnv+"="+string(spec))
 	var once sync.Once
 	p.out.ready = func() { once.Do(func() { close(p.ready) }) }
+	p.out.changed = make(chan struct{}, 1)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.stderr
 	if job.Gate {
 		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
@@ -424,8 +440,8 @@ func (p *faultProc) waitReady(t *testing.T) {
 	case <-p.ready:
 	case <-p.exited:
 		t.Fatalf("child %s exited (%v) before it was ready; stderr:\n%s", p.mode, p.cmd.ProcessState, p.stderr.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("child %s not ready within 20 s; stderr:\n%s", p.mode, p.stderr.String())
+	case <-time.After(faultPatience):
+		t.Fatalf("child %s not ready within %v; stderr:\n%s", p.mode, faultPatience, p.stderr.String())
 	}
 }
 
@@ -446,17 +462,28 @@ func (p *faultProc) kill() {
 	<-p.exited
 }
 
-// waitLines waits until the child printed n lines, exited, or ran 20 s
-// (when a crash job stops).
-func (p *faultProc) waitLines(n int) {
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		select {
-		case <-p.exited:
-			return
-		default:
+// waitFor waits until cond (nil: never) holds on what the child printed,
+// and reports whether it did: false when the child exited first. It fails
+// the test when the child printed nothing for faultPatience while the
+// test waited for what.
+func (p *faultProc) waitFor(t *testing.T, what string, cond func(lines []string) bool) bool {
+	t.Helper()
+	seen := -1
+	var stalled <-chan time.Time
+	for {
+		lines := p.lines()
+		if cond != nil && cond(lines) {
+			return true
 		}
-		if len(p.lines()) >= n {
-			return
+		if len(lines) != seen {
+			seen, stalled = len(lines), time.After(faultPatience)
+		}
+		select {
+		case <-p.out.changed:
+		case <-p.exited:
+			return cond != nil && cond(p.lines())
+		case <-stalled:
+			t.Fatalf("child %s printed nothing for %v while the test waited for %s; stderr:\n%s", p.mode, faultPatience, what, p.stderr.String())
 		}
 	}
 }
@@ -498,25 +525,30 @@ func (f *faultTally) add(lines []string, fresh string) {
 		if before[id] > 0 {
 			f.retried++
 		}
-		switch verb {
-		case "claimed", "confirmed", "committed":
+		switch {
+		case faultAck(verb):
 			f.acked[id]++
-		case "acquired":
+		case verb == "acquired":
 			f.acquired[id]++
-		case "unavailable":
+		case verb == "unavailable":
 			f.unavail++
 			if l := strings.ToLower(extra); strings.Contains(l, "busy") || strings.Contains(l, "locked") {
 				f.busyErrs++
 			}
-		case "bad":
+		case verb == "bad":
 			f.bad = append(f.bad, line)
-		case "duplicate":
+		case verb == "duplicate":
 			f.dups = append(f.dups, line)
 		}
 	}
 }
 
-// twice returns the IDs counted more than once.
+// faultAck reports whether a child's line with verb acknowledges a step.
+func faultAck(verb string) bool {
+	return verb == "claimed" || verb == "confirmed" || verb == "committed"
+}
+
+// faultTwice returns the IDs counted more than once.
 func faultTwice(m map[string]int) []string {
 	var out []string
 	for id, n := range m {
@@ -528,14 +560,7 @@ func faultTwice(m map[string]int) []string {
 	return out
 }
 
-func faultKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
-}
+func faultKeys(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) }
 
 // eachID runs check on ids with 32 goroutines (the store's group commit
 // then answers them in a few transactions) and returns the failures.
@@ -649,9 +674,23 @@ func sigkillRounds(t *testing.T, d Driver, mode string, r *rand.Rand) {
 			startup = time.Since(started)
 			ready := time.Now()
 			time.Sleep(50*time.Millisecond + time.Duration(r.Int64N(int64(350*time.Millisecond))))
-			// And not before it worked: a loaded machine gives it little
-			// of the delay.
-			p.waitLines(10)
+			// And not before it worked, which a loaded machine gives little
+			// of the delay: 10 lines, an acknowledgment, and an attempt of
+			// an ID acknowledged in an earlier round if there is one.
+			if !p.waitFor(t, "its work", func(lines []string) bool {
+				acks, again := 0, len(tally.acked) == 0
+				for _, line := range lines {
+					verb, rest, _ := strings.Cut(line, " ")
+					id, _, _ := strings.Cut(rest, " ")
+					if faultAck(verb) {
+						acks++
+					}
+					again = again || tally.acked[id] > 0
+				}
+				return len(lines) >= 10 && acks > 0 && again
+			}) {
+				t.Fatalf("round %d: the child exited before it worked (%v); stderr:\n%s", round, p.err, p.stderr.String())
+			}
 			delays = append(delays, time.Since(ready))
 		}
 		p.kill()

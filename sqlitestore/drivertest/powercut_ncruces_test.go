@@ -265,20 +265,49 @@ func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(st
 			lost = append(lost, id)
 		}
 	})
+	// A call that fails (the store repairing after the cut's I/O errors,
+	// a new connection's pragma meeting a lock, a call slower than the
+	// store's Timeout) is tried again until pcPatience has passed: the
+	// question is what the file holds.
+	deadline := time.Now().Add(pcPatience)
 	errs = faultEach(ids, func(id string) (err error) {
-		// A call that fails (a new connection's pragma meeting a lock, say)
-		// is tried again: the question is what the file holds.
-		for range 3 {
-			if err = check(id); err == nil {
-				return nil
+		for {
+			if err = check(id); err == nil || time.Now().After(deadline) {
+				return err
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		return err
 	})
 	slices.Sort(again)
 	slices.Sort(lost)
 	return again, lost, errs
+}
+
+// pcAfterCut builds a store on f after a cut and asks it for every ID in
+// acked (pcCheck), adding what it found to tot. It returns New's error:
+// ErrForgotten, counted as refused, then names how many acknowledged IDs
+// the file lacks (read with SQL).
+func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) (again, lost []string, errs []error, err error) {
+	ctx := context.Background()
+	db := f.open(t)
+	defer db.Close()
+	s, err := pcNew(ctx, db, pcOptions())
+	if errors.Is(err, sqlitestore.ErrForgotten) {
+		tot.refused++
+		missing, merr := pcMissing(ctx, db, acked)
+		tot.missingRefused += missing
+		return nil, nil, nil, fmt.Errorf("%w; %d of %d acknowledged IDs missing (read with SQL: %v)", err, missing, len(acked), merr)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer s.Close()
+	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s, db), acked)
+	tot.checked += len(acked)
+	tot.again += len(again)
+	tot.lost += len(lost)
+	tot.checkErrs += len(errs)
+	return again, lost, errs, nil
 }
 
 // pcChecker returns the check of one ID for pcCheck.
@@ -446,6 +475,25 @@ var pcConfigs = []struct {
 	{"DELETE EXTRA", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}},
 }
 
+// pcPatience bounds a wait for what a workload does (a Sync, the power
+// cut, an answer): a bound for a store or a VFS that hangs, which a slow
+// one on a loaded machine does not reach.
+const pcPatience = 2 * time.Minute
+
+// pcNew is New, called again while it answers ErrUnavailable (on a loaded
+// machine its first write may outlast pcOptions' Timeout) until
+// pcPatience has passed.
+func pcNew(ctx context.Context, db *sql.DB, opts sqlitestore.Options) (*sqlitestore.Store, error) {
+	deadline := time.Now().Add(pcPatience)
+	for {
+		s, err := sqlitestore.New(ctx, db, opts)
+		if !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) || time.Now().After(deadline) {
+			return s, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // pcWait polls cond every 2 ms for up to d and reports whether it held.
 func pcWait(d time.Duration, cond func() bool) bool {
 	end := time.Now().Add(d)
@@ -518,6 +566,9 @@ func TestPowerCut(t *testing.T) {
 			if tot.again > 0 || tot.lost > 0 {
 				t.Errorf("%d acknowledged IDs accepted again and %d otherwise lost after power cuts; want 0", tot.again, tot.lost)
 			}
+			if tot.checkErrs > 0 {
+				t.Errorf("%d acknowledged IDs the stores after the cuts did not answer for within %v", tot.checkErrs, pcPatience)
+			}
 		})
 	}
 }
@@ -540,7 +591,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 	for round := range rounds {
 		tot.rounds++
 		db := f.open(t)
-		s, err := sqlitestore.New(ctx, db, pcOptions())
+		s, err := pcNew(ctx, db, pcOptions())
 		if err != nil {
 			db.Close()
 			t.Fatalf("round %d: New before the workload: %v", round, err)
@@ -555,9 +606,9 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 			defer close(done)
 			pcRun(ctx, s, db, send, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
 		}()
-		if !pcWait(10*time.Second, v.Dead) {
+		if !pcWait(pcPatience, v.Dead) {
 			v.CutNow()
-			t.Logf("round %d: no cut after 10 s (%d syncs): cut now", round, v.Stats().Syncs)
+			t.Logf("round %d: no cut after %v (%d syncs): cut now", round, pcPatience, v.Stats().Syncs)
 		}
 		unavailBefore, sample := l.errCount()
 		pcAbandon(s, db, stop, done)
@@ -572,31 +623,17 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 			acked[id] = k
 		}
 
-		db = f.open(t)
-		s, err = sqlitestore.New(ctx, db, pcOptions())
+		again, lost, errs, err := pcAfterCut(t, f, acked, &tot)
 		switch {
 		case errors.Is(err, sqlitestore.ErrForgotten):
-			tot.refused++
-			missing, merr := pcMissing(ctx, db, acked)
-			t.Logf("round %d (%v, %s): New refused: %v; %d of %d acknowledged IDs missing (read with SQL: %v); a fresh file for the next rounds",
-				round, mode, strings.Join(v.Events(), "; "), err, missing, len(acked), merr)
-			tot.missingRefused += missing
-			db.Close()
+			t.Logf("round %d (%v, %s): New refused: %v; a fresh file for the next rounds", round, mode, strings.Join(v.Events(), "; "), err)
 			f, acked = newFile(), map[string]pcKind{}
 			continue
 		case err != nil:
 			t.Errorf("round %d (%v, %s): New after the cut: %v (a fresh file for the next rounds)", round, mode, strings.Join(v.Events(), "; "), err)
-			db.Close()
 			f, acked = newFile(), map[string]pcKind{}
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), acked)
-		s.Close()
-		db.Close()
-		tot.checked += len(acked)
-		tot.again += len(again)
-		tot.lost += len(lost)
-		tot.checkErrs += len(errs)
 		t.Logf("round %d (%v; %s; %v): %d calls, %d acknowledged, %d unavailable until the cut (%s); %d acknowledged so far: %d accepted again %q, %d lost %q, %d check errors %v",
 			round, mode, strings.Join(v.Events(), "; "), cut, l.calls, len(l.acked), unavailBefore, sample, len(acked),
 			len(again), again[:min(3, len(again))], len(lost), lost[:min(3, len(lost))], len(errs), errors.Join(errs[:min(2, len(errs))]...))
@@ -923,6 +960,9 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 			if tot.again > 0 || tot.lost > 0 {
 				t.Errorf("%d acknowledged IDs accepted again and %d otherwise lost after an fsync failure and a power cut; want 0", tot.again, tot.lost)
 			}
+			if tot.checkErrs > 0 {
+				t.Errorf("%d acknowledged IDs the stores after the cuts did not answer for within %v", tot.checkErrs, pcPatience)
+			}
 			if len(tot.bad) > 0 {
 				t.Errorf("%d workload calls failed with an error that is not ErrUnavailable, e.g. %q", len(tot.bad), tot.bad[:min(3, len(tot.bad))])
 			}
@@ -1095,7 +1135,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), pragmas}
 		f.create(t)
 		db := f.open(t)
-		s, err := sqlitestore.New(ctx, db, pcOptions())
+		s, err := pcNew(ctx, db, pcOptions())
 		if err != nil {
 			db.Close()
 			t.Fatalf("round %d: New: %v", round, err)
@@ -1110,12 +1150,12 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 			defer close(done)
 			pcRun(ctx, s, db, send, fmt.Sprintf("r%d-", round), stop, l)
 		}()
-		failed := pcWait(10*time.Second, func() bool { return v.Stats().FailedSyncs > failedBefore })
+		failed := pcWait(pcPatience, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
 		more := 10 + r.IntN(50)
 		syncs := v.Stats().Syncs
-		if failed {
-			pcWait(5*time.Second, func() bool { return v.Stats().Syncs >= syncs+more })
+		if failed && !pcWait(pcPatience, func() bool { return v.Stats().Syncs >= syncs+more }) {
+			t.Logf("round %d: %d of the %d Syncs after the failure within %v: cut now", round, v.Stats().Syncs-syncs, more, pcPatience)
 		}
 		v.CutNow()
 		unavailBefore, sample := l.errCount()
@@ -1127,7 +1167,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if !failed {
-			t.Errorf("round %d: no fsync failure (%v) within 10 s (%d syncs)", round, target, st.Syncs)
+			t.Errorf("round %d: no fsync failure (%v) within %v (%d syncs)", round, target, pcPatience, st.Syncs)
 		}
 		after := 0
 		for _, at := range l.ackedAt {
@@ -1139,29 +1179,16 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		tot.unavailable += unavailBefore
 		tot.bad = append(tot.bad, l.bad...)
 
-		db = f.open(t)
-		s, err = sqlitestore.New(ctx, db, pcOptions())
+		again, lost, errs, err := pcAfterCut(t, f, l.acked, &tot)
 		switch {
 		case errors.Is(err, sqlitestore.ErrForgotten):
-			tot.refused++
-			missing, merr := pcMissing(ctx, db, l.acked)
-			tot.missingRefused += missing
-			t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); New refused: %v; %d acknowledged IDs missing (read with SQL: %v)",
-				round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample, err, missing, merr)
-			db.Close()
+			t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); New refused: %v",
+				round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample, err)
 			continue
 		case err != nil:
 			t.Errorf("round %d (%s): New after the cut: %v", round, events, err)
-			db.Close()
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), l.acked)
-		s.Close()
-		db.Close()
-		tot.checked += len(l.acked)
-		tot.again += len(again)
-		tot.lost += len(lost)
-		tot.checkErrs += len(errs)
 		t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure), %d unavailable until the cut (%s); after the cut: %d accepted again %q, %d lost %q, %d check errors %v",
 			round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, sample,
 			len(again), again[:min(3, len(again))], len(lost), lost[:min(3, len(lost))], len(errs), errors.Join(errs[:min(2, len(errs))]...))

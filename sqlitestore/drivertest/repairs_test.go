@@ -46,6 +46,13 @@ func (r *repairs) observe(e replay.Event) {
 	}
 }
 
+// over reports whether every repair started has ended.
+func (r *repairs) over() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended == r.started
+}
+
 // count is how many repairs started.
 func (r *repairs) count() int {
 	r.mu.Lock()
@@ -58,13 +65,7 @@ func (r *repairs) count() int {
 func (r *repairs) wait(t testing.TB) {
 	t.Helper()
 	deadline := time.After(2 * time.Minute)
-	for {
-		r.mu.Lock()
-		done := r.ended == r.started
-		r.mu.Unlock()
-		if done {
-			return
-		}
+	for !r.over() {
 		select {
 		case <-r.changed:
 		case <-deadline:
@@ -81,17 +82,14 @@ func (r *repairs) wait(t testing.TB) {
 // only good copy is gone, until Rearm. The claims made before are refused
 // after the repair, and nothing is accepted while it runs.
 func TestRepairUnfinishedAtTheStop(t *testing.T) {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		t.Skip("no boot id here (not Linux): a repair mark always refuses New")
-	}
+	boot := repairBoot(t)
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			for _, tc := range []struct {
 				name, mark string
 				refused    bool
 			}{
-				{"the same boot: repaired, then served", strings.TrimSpace(string(boot)), false},
+				{"the same boot: repaired, then served", boot, false},
 				{"another boot: refused until Rearm", "boot-before-the-crash", true},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
@@ -247,11 +245,20 @@ func fileSize(t *testing.T, path string) int64 {
 // included: New on the same *sql.DB serves (and repairs again), and every
 // insert the application made on that *sql.DB around each Close is in the
 // file once it is opened again, where another *sql.DB's New serves.
+// Nothing here is timed: the inserts wait for the repair's write lock for
+// up to a minute (busy_timeout), and the stores' calls are bounded by a
+// minute too (Timeout), as long as the repair's transactions may hold
+// the lock on a loaded machine.
 func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
-			db, path := openMigrated(t, d)
+			opts := sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute}
+			path := filepath.Join(t.TempDir(), "replay.db")
+			db := d.OpenWith(t, path, With("busy_timeout", "60000"))
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
 			appPages(t, db, 2000)
 			markRepair(t, db, path)
 			watch, err := db.Conn(ctx)
@@ -279,7 +286,8 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 					setSidecarField(t, path, "repair", repairBoot(t))
 				}
 				rep := newRepairs()
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+				opts.Observer = rep.observe
+				s, err := sqlitestore.New(ctx, db, opts)
 				if err != nil {
 					t.Fatalf("round %d: New on the *sql.DB of a store closed in its repair = %v; want a store that repairs", round, err)
 				}
@@ -287,9 +295,13 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 					t.Fatalf("round %d: %d repairs started by New; want 1", round, rep.count())
 				}
 				if round%2 == 1 {
-					// After the repair's first commit.
-					for v := version(); version() == v; {
-						time.Sleep(time.Millisecond)
+					// After one of the repair's commits, or its end should
+					// the machine let it finish first.
+					deadline := time.Now().Add(2 * time.Minute)
+					for v := version(); version() == v && !rep.over(); time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Fatalf("round %d: the repair committed nothing in 2 minutes", round)
+						}
 					}
 				}
 				insert("during the repair")
@@ -299,7 +311,8 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 				}
 			}
 			rep := newRepairs()
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+			opts.Observer = rep.observe
+			s, err := sqlitestore.New(ctx, db, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +329,8 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 			if n != inserts {
 				t.Fatalf("%d of the application's %d inserts in the file after reopening; want all", n, inserts)
 			}
-			s2, err := sqlitestore.New(ctx, db2, sqlitestore.Options{SweepInterval: -1})
+			opts.Observer = nil
+			s2, err := sqlitestore.New(ctx, db2, opts)
 			if err != nil {
 				t.Fatalf("New on another *sql.DB after the repairs = %v", err)
 			}
