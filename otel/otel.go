@@ -36,11 +36,12 @@ package ctokenotel
 import (
 	"context"
 	"errors"
+	"math"
+	"sync"
+
 	"github.com/ctoken/ctoken/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"math"
-	"sync"
 )
 
 // Instrument and attribute names.
