@@ -466,6 +466,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	dropper := newCommitReplyDropper(t, "127.0.0.1:"+p.port)
 	var terminations sync.WaitGroup // of terminateInCommit
 	defer terminations.Wait()
+	var cancelled atomic.Int32 // statement_timeout's cancelled sleeps
 	tests := []struct {
 		name    string
 		fault   func(ctx context.Context, tx pgx.Tx, key string) bool
@@ -474,6 +475,9 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 		lease   time.Duration // the work's lease, when not lease
 		slow    bool          // COMMITs of a run that set effect.slow_commit wait
 		pool    func(t *testing.T) *pgxpool.Pool
+		// fired counts the first runs the fault ended, when it may not
+		// happen (at least one must).
+		fired *atomic.Int32
 		// timeout is the store's Timeout where it is the mechanism (a
 		// COMMIT's reply waited for); elsewhere a bound no loaded
 		// machine reaches, so that no outcome is unknown by the clock.
@@ -486,9 +490,12 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			// Cancelled at 50 ms, and the handler ignores the error. A
 			// sleep a starved server let finish ended nothing: the run
 			// answers 503 itself, as a fault it could not cause.
-			_, err := tx.Exec(ctx, `SELECT pg_sleep(1)`)
-			return err != nil
-		}},
+			if _, err := tx.Exec(ctx, `SELECT pg_sleep(1)`); err != nil {
+				cancelled.Add(1)
+				return true
+			}
+			return false
+		}, fired: &cancelled},
 		{name: "idle_in_transaction_session_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			// Stalls, ignoring its context, until the server has ended its
 			// session for idling in its transaction past the lease.
@@ -572,6 +579,12 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if tc.fired != nil {
+				t.Logf("the fault ended %d of %d first runs", tc.fired.Load(), len(keys))
+				if tc.fired.Load() == 0 {
+					t.Fatal("the fault ended no first run")
+				}
+			}
 			got := charges(t, admin, app.table)
 			switch {
 			case !tc.kept && len(got) != 0:
@@ -599,6 +612,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 // waitSessionEnded waits until the backend pid is gone from the server,
 // within limit (a generous bound: reaching it fails t).
 func waitSessionEnded(t testing.TB, admin *pgxpool.Pool, pid int32, limit time.Duration) {
+	t.Helper()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var live bool
 		if err := admin.QueryRow(bg(), `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&live); err != nil {

@@ -120,7 +120,7 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 	for i := 0; shardOf(held) != shardOf("a"); i++ {
 		held = fmt.Sprint("held-", i)
 	}
-	for _, tc := range []struct {
+	steps := []struct {
 		name string
 		step func(ctx context.Context, s *Store, token string) error
 	}{
@@ -142,7 +142,8 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 		{"ConfirmRecord", func(ctx context.Context, s *Store, token string) error {
 			return s.ConfirmRecord(ctx, held, token, time.Now().Add(time.Hour), fp, result)
 		}},
-	} {
+	}
+	for _, tc := range steps {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			c := newTestClient(t)
@@ -159,11 +160,14 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 			if _, ok := replay.RetryAt(err); !ok {
 				t.Fatalf("the refusal %v carries no RetryAt", err)
 			}
-			if err := tc.step(ctx, s, l.Token); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-				t.Fatalf("%s while fenced = %v; want ErrFenced (%q)", tc.name, err, whyFenced)
+			// The fence one step raised refuses every step, itself again.
+			for _, other := range steps {
+				if err := other.step(ctx, s, l.Token); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
+					t.Fatalf("%s while %s's fence stands = %v; want ErrFenced (%q)", other.name, tc.name, err, whyFenced)
+				}
 			}
-			if r, f := ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced); r != 1 || f != 1 {
-				t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 1", r, f)
+			if r, f := ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced); r != 1 || f != len(steps) {
+				t.Fatalf("events: %d fence_raised, %d fenced; want 1 and %d", r, f, len(steps))
 			}
 			if n, err := c.Exists(ctx, s.key("a")).Result(); err != nil || n != 0 {
 				t.Fatalf("entry left by the refused steps: %d, %v; want none", n, err)

@@ -281,6 +281,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 				}
 				inserts++
 			}
+			midway := 0 // Closes that came before their repair's end
 			for round := range 8 {
 				if sidecarField(t, path, "repair") == nil { // the last round's repair ended before its Close
 					setSidecarField(t, path, "repair", repairBoot(t))
@@ -306,9 +307,16 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 				}
 				insert("during the repair")
 				s.Close()
+				if sidecarField(t, path, "repair") != nil { // Close kept the mark: the repair had not ended
+					midway++
+				}
 				for range 4 {
 					insert("after a Close in the repair")
 				}
+			}
+			t.Logf("%d of 8 Closes came in the middle of their repair", midway)
+			if midway == 0 {
+				t.Fatal("every repair ended before its Close: no Close came in the middle of one")
 			}
 			rep := newRepairs()
 			opts.Observer = rep.observe
