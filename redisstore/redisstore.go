@@ -260,8 +260,7 @@ type Options struct {
 	// independent review measured 28 225 IDs accepted twice in 10 s).
 	// With Durability.Replicas instead, every claim waits for WAIT, which
 	// a primary whose replicas are gone answers with too few
-	// acknowledgements: [ErrNotDurable], as
-	// TestDurability/steps with a stopped replica shows for a stopped replica.
+	// acknowledgements: [ErrNotDurable].
 	// The check still runs: when the risk is present it is logged (one
 	// Warn line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowAsyncReplicas bool
