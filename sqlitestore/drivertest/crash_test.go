@@ -74,6 +74,12 @@ type faultJob struct {
 	// claims stay in the WAL alone, as the commits made since the last
 	// checkpoint that followed an advance do.
 	HoldInWAL bool `json:"holdinwal,omitempty"`
+	// Scenario, when set, runs instead walLossChild's scenario of that
+	// name on N IDs with leases of Lease, or unfinishedChild
+	// ("unfinished"); see runToDone.
+	Scenario string        `json:"scenario,omitempty"`
+	N        int           `json:"n,omitempty"`
+	Lease    time.Duration `json:"lease,omitempty"`
 }
 
 // faultRange is the IDs Prefix+"0" to Prefix+"<N-1>".
@@ -111,6 +117,13 @@ func faultChild(spec string) error {
 	var job faultJob
 	if err := json.Unmarshal([]byte(spec), &job); err != nil {
 		return err
+	}
+	switch job.Scenario {
+	case "":
+	case "unfinished":
+		return unfinishedChild(job.DB)
+	default:
+		return walLossChild(job)
 	}
 	step, ok := faultModes[job.Mode]
 	if !ok {
@@ -431,6 +444,17 @@ func launchFault(t *testing.T, job faultJob) *faultProc {
 	}()
 	t.Cleanup(p.kill)
 	return p
+}
+
+// runToDone starts a child running job's Scenario, waits until it says
+// "done" after at least one step, and SIGKILLs it.
+func runToDone(t *testing.T, job faultJob) {
+	t.Helper()
+	p := launchFault(t, job)
+	if !p.waitFor(t, "done", func(lines []string) bool { return slices.Index(lines, "done") > 0 }) {
+		t.Fatalf("child %s exited (%v) before it said done; it printed %q; stderr:\n%s", job.Scenario, p.err, p.lines(), p.stderr.String())
+	}
+	p.kill()
 }
 
 // waitReady waits until the child says ready.

@@ -1,16 +1,13 @@
 package drivertest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,6 +125,18 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	}
 }
 
+// heldInWAL makes a file of faultDB's and a store on it that neither
+// checkpoints nor advances its sequence, the WAL copied into the file:
+// what the store writes next stays in the WAL alone.
+func heldInWAL(t *testing.T) (path string, db *sql.DB, s *sqlitestore.Store) {
+	t.Helper()
+	path = faultDB(t, driver)
+	db = driver.OpenWith(t, path, With("wal_autocheckpoint", "0"))
+	s = mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+	checkpointTruncate(t, db)
+	return path, db, s
+}
+
 func checkpointTruncate(t *testing.T, db *sql.DB) {
 	t.Helper()
 	var busy, frames, done int
@@ -236,13 +245,9 @@ func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) in
 // (Found by a review: such rows were skipped, and 7 of 40 acknowledged
 // records were acquired again.)
 func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
-	d := Drivers()[0]
 	ctx := context.Background()
-	path := faultDB(t, d)
-	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+	path, db, s := heldInWAL(t)
 	long := func(i int) string { return fmt.Sprintf("zz%03d-", i) + strings.Repeat("x", 494) }
-	checkpointTruncate(t, db)
 	// Low pages an app table frees, so the records' overflow pages are
 	// taken below the store's leaves, as in any file that was sweeping.
 	for i := range 2000 {
@@ -290,7 +295,7 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 		t.Fatal("no record went on overflow pages with its key")
 	}
 	writeWALPages(t, np, link, func(pgno uint32) bool { return pgno == cut })
-	_, err := sqlitestore.New(ctx, d.Open(t, np), sqlitestore.Options{SweepInterval: -1})
+	_, err := sqlitestore.New(ctx, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1})
 	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "ctoken-sqlite rearm") {
 		t.Fatalf("New = %v; want ErrForgotten naming the rearm command (page %d of %d long records unwritten)", err, cut, cutRows[cut])
 	}
@@ -391,12 +396,8 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 		{"a WAL the database holds, its last frame torn", true, func(w []byte) []byte { return w[:len(w)-100] }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Drivers()[0]
 			ctx := context.Background()
-			path := faultDB(t, d)
-			db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-			s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-			checkpointTruncate(t, db)
+			path, _, s := heldInWAL(t)
 			claimAll(t, s, idList("c-", 20), time.Now().Add(time.Hour))
 			np, link := walDeletedCopy(t, path, "")
 			if tc.held {
@@ -409,41 +410,21 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 				}
 				writeFile(t, link, tc.edit(wal))
 			}
-			s2, err := sqlitestore.New(ctx, d.Open(t, np), sqlitestore.Options{SweepInterval: -1})
-			switch {
-			case tc.refusal == "" && err != nil:
-				t.Fatalf("New = %v; want a store", err)
-			case tc.refusal == "":
-				defer s2.Close()
-				for _, id := range idList("c-", 20) {
-					if first, err := s2.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
-						t.Fatalf("Claim(%s) = %v, %v; want not first", id, first, err)
-					}
-				}
-			case !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), tc.refusal) || !strings.Contains(err.Error(), "ctoken-sqlite rearm"):
+			if tc.refusal == "" {
+				serves(t, np, "", idList("c-", 20))
+				return
+			}
+			_, err := sqlitestore.New(ctx, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1})
+			if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), tc.refusal) || !strings.Contains(err.Error(), "ctoken-sqlite rearm") {
 				t.Fatalf("New = %v; want ErrForgotten: %q and the rearm command", err, tc.refusal)
 			}
 		})
 	}
 }
 
-// unfinishedChildEnv names a database file and makes the test binary run
-// unfinishedChild on it instead of its tests.
-const unfinishedChildEnv = "CTOKEN_DRIVERTEST_UNFINISHED_CHILD"
-
-func init() {
-	if path := os.Getenv(unfinishedChildEnv); path != "" {
-		if err := unfinishedChild(path); err != nil {
-			fmt.Fprintln(os.Stderr, "unfinished child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
-
 // unfinishedChild opens a transaction on the file at path that writes
 // more pages than its cache holds (SQLite writes them to the WAL before
-// any commit), says "spilled", and waits to be killed.
+// any commit), says "spilled" and "done", and waits to be killed.
 func unfinishedChild(path string) error {
 	ctx := context.Background()
 	db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
@@ -464,9 +445,9 @@ func unfinishedChild(path string) error {
 			return fmt.Errorf("%s: %w", stmt, err)
 		}
 	}
-	os.Stdout.WriteString("spilled\n")
-	_, err = io.ReadAll(os.Stdin) // until killed
-	return err
+	os.Stdout.WriteString("spilled\ndone\n")
+	time.Sleep(2 * faultPatience) // until killed
+	return nil
 }
 
 // TestKeptWALOfAnUnfinishedTransactionIsServed: a process is SIGKILLed
@@ -480,52 +461,19 @@ func unfinishedChild(path string) error {
 // every acknowledged claim held. (Found by the full CI run, on mattn: they
 // were read as a changed byte and refused.)
 func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
-	d := Drivers()[0]
 	ctx := context.Background()
-	path := faultDB(t, d)
-	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-	checkpointTruncate(t, db)
+	path, _, s := heldInWAL(t)
 	ids := idList("c-", 20)
 	claimAll(t, s, ids, time.Now().Add(time.Hour))
 
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := exec.Command(exe, "-test.run=^$")
-	child.Env = append(os.Environ(), unfinishedChildEnv+"="+path)
-	var stderr bytes.Buffer
-	child.Stderr = &stderr
-	stdin, err := child.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if line != "spilled\n" {
-		_ = child.Process.Kill()
-		_ = child.Wait()
-		t.Fatalf("child: %q; stderr:\n%s", line, stderr.String())
-	}
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
+	runToDone(t, faultJob{Scenario: "unfinished", DB: path})
 
 	// As the crash left them, the WAL in place the store's link.
 	np, link := walDeletedCopy(t, path, "")
 	if err := os.Link(link, np+"-wal"); err != nil {
 		t.Fatal(err)
 	}
-	other, err := sql.Open(d.SQLName, d.DSN(np, Safe))
+	other, err := sql.Open(driver.SQLName, driver.DSN(np, Safe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,16 +490,7 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 		t.Fatal("no frame of the log's salts after its end: no case made")
 	}
 
-	s2, err := sqlitestore.New(ctx, d.Open(t, np), sqlitestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatalf("New = %v; want a store (nothing was lost)", err)
-	}
-	defer s2.Close()
-	for _, id := range ids {
-		if first, err := s2.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
-			t.Fatalf("Claim(%s) = %v, %v; want not first", id, first, err)
-		}
-	}
+	serves(t, np, "", ids)
 }
 
 // framesAfterTheLog counts the whole frames of the WAL at link that carry

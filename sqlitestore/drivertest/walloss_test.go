@@ -7,14 +7,11 @@ package drivertest
 // nothing (New must serve). From an independent review of the WAL links.
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -23,38 +20,11 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// walLossChildEnv holds a walLossJob (JSON) and makes the test binary run
-// it instead of its tests.
-const walLossChildEnv = "CTOKEN_DRIVERTEST_WALLOSS_CHILD"
-
-// walLossJob is what a child runs: Scenario on the file DB, N IDs, leases
-// of Lease.
-type walLossJob struct {
-	Scenario string        `json:"scenario"`
-	DB       string        `json:"db"`
-	N        int           `json:"n"`
-	Lease    time.Duration `json:"lease"`
-}
-
-func init() {
-	if spec := os.Getenv(walLossChildEnv); spec != "" {
-		if err := walLossChild(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "WAL loss child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
-
 // walLossChild: a store (or two) on the file with automatic checkpoints
 // off and no recheck (as faultJob.HoldInWAL), the WAL copied into the file
 // once; then the scenario's acknowledged steps, "done", and it waits to be
 // SIGKILLed.
-func walLossChild(spec string) error {
-	var job walLossJob
-	if err := json.Unmarshal([]byte(spec), &job); err != nil {
-		return err
-	}
+func walLossChild(job faultJob) error {
 	ctx := context.Background()
 	db, err := sql.Open(driver.SQLName, driver.DSN(job.DB, With("wal_autocheckpoint", "0")))
 	if err != nil {
@@ -198,46 +168,8 @@ func walLossChild(spec string) error {
 		return fmt.Errorf("unknown scenario %q", job.Scenario)
 	}
 	say("done")
-	time.Sleep(time.Hour)
+	time.Sleep(2 * faultPatience) // until killed
 	return nil
-}
-
-// runWALLossChild starts the child, waits for "done" and SIGKILLs it; it
-// returns the lines the child printed before.
-func runWALLossChild(t *testing.T, job walLossJob) []string {
-	t.Helper()
-	spec, _ := json.Marshal(job)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), walLossChildEnv+"="+string(spec))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if sc.Text() == "done" {
-			break
-		}
-		lines = append(lines, sc.Text())
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	werr := cmd.Wait()
-	if len(lines) == 0 || !strings.Contains(fmt.Sprint(werr), "killed") {
-		t.Fatalf("child: %v; stderr:\n%s", werr, stderr.String())
-	}
-	return lines
 }
 
 // walSession opens path, runs stmts and closes the pool (its last
@@ -277,15 +209,21 @@ func wantNewRefusesAfterWALDeleted(t *testing.T, path string) *sqlitestore.Store
 	return s
 }
 
-// firstAgain counts the IDs x-0 to x-<n-1> that Claim takes again.
-func firstAgain(s *sqlitestore.Store, n int) int {
-	again := 0
-	for i := range n {
-		if first, _ := s.Claim(context.Background(), fmt.Sprintf("x-%d", i), time.Now().Add(time.Hour)); first {
-			again++
+// claimsLost runs the child's scenario of 30 claims on path and wants
+// New to refuse once the WAL is deleted; when it serves, it counts the
+// claims accepted again.
+func claimsLost(t *testing.T, path, scenario string) {
+	t.Helper()
+	runToDone(t, faultJob{Scenario: scenario, DB: path, N: 30})
+	if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+		again := 0
+		for _, id := range idList("x-", 30) {
+			if first, _ := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first {
+				again++
+			}
 		}
+		t.Errorf("%d of 30 acknowledged claims accepted again", again)
 	}
-	return again
 }
 
 // TestWALLoss: a WAL deleted after a crash is refused whatever the lost
@@ -303,35 +241,22 @@ func TestWALLoss(t *testing.T) {
 		name string
 		test func(t *testing.T)
 	}{
-		{"fresh claims are found", func(t *testing.T) {
-			path := faultDB(t, driver)
-			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
-			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
-				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
-			}
-		}},
+		{"fresh claims are found", func(t *testing.T) { claimsLost(t, faultDB(t, driver), "claim") }},
 		{"claims over expired rows of their keys are found", func(t *testing.T) {
 			path := faultDB(t, driver)
 			db := driver.Open(t, path)
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 			short := time.Now().Add(time.Second)
-			for i := range 30 {
-				if first, err := s.Claim(ctx, fmt.Sprintf("x-%d", i), short); !first || err != nil {
-					t.Fatal(first, err)
-				}
-			}
+			claimAll(t, s, idList("x-", 30), short)
 			s.Close()
 			db.Close() // no connection of this process on the file when its WAL goes
 			time.Sleep(time.Until(short.Add(200 * time.Millisecond)))
-			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
-			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
-				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
-			}
+			claimsLost(t, path, "claim")
 		}},
 		{"confirmations of leases in the file are found", func(t *testing.T) {
 			path := faultDB(t, driver)
 			lease := time.Second
-			runWALLossChild(t, walLossJob{Scenario: "confirm", DB: path, N: 30, Lease: lease})
+			runToDone(t, faultJob{Scenario: "confirm", DB: path, N: 30, Lease: lease})
 			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
 				time.Sleep(lease + 200*time.Millisecond)
 				again := 0
@@ -345,7 +270,7 @@ func TestWALLoss(t *testing.T) {
 		}},
 		{"an escaped Work is found after its until", func(t *testing.T) {
 			path := faultDB(t, driver)
-			runWALLossChild(t, walLossJob{Scenario: "escape", DB: path, Lease: time.Second})
+			runToDone(t, faultJob{Scenario: "escape", DB: path, Lease: time.Second})
 			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
 				if first, _ := s.Claim(ctx, "esc", time.Now().Add(time.Hour)); first {
 					t.Error("the escaped ID is first again")
@@ -359,31 +284,16 @@ func TestWALLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
-			for i := range 30 {
-				if first, err := other.Claim(ctx, fmt.Sprintf("x-%d", i), time.Now().Add(time.Hour)); !first || err != nil {
-					t.Fatal(first, err)
-				}
-			}
+			claimAll(t, other, idList("x-", 30), time.Now().Add(time.Hour))
 			other.Close()
 			db.Close()
-			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
-			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
-				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
-			}
+			claimsLost(t, path, "claim")
 		}},
 		{"claims made only in callers' transactions are found", func(t *testing.T) {
-			path := faultDB(t, driver)
-			runWALLossChild(t, walLossJob{Scenario: "with tx", DB: path, N: 30})
-			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
-				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
-			}
+			claimsLost(t, faultDB(t, driver), "with tx")
 		}},
 		{"claims made only in callers' transactions on a WAL made after New's are found", func(t *testing.T) {
-			path := faultDB(t, driver)
-			runWALLossChild(t, walLossJob{Scenario: "with tx, no idle connection", DB: path, N: 30})
-			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
-				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
-			}
+			claimsLost(t, faultDB(t, driver), "with tx, no idle connection")
 		}},
 		{"another table's releases after the WAL was deleted refuse this table", func(t *testing.T) {
 			path := faultDB(t, driver)
@@ -392,7 +302,7 @@ func TestWALLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			db.Close()
-			runWALLossChild(t, walLossJob{Scenario: "two tables", DB: path, N: 30})
+			runToDone(t, faultJob{Scenario: "two tables", DB: path, N: 30})
 			walSession(t, path, `SELECT count(*) FROM sqlite_master`)
 			db = driver.Open(t, path)
 			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
@@ -412,7 +322,7 @@ func TestWALLoss(t *testing.T) {
 		}},
 		{"pages freed by releases, then reused, lose nothing", func(t *testing.T) {
 			path := faultDB(t, driver)
-			runWALLossChild(t, walLossJob{Scenario: "release", DB: path, N: 800})
+			runToDone(t, faultJob{Scenario: "release", DB: path, N: 800})
 			walSession(t, path, `SELECT count(*) FROM sqlite_master`)
 			walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(300)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
 			var kept []string
@@ -430,7 +340,7 @@ func TestWALLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			db.Close()
-			runWALLossChild(t, walLossJob{Scenario: "two tables", DB: path, N: 30})
+			runToDone(t, faultJob{Scenario: "two tables", DB: path, N: 30})
 			// Each restart: Migrate on a handle of its own (closed: SQLite
 			// copies the WAL into the file and deletes it), then the store,
 			// which writes; the second table's restart follows the first's.
