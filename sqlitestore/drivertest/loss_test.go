@@ -87,7 +87,6 @@ func TestLoss(t *testing.T) {
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
 		{"moved, copied or renamed without its sidecar", withoutItsSidecar},
-		{"WAL deleted after a crash", walDeletedAfterACrash},
 		{"clean stop, then another program writes", cleanStopThenAnotherProgramWrites},
 		{"WAL links after a crash", walLinksAfterACrash},
 		{"lost while running", lostWhileRunning},
@@ -512,96 +511,6 @@ func withoutItsSidecar(t *testing.T) {
 	})
 }
 
-// walDeletedAfterACrash: a process claiming IDs is SIGKILLed with its
-// claims in the WAL alone, the database file holding the sequence the
-// sidecar recorded (see faultJob.HoldInWAL), then the WAL file is deleted
-// (alone, or with the shared memory), and a new process opens the file
-// and runs Migrate: New refuses with ErrForgotten, and after Rearm (the
-// operator's decision, with a fence) no acknowledged ID is accepted. Beside
-// it the cases that lose nothing are served: after the kill another
-// program opens the file and closes it (SQLite copies the WAL into the
-// database file and deletes it), and a store closed cleanly.
-func walDeletedAfterACrash(t *testing.T) {
-	ways := []struct {
-		name string
-		// after acts on the files once the child is killed; lost says
-		// the commits in the WAL are gone.
-		after func(t *testing.T, d Driver, path string)
-		lost  bool
-	}{
-		{"WAL deleted", func(t *testing.T, _ Driver, path string) { removeFiles(t, path+"-wal") }, true},
-		{"WAL and shared memory deleted", func(t *testing.T, _ Driver, path string) { removeFiles(t, path+"-wal", path+"-shm") }, true},
-		{"another program opens and closes the file", func(t *testing.T, d Driver, path string) {
-			db, err := sql.Open(d.SQLName, d.DSN(path, Safe))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var n int
-			if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("the WAL is still there after the last connection closed (%v): the case did not happen", err)
-			}
-		}, false},
-	}
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, w := range ways {
-			t.Run(w.name, func(t *testing.T) {
-				ctx := context.Background()
-				path := faultDB(t, d)
-				p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
-				tally := newFaultTally()
-				for len(p.lines()) < 50 {
-					select {
-					case <-p.exited:
-						t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
-				p.kill()
-				tally.add(p.lines(), "c-")
-				if len(tally.acked) == 0 {
-					t.Fatal("no claim acknowledged before the kill")
-				}
-				w.after(t, d, path)
-
-				db := d.Open(t, path)
-				if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-					t.Fatalf("Migrate = %v", err)
-				}
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				switch {
-				case w.lost && !errors.Is(err, sqlitestore.ErrForgotten):
-					if err == nil {
-						s.Close()
-					}
-					t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
-				case w.lost:
-					t.Logf("New: %v", err)
-					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
-						t.Fatal(err)
-					}
-					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				case err != nil:
-					t.Fatalf("New after a kill and a clean close of the file = %v; want a store (nothing was lost)", err)
-				default:
-					t.Cleanup(func() { s.Close() })
-				}
-				faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
-					if first, _ := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
-						return errors.New("first again")
-					}
-					return nil
-				}))
-			})
-		}
-	})
-}
-
 // cleanStopThenAnotherProgramWrites: a store closed cleanly (its Close
 // copies the WAL into the database file and drops the link it kept to
 // the WAL), then another program changes the schema and rows and
@@ -656,40 +565,14 @@ func cleanStopThenAnotherProgramWrites(t *testing.T) {
 // rollback journal with two restarts (a link judged to lose nothing is
 // removed).
 func walLinksAfterACrash(t *testing.T) {
-	killAfter := func(t *testing.T, path string, n int) *faultTally {
-		t.Helper()
-		p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
-		for len(p.lines()) < n {
-			select {
-			case <-p.exited:
-				t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		p.kill()
-		tally := newFaultTally()
-		tally.add(p.lines(), "c-")
-		if len(tally.acked) == 0 {
-			t.Fatal("no claim acknowledged before the kill")
-		}
-		return tally
-	}
-	refused := func(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
-		t.Helper()
-		faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
-			if first, _ := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first {
-				return errors.New("first again")
-			}
-			return nil
-		}))
-	}
 	ctx := context.Background()
 	eachDriver(t, func(t *testing.T, d Driver) {
 		t.Run("another store closed meanwhile, the WAL deleted", func(t *testing.T) {
 			path := faultDB(t, d)
 			p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
-			for len(p.lines()) < 20 {
-				time.Sleep(5 * time.Millisecond)
+			atLeast := func(n int) func([]string) bool { return func(lines []string) bool { return len(lines) >= n } }
+			if !p.waitFor(t, "20 lines", atLeast(20)) {
+				t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
 			}
 			// The child's claims hold the write lock back to back: New's
 			// one write waits for it as long as busy_timeout allows,
@@ -698,9 +581,8 @@ func walLinksAfterACrash(t *testing.T) {
 			other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 			other.Close() // its link goes; the child's stays
 			db.Close()
-			n := len(p.lines())
-			for len(p.lines()) < n+40 {
-				time.Sleep(time.Millisecond)
+			if !p.waitFor(t, "40 more lines", atLeast(len(p.lines())+40)) {
+				t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
 			}
 			p.kill()
 			tally := newFaultTally()
@@ -779,10 +661,14 @@ func walLinksAfterACrash(t *testing.T) {
 			refused(t, s, tally)
 		})
 		// What an operator does after a crash, with the application
-		// stopped: each act that keeps the WAL's commits costs nothing
-		// (New serves, every acknowledged ID refused); each that
-		// deletes them, or leaves the hidden files behind, ends in
-		// ErrForgotten (refused), never in service.
+		// stopped (the claims in the WAL alone, see
+		// faultJob.HoldInWAL), then maybe a new process's Migrate: each
+		// act that keeps the WAL's commits costs nothing (New serves,
+		// every acknowledged ID refused); each that deletes them, or
+		// leaves the hidden files behind, ends in ErrForgotten
+		// (refused), never in service, and after Rearm (the
+		// operator's decision, with a fence) no acknowledged ID is
+		// accepted either.
 		shell := func(t *testing.T, path string, stmts ...string) {
 			t.Helper()
 			if _, err := exec.LookPath("sqlite3"); err != nil {
@@ -818,46 +704,62 @@ func walLinksAfterACrash(t *testing.T) {
 			name    string
 			do      func(t *testing.T, path string) string // the path New opens
 			refused bool
+			migrate bool // Migrate before New, on its handle
 		}{
 			{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
 				shell(t, path, `PRAGMA integrity_check`)
 				return path
-			}, false},
-			{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false},
+			}, false, false},
+			{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false, false},
 			{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
 				shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
 				return path
-			}, false},
-			{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false},
+			}, false, false},
+			{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false, false},
 			{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
 				backup := filepath.Join(plainTempDir(t), "backup.db")
 				shell(t, path, `.backup `+backup)
 				restoreCopy(t, path, backup)
 				return path
-			}, false},
+			}, false, false},
 			{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
 				backup := filepath.Join(plainTempDir(t), "into.db")
 				walSession(t, path, `VACUUM INTO '`+backup+`'`)
 				restoreCopy(t, path, backup)
 				return path
-			}, false},
-			{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false},
-			{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false},
+			}, false, false},
+			{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false, false},
+			{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false, false},
 			{"rm -wal -shm", func(t *testing.T, path string) string {
 				removeFiles(t, path+"-wal", path+"-shm")
 				return path
-			}, true},
+			}, true, false},
+			{name: "rm -wal, then Migrate", do: func(t *testing.T, path string) string {
+				removeFiles(t, path+"-wal")
+				return path
+			}, refused: true, migrate: true},
+			{name: "rm -wal -shm, then Migrate", do: func(t *testing.T, path string) string {
+				removeFiles(t, path+"-wal", path+"-shm")
+				return path
+			}, refused: true, migrate: true},
+			{name: "another program opens and closes the file, then Migrate", do: func(t *testing.T, path string) string {
+				walSession(t, path, `SELECT count(*) FROM sqlite_master`)
+				if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("the WAL is still there after the last connection closed (%v): the case did not happen", err)
+				}
+				return path
+			}, migrate: true},
 			{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
 				removeFiles(t, path+"-wal", path+"-shm")
 				walSession(t, path, `VACUUM`)
 				return path
-			}, true},
-			{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
+			}, true, false},
+			{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true, false},
 			{"rm replay.db-* then VACUUM", func(t *testing.T, path string) string {
 				rmGlob(t, path)
 				shell(t, path, `VACUUM`)
 				return path
-			}, true},
+			}, true, false},
 			{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
 				to := filepath.Join(plainTempDir(t), filepath.Base(path))
 				for _, suffix := range []string{"", "-wal", "-shm"} {
@@ -867,13 +769,52 @@ func walLinksAfterACrash(t *testing.T) {
 				}
 				removeFiles(t, to+"-wal", to+"-shm")
 				return to
-			}, true},
+			}, true, false},
+			{"the directory copied without hard links", func(t *testing.T, path string) string {
+				dir := plainTempDir(t)
+				ents, err := os.ReadDir(filepath.Dir(path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range ents {
+					b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					writeFile(t, filepath.Join(dir, e.Name()), b)
+				}
+				return filepath.Join(dir, filepath.Base(path))
+			}, false, false},
+			{"another program writes in two sessions", func(t *testing.T, path string) string {
+				// The first session's close copies the WAL into the file
+				// and deletes it; the second grows the file (page 1 and
+				// the app's pages change): no store row is lost.
+				walSession(t, path, `INSERT INTO effects VALUES ('one')`)
+				walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
+				return path
+			}, false, false},
+			{"a store of another table in the file restarts first", func(t *testing.T, path string) string {
+				db := d.Open(t, path)
+				if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
+					t.Fatal(err)
+				}
+				other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
+				claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
+				other.Close()
+				db.Close()
+				return path
+			}, false, false},
 		} {
 			t.Run("after a crash, "+act.name, func(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
 				path = act.do(t, path)
 				db := d.Open(t, path)
+				if act.migrate {
+					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+						t.Fatalf("Migrate = %v", err)
+					}
+				}
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 				switch {
 				case act.refused && !errors.Is(err, sqlitestore.ErrForgotten):
@@ -884,6 +825,12 @@ func walLinksAfterACrash(t *testing.T) {
 					t.Fatalf("New after %s (%d claims acknowledged) = %v; want ErrForgotten", act.name, len(tally.acked), err)
 				case act.refused:
 					t.Logf("New: %v", err)
+					// The operator's decision, with a fence: no
+					// acknowledged ID is accepted either.
+					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
+						t.Fatal(err)
+					}
+					refused(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), tally)
 				case err != nil:
 					t.Fatalf("New = %v; want a store (nothing was lost)", err)
 				default:
@@ -892,35 +839,6 @@ func walLinksAfterACrash(t *testing.T) {
 				}
 			})
 		}
-		t.Run("the directory copied without hard links", func(t *testing.T) {
-			path := faultDB(t, d)
-			tally := killAfter(t, path, 50)
-			dir := plainTempDir(t)
-			ents, err := os.ReadDir(filepath.Dir(path))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range ents {
-				b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				writeFile(t, filepath.Join(dir, e.Name()), b)
-			}
-			s := mustStore(t, d.Open(t, filepath.Join(dir, filepath.Base(path))), sqlitestore.Options{SweepInterval: -1})
-			refused(t, s, tally)
-		})
-		t.Run("another program writes in two sessions", func(t *testing.T) {
-			// The first session's close copies the WAL into the file
-			// and deletes it; the second grows the file (page 1 and
-			// the app's pages change): no store row is lost.
-			path := faultDB(t, d)
-			tally := killAfter(t, path, 50)
-			walSession(t, path, `INSERT INTO effects VALUES ('one')`)
-			walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
-			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-			refused(t, s, tally)
-		})
 		t.Run("New and Close keep the process's SQLite locks on the file", func(t *testing.T) {
 			// New reads the database file past SQLite to judge a link.
 			// Closing any descriptor of the file would release every
@@ -957,20 +875,6 @@ func walLinksAfterACrash(t *testing.T) {
 				t.Error("after the store's Close, with the pool open, another process sees no SQLite lock of this one on the file")
 			}
 		})
-		t.Run("a store of another table in the file restarts first", func(t *testing.T) {
-			path := faultDB(t, d)
-			tally := killAfter(t, path, 50)
-			db := d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-				t.Fatal(err)
-			}
-			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
-			claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
-			other.Close()
-			db.Close()
-			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-			refused(t, s, tally)
-		})
 		t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 50)
@@ -995,6 +899,35 @@ func walLinksAfterACrash(t *testing.T) {
 			}
 		})
 	})
+}
+
+// killAfter runs a claim child holding its claims in the WAL
+// (faultJob.HoldInWAL) on path until it printed n lines, SIGKILLs it and
+// returns what it acknowledged, one claim at least.
+func killAfter(t *testing.T, path string, n int) *faultTally {
+	t.Helper()
+	p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+	if !p.waitFor(t, fmt.Sprint(n, " lines"), func(lines []string) bool { return len(lines) >= n }) {
+		t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
+	}
+	p.kill()
+	tally := newFaultTally()
+	tally.add(p.lines(), "c-")
+	if len(tally.acked) == 0 {
+		t.Fatal("no claim acknowledged before the kill")
+	}
+	return tally
+}
+
+// refused checks that s refuses every claim the tally acknowledged.
+func refused(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
+	t.Helper()
+	faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
+		if first, _ := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first {
+			return errors.New("first again")
+		}
+		return nil
+	}))
 }
 
 // removeFiles deletes each file, which must exist.
