@@ -250,12 +250,8 @@ func (n *crashNode) image(mode crashMode, r *rand.Rand) ([]byte, bool) {
 // crashStats counts what the VFS did.
 type crashStats struct {
 	Syncs         int       // Sync calls that ran (not refused after a cut)
-	Writes        int       // writes that went through
 	FailedSyncs   int       // fsync failures injected (the errseq repeats included)
 	ErrseqRepeats int       // of those, errseq repeats
-	DroppedWrites int       // pending writes a failed Sync discarded
-	DroppedBytes  int64     // their bytes
-	Refused       int       // writes, truncations, Syncs and Deletes refused after the cut
 	LastFailure   time.Time // when the last fsync failure was injected
 }
 
@@ -539,7 +535,6 @@ func (v *crashVFS) Delete(name string, syncDir bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead {
-		v.stats.Refused++
 		return sqlite3.IOERR_DELETE
 	}
 	err := v.base.Delete(name, syncDir)
@@ -589,12 +584,10 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead {
-		v.stats.Refused++
 		return 0, sqlite3.IOERR_WRITE
 	}
 	n, err := f.File.WriteAt(p, off)
 	if n > 0 {
-		v.stats.Writes++
 		f.node.pending = append(f.node.pending, crashOp{kind: crashWrite, off: off, data: slices.Clone(p[:n])})
 	}
 	return n, err
@@ -605,7 +598,6 @@ func (f *crashFile) Truncate(size int64) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead {
-		v.stats.Refused++
 		return sqlite3.IOERR_TRUNCATE
 	}
 	err := f.File.Truncate(size)
@@ -620,7 +612,6 @@ func (f *crashFile) Sync(flags vfs.SyncFlag) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead {
-		v.stats.Refused++
 		return sqlite3.IOERR_FSYNC
 	}
 	n := f.node
@@ -646,8 +637,6 @@ func (f *crashFile) Sync(flags vfs.SyncFlag) error {
 			}
 			v.stats.FailedSyncs++
 			v.stats.LastFailure = time.Now()
-			v.stats.DroppedWrites += len(n.pending)
-			v.stats.DroppedBytes += b
 			commits := ""
 			if strings.HasSuffix(n.path, "-wal") {
 				commits = fmt.Sprintf(", %d WAL commit frames among them", crashCommitFrames(n.pending))
@@ -744,7 +733,6 @@ func (f *crashFile) SizeHint(size int64) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.dead {
-		v.stats.Refused++
 		return sqlite3.IOERR_WRITE
 	}
 	err := vfsutil.WrapSizeHint(f.File, size)
