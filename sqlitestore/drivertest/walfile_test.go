@@ -98,14 +98,7 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		if err != nil && !errors.Is(err, walfile.ErrDamaged) {
 			t.Fatal(err)
 		}
-		applied := base
-		for pgno, off := range last {
-			at := int(pgno-1) * size
-			if end := at + size; end > len(applied) {
-				applied = append(applied, make([]byte, end-len(applied))...)
-			}
-			copy(applied[at:at+size], wal[off:off+int64(size)])
-		}
+		applied := applyWAL(base, wal, size, last)
 		if len(last) > 0 {
 			// As a checkpoint does: the file ends at the last commit's size.
 			if pages == 0 || int(pages)*size > len(applied) {
@@ -119,6 +112,19 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 			t.Fatalf("seed %d, WAL cut at %d of its bytes, flip %d: %d pages applied; the table reads\n%.300s\nwhere SQLite's recovery reads\n%.300s", seed, len(wal), flip, len(last), got, want)
 		}
 	})
+}
+
+// applyWAL writes the pages of wal that walfile.Committed returned (last,
+// of size bytes) over base, as a checkpoint writes them into the file.
+func applyWAL(base, wal []byte, size int, last map[uint32]int64) []byte {
+	for pgno, off := range last {
+		at := int(pgno-1) * size
+		if end := at + size; end > len(base) {
+			base = append(base, make([]byte, end-len(base))...)
+		}
+		copy(base[at:at+size], wal[off:off+int64(size)])
+	}
+	return base
 }
 
 func mustExec(t *testing.T, conn *sql.Conn, query string) {
@@ -253,16 +259,8 @@ func TestWALFileReadsBigEndianChecksumsAndLargePages(t *testing.T) {
 			if err != nil || size != pageSize || len(last) == 0 {
 				t.Fatalf("Committed = %d, %d pages, %v", size, len(last), err)
 			}
-			applied := base
-			for pgno, off := range last {
-				at := int(pgno-1) * size
-				if end := at + size; end > len(applied) {
-					applied = append(applied, make([]byte, end-len(applied))...)
-				}
-				copy(applied[at:at+size], wal[off:off+int64(size)])
-			}
 			mine := filepath.Join(dir, "m.db")
-			writeFile(t, mine, applied)
+			writeFile(t, mine, applyWAL(base, wal, size, last))
 			if got := dumpTable(t, d, mine); got != want || !strings.HasPrefix(want, "ok\n") || strings.Count(want, "\n") < 8 {
 				t.Fatalf("the reader's pages read\n%.300s\nwhere SQLite's recovery reads\n%.300s", got, want)
 			}
