@@ -1013,7 +1013,7 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			rep := newRepairs()
 			opts := pcOptions()
 			opts.Observer = rep.observe
-			s, err := sqlitestore.New(ctx, db, opts)
+			s, err := pcNew(ctx, db, opts)
 			if err != nil {
 				db.Close()
 				t.Fatal(err)
@@ -1060,7 +1060,7 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 				if v.Stats().FailedSyncs == failed {
 					t.Fatal("Close's checkpoint synced the database file without the failure")
 				}
-				if s, err = sqlitestore.New(ctx, db, opts); err != nil {
+				if s, err = pcNew(ctx, db, opts); err != nil {
 					t.Fatalf("New after Close: %v", err)
 				}
 			}
@@ -1093,7 +1093,7 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			// names this boot).
 			rep = newRepairs()
 			opts.Observer = rep.observe
-			s, err = sqlitestore.New(ctx, db, opts)
+			s, err = pcNew(ctx, db, opts)
 			if err != nil {
 				t.Fatalf("New after the cut (%s; %v): %v", strings.Join(v.Events(), "; "), cut, err)
 			}
