@@ -740,7 +740,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 				prefix = prefixWithBaselinesOnTheMostShards(t, c, prefix)
 			}
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
-			old, expiry := claimOldUntil(t, s, evictOld)
+			old, expiry := claimOld(t, s, evictOld)
 			recheckAll(t, s) // the baselines hold every claim's commands
 			if tt.appDown {
 				s.Close()

@@ -3,6 +3,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,15 +39,6 @@ type windowReport struct {
 	refusals    int
 	otherErrs   map[string]int
 	changedAt   time.Time
-}
-
-// detected is how long after the change the store's check acted: its
-// first refusal seen, else the ledger entry of the fence it wrote.
-func (r *windowReport) detected() time.Duration {
-	if r.storeAt != 0 {
-		return r.storeAt
-	}
-	return r.lossAt
 }
 
 // claimThroughChange runs workers that claim new IDs and claim old ones
@@ -138,16 +130,9 @@ func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
 	}
 }
 
-// claimOld claims n fresh IDs, every one of which must be first.
-func claimOld(t *testing.T, s *Store, n int) []string {
-	t.Helper()
-	ids, _ := claimOldUntil(t, s, n)
-	return ids
-}
-
-// claimOldUntil is claimOld, and returns the claims' until: when the last
-// of them expires.
-func claimOldUntil(t *testing.T, s *Store, n int) ([]string, time.Time) {
+// claimOld claims n fresh IDs, every one of which must be first, and
+// returns them and their until: when the last of them expires.
+func claimOld(t *testing.T, s *Store, n int) ([]string, time.Time) {
 	t.Helper()
 	ids := make([]string, n)
 	until := time.Now().Add(10 * time.Minute)
@@ -213,7 +198,7 @@ func TestEvictionAtRunTime(t *testing.T) {
 			var ev events
 			prefix := "evict:"
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Observer: ev.observe})
-			old := claimOld(t, s, evictOld)
+			old, _ := claimOld(t, s, evictOld)
 			r := claimThroughChange(t, s, old, func() { evictOn(t, c, policy, 2) }, 2500*time.Millisecond)
 			evicted := evictOff(t, c)
 			recheckAll(t, s) // a fence an OOM refused is written now
@@ -238,7 +223,9 @@ func TestEvictionAtRunTime(t *testing.T) {
 // IDs accepted inside the window twice.
 func checkWindow(t *testing.T, what string, s *Store, c Client, r *windowReport, ev *events, old []string) {
 	t.Helper()
-	if d := r.detected(); d <= 0 || d > 3*time.Second {
+	// The store's check acted when its first refusal was seen, else when
+	// it wrote the fence's ledger entry.
+	if d := cmp.Or(r.storeAt, r.lossAt); d <= 0 || d > 3*time.Second {
 		t.Fatalf("the store acted %v after %s; want within about RecheckInterval (1 s)", d, what)
 	}
 	if r.lateFirst != 0 {
@@ -361,7 +348,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				}
 				defer s.Close()
 			}
-			old := claimOld(t, s, 500)
+			old, _ := claimOld(t, s, 500)
 			r := claimThroughChange(t, s, old, func() {
 				if err := srv.client().Do(ctx, tt.change...).Err(); err != nil {
 					t.Error(err)
@@ -428,7 +415,7 @@ func evictAllKeysWhileIdleThenRestart(t *testing.T, run int, reset bool) {
 	ctx := context.Background()
 	prefix := "idle:"
 	s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
-	old := claimOld(t, s, evictOld)
+	old, _ := claimOld(t, s, evictOld)
 	recheckAll(t, s)
 	s.Close() // the app is down from here
 	evicted := evictWhileIdle(t, c, "allkeys-lru", 2)
@@ -498,7 +485,7 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
 			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger(), Timeout: idleTimeout})
-			old, expiry := claimOldUntil(t, s, evictOld)
+			old, expiry := claimOld(t, s, evictOld)
 			recheckAll(t, s) // the baseline holds every claim's commands
 			if tt.appDown {
 				s.Close()
