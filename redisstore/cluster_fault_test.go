@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,42 @@ func clusterStore(t *testing.T, tc *testCluster) (*Store, *redis.ClusterClient) 
 	t.Helper()
 	c := tc.client(t)
 	return faultStore(t, c, 2*time.Second), c
+}
+
+// keysPerMaster counts, per master address, the keys under prefix whose
+// name contains part.
+func keysPerMaster(t *testing.T, c *redis.ClusterClient, prefix, part string) map[string]int {
+	t.Helper()
+	per := map[string]int{}
+	for k, addr := range keyNodes(t, c, prefix) {
+		if strings.Contains(k, part) {
+			per[addr]++
+		}
+	}
+	return per
+}
+
+// checkSpread fails unless the keys under prefix span several masters.
+// Every shard's fence is checked by the caller; this only pins that the
+// shards span masters. Not "all 3": the slot-migration test before it may
+// leave one master without any of the 64 shard slots.
+func checkSpread(t *testing.T, c *redis.ClusterClient, prefix string) map[string]int {
+	t.Helper()
+	per := keysPerMaster(t, c, prefix, "")
+	if len(per) < 2 {
+		t.Fatalf("keys on %d masters (%v), want the shards spread over several", len(per), per)
+	}
+	return per
+}
+
+// masterOf returns the address of the master that serves key's slot.
+func masterOf(t *testing.T, c *redis.ClusterClient, key string) string {
+	t.Helper()
+	m, err := c.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Options().Addr
 }
 
 // TestCluster pins the store on the Redis Cluster that .ci/redis-cluster.sh
@@ -99,17 +137,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 			t.Fatalf("id %s: %d first, %d errors of %d concurrent claims; want exactly 1 first, no error", id, wins.Load(), fails.Load(), racers)
 		}
 	}
-	perMaster := map[string]int{}
-	for _, addr := range keyNodes(t, c, s.Prefix()) {
-		perMaster[addr]++
-	}
-	// Every shard's fence is checked above; this only pins that the
-	// shards span masters. Not "all 3": the slot-migration test before it
-	// may leave one master without any of the 64 shard slots.
-	if len(perMaster) < 2 {
-		t.Fatalf("keys on %d masters (%v), want the shards spread over several", len(perMaster), perMaster)
-	}
-	t.Logf("%d keys per master: %v", ids, perMaster)
+	t.Logf("%d keys per master: %v", ids, checkSpread(t, c, s.Prefix()))
 	for i := range ids {
 		got, err := c.Do(ctx, "PEXPIRETIME", s.key(fmt.Sprint("race-", i))).Int64()
 		if err != nil || got != until.UnixMilli() {
@@ -425,10 +453,7 @@ func clusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 	res := churnDuring(t, store, func() {
 		time.Sleep(500 * time.Millisecond) // let claims accumulate
 		keys := keyNodes(t, c, store.Prefix())
-		per := map[string]int{}
-		for _, a := range keys {
-			per[a]++
-		}
+		per := keysPerMaster(t, c, store.Prefix(), "")
 		var from, to node
 		for _, m := range tc.masters(t) {
 			if from.id == "" || per[m.addr] > per[from.addr] {
@@ -486,15 +511,7 @@ func clusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 	var sha string
 	res := churnDuring(t, store, func() {
 		time.Sleep(300 * time.Millisecond)
-		per := map[string]int{}
-		for _, a := range keyNodes(t, c, store.Prefix()) {
-			per[a]++
-		}
-		for a, n := range per {
-			if victim == "" || n > per[victim] {
-				victim = a
-			}
-		}
+		victim = maxKey(keysPerMaster(t, c, store.Prefix(), ""))
 		vc := redis.NewClient(&redis.Options{Addr: victim})
 		defer vc.Close()
 		var err error
@@ -535,25 +552,18 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	// may have moved shards' slots between masters).
 	perMaster := map[string]int{}
 	for _, tag := range s.tags {
-		m, err := c.MasterForKey(ctx, tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		perMaster[m.Options().Addr] = 0
+		perMaster[masterOf(t, c, tag)] = 0
 	}
-	for i := 0; perMaster[minKey(perMaster)] < 2; i++ {
+	for i := 0; slices.Min(slices.Collect(maps.Values(perMaster))) < 2; i++ {
 		if i == 1000 {
 			t.Fatalf("1000 IDs cover only %v", perMaster)
 		}
 		id := fmt.Sprint("durable-", i)
-		m, err := c.MasterForKey(ctx, s.key(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if perMaster[m.Options().Addr] >= 2 {
+		m := masterOf(t, c, s.key(id))
+		if perMaster[m] >= 2 {
 			continue
 		}
-		perMaster[m.Options().Addr]++
+		perMaster[m]++
 		first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
 		if first || !errors.Is(err, ErrNotDurable) {
 			t.Fatalf("claim without a replica to wait for = %v, %v; want ErrNotDurable", first, err)
@@ -568,17 +578,6 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	} else {
 		t.Logf("Open with LocalAOF on the cluster: %v", err)
 	}
-}
-
-// minKey returns the key of m with the smallest value.
-func minKey(m map[string]int) string {
-	best, n := "", -1
-	for k, v := range m {
-		if n < 0 || v < n {
-			best, n = k, v
-		}
-	}
-	return best
 }
 
 // clusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
@@ -647,16 +646,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 			t.Fatalf("shard %d: long store's claim = %v; want a fence lengthened past %v", shard, err, latest)
 		}
 	}
-	perMaster := map[string]int{}
-	for _, addr := range keyNodes(t, c, opts.Prefix) {
-		perMaster[addr]++
-	}
-	// Every shard's fence is checked above; this only pins that the
-	// shards span masters. Not "all 3": the slot-migration test before it
-	// may leave one master without any of the 64 shard slots.
-	if len(perMaster) < 2 {
-		t.Fatalf("keys on %d masters (%v), want the shards spread over several", len(perMaster), perMaster)
-	}
+	checkSpread(t, c, opts.Prefix)
 }
 
 // clusterRecordsOnEveryMaster takes, renews, confirms and replays a
@@ -701,18 +691,9 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 	// fresh cluster (an earlier test of the suite may have migrated slots).
 	want := map[string]bool{}
 	for i := range 60 {
-		m, err := c.MasterForKey(ctx, s.key(fmt.Sprint("idem-", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[m.Options().Addr] = true
+		want[masterOf(t, c, s.key(fmt.Sprint("idem-", i)))] = true
 	}
-	masters := map[string]bool{}
-	for k, addr := range keyNodes(t, c, s.Prefix()) {
-		if strings.Contains(k, ":idem-") {
-			masters[addr] = true
-		}
-	}
+	masters := keysPerMaster(t, c, s.Prefix(), ":idem-")
 	if len(masters) != len(want) || len(want) < 2 {
 		t.Fatalf("records on %d masters (%v); their slots are served by %v", len(masters), masters, want)
 	}
@@ -759,25 +740,21 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 				prefix = prefixWithBaselinesOnTheMostShards(t, c, prefix)
 			}
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
-			old, expiry := claimOldUntil(t, s, evictOld)
+			old, expiry := claimOld(t, s, evictOld)
 			recheckAll(t, s) // the baselines hold every claim's commands
 			if tt.appDown {
 				s.Close()
 			}
-			nodes := keyNodes(t, c, prefix)
-			per := map[string]int{} // claims per master: a master may hold no shard after the slot migration test
-			for k, addr := range nodes {
-				if strings.Contains(k, ":old-") {
-					per[addr]++
-				}
-			}
+			// Claims per master: a master may hold no shard after the slot
+			// migration test.
+			per := keysPerMaster(t, c, prefix, ":old-")
 			var victims []string
 			for addr := range per {
 				victims = append(victims, addr)
 			}
 			switch {
 			case tt.baselines:
-				victims = []string{nodes[s.serversKey()]}
+				victims = []string{masterOf(t, c, s.serversKey())}
 				evictableBaselines(t, c, prefix)
 			case !tt.every:
 				victims = []string{maxKey(per)}
@@ -788,11 +765,11 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 				t.Logf("%s: %d keys evicted", addr, evictWhileIdleThenResetStat(t, mc))
 			}
 			resetAt := time.Now()
-			lost := len(old) // counted with SCAN: a command per claim would refill total_commands_processed
-			for k := range keyNodes(t, c, prefix) {
-				if strings.Contains(k, ":old-") {
-					lost--
-				}
+			// Counted with SCAN: a command per claim would refill
+			// total_commands_processed.
+			lost := len(old)
+			for _, n := range keysPerMaster(t, c, prefix, ":old-") {
+				lost -= n
 			}
 			t.Logf("%d of %d claims evicted, on %d of the %d masters holding claims (%v)", lost, len(old), len(victims), len(per), per)
 			if lost == 0 {
@@ -808,22 +785,14 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 // markers, so that evicting that master's keys takes claims and both.
 func prefixWithBaselinesOnTheMostShards(t *testing.T, c *redis.ClusterClient, base string) string {
 	t.Helper()
-	ctx := context.Background()
-	masterOf := func(key string) string {
-		m, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Options().Addr
-	}
 	shards := map[string]int{}
 	for _, tag := range shardTags("x:") { // {NN} is the hash tag, whatever the prefix
-		shards[masterOf(tag)]++
+		shards[masterOf(t, c, tag)]++
 	}
 	most := maxKey(shards)
 	for i := range 1000 {
 		p := fmt.Sprintf("%s%d:", base, i)
-		if masterOf(p+"servers") == most && masterOf(p+"ledger") == most {
+		if masterOf(t, c, p+"servers") == most && masterOf(t, c, p+"ledger") == most {
 			return p
 		}
 	}
@@ -866,19 +835,8 @@ func clusterResetStatAfterABurst(t *testing.T) {
 					for _, reset := range sh.variants() {
 						c := tc.client(t)
 						holding := func(prefix string) []*redis.Client {
-							on := map[string]bool{}
-							for k, addr := range keyNodes(t, c, prefix) {
-								if strings.Contains(k, ":id-") {
-									on[addr] = true
-								}
-							}
-							var ms []*redis.Client
-							for _, m := range all {
-								if on[m.Options().Addr] {
-									ms = append(ms, m)
-								}
-							}
-							return ms
+							on := keysPerMaster(t, c, prefix, ":id-")
+							return slices.DeleteFunc(slices.Clone(all), func(m *redis.Client) bool { return on[m.Options().Addr] == 0 })
 						}
 						got = append(got, burstIdleThenChange(t, c, all, holding, sh, running, reset, run%2 == 1))
 						// A control leaves keys evicted on a running server:
@@ -967,19 +925,12 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			const n = 500
 			ctx := context.Background()
 			c := tc.client(t)
-			masterOf := func(key string) string {
-				m, err := c.MasterForKey(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return m.Options().Addr
-			}
 			// Shard markers per master ({NN} is the hash tag, whatever
 			// the prefix): a master may hold none after the slot
 			// migration test.
 			shardsOn := map[string][]int{}
 			for i, tag := range shardTags("x:") {
-				a := masterOf(tag)
+				a := masterOf(t, c, tag)
 				shardsOn[a] = append(shardsOn[a], i)
 			}
 			victims := []string{}
@@ -1010,8 +961,8 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					t.Fatalf("no prefix of 1000 puts the ledger and the lifetime record on %s (the baselines there: %v)", victims[0], tt.baselinesLost)
 				}
 				p := fmt.Sprintf("ctoken-fault:runbook-%d-%d:", time.Now().UnixNano(), i)
-				if tt.every || masterOf(p+"ledger") == victims[0] && masterOf(p+"lifetime") == victims[0] &&
-					(masterOf(p+"servers") == victims[0]) == tt.baselinesLost {
+				if tt.every || masterOf(t, c, p+"ledger") == victims[0] && masterOf(t, c, p+"lifetime") == victims[0] &&
+					(masterOf(t, c, p+"servers") == victims[0]) == tt.baselinesLost {
 					prefix = p
 				}
 			}

@@ -3,6 +3,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,15 +41,6 @@ type windowReport struct {
 	changedAt   time.Time
 }
 
-// detected is how long after the change the store's check acted: its
-// first refusal seen, else the ledger entry of the fence it wrote.
-func (r *windowReport) detected() time.Duration {
-	if r.storeAt != 0 {
-		return r.storeAt
-	}
-	return r.lossAt
-}
-
 // claimThroughChange runs workers that claim new IDs and claim old ones
 // again, from before the change until limit after it; change runs the
 // change and returns when it is done.
@@ -56,6 +48,12 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 	t.Helper()
 	r := &windowReport{otherErrs: map[string]int{}}
 	var changedAt atomic.Int64
+	// note sets *d, unless set, to the time since the change (once made).
+	note := func(d *time.Duration) {
+		if at := changedAt.Load(); at != 0 && *d == 0 {
+			*d = time.Duration(time.Now().UnixNano() - at)
+		}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	until := time.Now().Add(10 * time.Minute)
@@ -79,24 +77,14 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 					case Reason(err) == whyCountersMoved:
 						// The script found the loss counters moved since
 						// the last check: the answer is refused.
-						at := changedAt.Load()
-						if at != 0 && r.refusedAt == 0 {
-							r.refusedAt = time.Duration(time.Now().UnixNano() - at)
-						}
-						if at != 0 && r.countersAt == 0 {
-							r.countersAt = time.Duration(time.Now().UnixNano() - at)
-						}
+						note(&r.refusedAt)
+						note(&r.countersAt)
 						refused = true
 						r.refusals++
 					case errors.Is(err, ErrFenced) || errors.Is(err, ErrConfig):
-						at := changedAt.Load()
-						if at != 0 && r.refusedAt == 0 {
-							r.refusedAt = time.Duration(time.Now().UnixNano() - at)
-						}
+						note(&r.refusedAt)
 						if errors.Is(err, ErrConfig) || Reason(err) == whyLossSeen {
-							if at != 0 && r.storeAt == 0 {
-								r.storeAt = time.Duration(time.Now().UnixNano() - at)
-							}
+							note(&r.storeAt)
 							refused = true
 						}
 						r.refusals++
@@ -142,16 +130,9 @@ func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
 	}
 }
 
-// claimOld claims n fresh IDs, every one of which must be first.
-func claimOld(t *testing.T, s *Store, n int) []string {
-	t.Helper()
-	ids, _ := claimOldUntil(t, s, n)
-	return ids
-}
-
-// claimOldUntil is claimOld, and returns the claims' until: when the last
-// of them expires.
-func claimOldUntil(t *testing.T, s *Store, n int) ([]string, time.Time) {
+// claimOld claims n fresh IDs, every one of which must be first, and
+// returns them and their until: when the last of them expires.
+func claimOld(t *testing.T, s *Store, n int) ([]string, time.Time) {
 	t.Helper()
 	ids := make([]string, n)
 	until := time.Now().Add(10 * time.Minute)
@@ -214,29 +195,12 @@ func TestEvictionAtRunTime(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t)
 			c := srv.client()
-			ctx := context.Background()
 			var ev events
 			prefix := "evict:"
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Observer: ev.observe})
-			old := claimOld(t, s, evictOld)
-			var evicted int64
-			r := claimThroughChange(t, s, old, func() {
-				used, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory"), 10, 64)
-				data, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory_dataset"), 10, 64)
-				if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
-					t.Error(err)
-				}
-				if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-data/2, 10)).Err(); err != nil {
-					t.Error(err)
-				}
-			}, 2500*time.Millisecond)
-			evicted, _ = strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
-			if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-				t.Fatal(err)
-			}
+			old, _ := claimOld(t, s, evictOld)
+			r := claimThroughChange(t, s, old, func() { evictOn(t, c, policy, 2) }, 2500*time.Millisecond)
+			evicted := evictOff(t, c)
 			recheckAll(t, s) // a fence an OOM refused is written now
 			r.noteLossAt(t, s)
 			t.Logf("%s: %d keys evicted; first refusal %v after the change (the counters' %v; the store's check %v), the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; %d refusals, other errors %v",
@@ -244,27 +208,39 @@ func TestEvictionAtRunTime(t *testing.T) {
 			if evicted == 0 {
 				t.Fatal("nothing was evicted: the test did not test eviction")
 			}
-			if d := r.detected(); d <= 0 || d > 3*time.Second {
-				t.Fatalf("the store acted %v after the change; want within about RecheckInterval (1 s)", d)
-			}
 			if r.doubles != 0 {
 				t.Fatalf("%d old IDs accepted twice between the change and the store's check", r.doubles)
 			}
-			if r.lateFirst != 0 {
-				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
-			}
-			if n := ev.count(replay.EventFenceRaised); n < Shards {
-				t.Fatalf("%d replay.EventFenceRaised; want every shard (%d)", n, Shards)
-			}
-			if !lossNoted(t, s) {
-				t.Fatal("no loss entry in the ledger")
-			}
-			twice, refused, openErr := replayAfter(t, c, prefix, append(old, r.acceptedNew...))
-			t.Logf("%s: after the revert Open = %v; %d of %d IDs refused, %d accepted twice", policy, openErr, refused, len(old)+len(r.acceptedNew), twice)
-			if twice != 0 {
-				t.Fatalf("%d IDs accepted twice after the revert", twice)
-			}
+			checkWindow(t, policy, s, c, r, &ev, old)
 		})
+	}
+}
+
+// checkWindow checks a claimThroughChange run through what: the store
+// acted within about RecheckInterval (1 s), no claim was reported first
+// after its worker saw a refusal, every shard was fenced, the ledger notes
+// the loss, and a new Store (replayAfter) accepts none of old and the new
+// IDs accepted inside the window twice.
+func checkWindow(t *testing.T, what string, s *Store, c Client, r *windowReport, ev *events, old []string) {
+	t.Helper()
+	// The store's check acted when its first refusal was seen, else when
+	// it wrote the fence's ledger entry.
+	if d := cmp.Or(r.storeAt, r.lossAt); d <= 0 || d > 3*time.Second {
+		t.Fatalf("the store acted %v after %s; want within about RecheckInterval (1 s)", d, what)
+	}
+	if r.lateFirst != 0 {
+		t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
+	}
+	if n := ev.count(replay.EventFenceRaised); n < Shards {
+		t.Fatalf("%d replay.EventFenceRaised; want every shard (%d)", n, Shards)
+	}
+	if !lossNoted(t, s) {
+		t.Fatal("no loss entry in the ledger")
+	}
+	twice, refused, openErr := replayAfter(t, c, s.Prefix(), append(old, r.acceptedNew...))
+	t.Logf("%s: then Open = %v; %d of %d IDs refused, %d accepted twice", what, openErr, refused, len(old)+len(r.acceptedNew), twice)
+	if twice != 0 {
+		t.Fatalf("%d IDs accepted twice after %s", twice, what)
 	}
 }
 
@@ -286,6 +262,42 @@ func mustInfo(t *testing.T, c *redis.Client, section string) string {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// infoInt returns one integer field of an INFO section of c (0 when absent).
+func infoInt(t *testing.T, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	n, _ := strconv.ParseInt(infoValue(mustInfo(t, c, section), field), 10, 64)
+	return n
+}
+
+// evictOn switches eviction on at c's server: policy, with maxmemory the
+// memory in use less the data set divided by part (1: all of it). It
+// reports a refused setting with t.Error, so that it can run while
+// workers claim (claimThroughChange).
+func evictOn(t *testing.T, c *redis.Client, policy string, part int64) {
+	t.Helper()
+	used, data := infoInt(t, c, "memory", "used_memory"), infoInt(t, c, "memory", "used_memory_dataset")
+	if err := c.ConfigSet(context.Background(), "maxmemory-policy", policy).Err(); err != nil {
+		t.Error(err)
+	}
+	if err := c.ConfigSet(context.Background(), "maxmemory", strconv.FormatInt(used-data/part, 10)).Err(); err != nil {
+		t.Error(err)
+	}
+}
+
+// evictOff switches eviction off at c's server again (maxmemory 0,
+// noeviction) and returns how many keys it had evicted (evicted_keys).
+func evictOff(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	evicted := infoInt(t, c, "stats", "evicted_keys")
+	if err := c.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return evicted
 }
 
 // SWAPDB, FLUSHALL from another client and CONFIG RESETSTAT (after a flush
@@ -336,7 +348,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				}
 				defer s.Close()
 			}
-			old := claimOld(t, s, 500)
+			old, _ := claimOld(t, s, 500)
 			r := claimThroughChange(t, s, old, func() {
 				if err := srv.client().Do(ctx, tt.change...).Err(); err != nil {
 					t.Error(err)
@@ -346,22 +358,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			r.noteLossAt(t, s)
 			t.Logf("%s: first refusal %v after it, the store's %v, the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; other errors %v",
 				tt.name, r.refusedAt.Round(time.Millisecond), r.storeAt.Round(time.Millisecond), r.lossAt.Round(time.Millisecond), r.doubles, len(r.acceptedNew), r.otherErrs)
-			if d := r.detected(); d <= 0 || d > 3*time.Second {
-				t.Fatalf("the store acted %v after %s; want within about RecheckInterval (1 s)", d, tt.name)
-			}
-			if r.lateFirst != 0 {
-				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
-			}
-			if n := ev.count(replay.EventFenceRaised); n < Shards {
-				t.Fatalf("%d replay.EventFenceRaised; want every shard", n)
-			}
-			if !lossNoted(t, s) {
-				t.Fatal("no loss entry in the ledger")
-			}
-			twice, _, _ := replayAfter(t, c, prefix, append(old, r.acceptedNew...))
-			if twice != 0 {
-				t.Fatalf("%d IDs accepted twice after %s", twice, tt.name)
-			}
+			checkWindow(t, tt.name, s, c, r, &ev, old)
 			// An operator reopens the key space (what Reopen writes): the
 			// same Store serves again, and rechecks do not fence again.
 			for _, m := range s.tags {
@@ -418,27 +415,10 @@ func evictAllKeysWhileIdleThenRestart(t *testing.T, run int, reset bool) {
 	ctx := context.Background()
 	prefix := "idle:"
 	s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Timeout: idleTimeout})
-	old := claimOld(t, s, evictOld)
+	old, _ := claimOld(t, s, evictOld)
 	recheckAll(t, s)
 	s.Close() // the app is down from here
-	used, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory"), 10, 64)
-	data, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory_dataset"), 10, 64)
-	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-data/2, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2000 { // another application's writes, which make Redis evict
-		c.Set(ctx, "other:"+strconv.Itoa(i), strings.Repeat("x", 64), 0)
-	}
-	evicted, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
-	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
+	evicted := evictWhileIdle(t, c, "allkeys-lru", 2)
 	if reset {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -446,9 +426,6 @@ func evictAllKeysWhileIdleThenRestart(t *testing.T, run int, reset bool) {
 	}
 	hash := c.Exists(ctx, prefix+"servers").Val()
 	ledger := c.LLen(ctx, prefix+"ledger").Val()
-	if evicted == 0 {
-		t.Fatal("nothing was evicted: the test did not test eviction")
-	}
 	twice, refused, openErr := replayAfter(t, c, prefix, old)
 	t.Logf("run %d: %d keys evicted; %sservers exists: %d; ledger entries: %d; after the restart Open = %v; %d of %d refused, %d accepted twice",
 		run, evicted, prefix, hash, ledger, openErr, refused, len(old), twice)
@@ -457,35 +434,21 @@ func evictAllKeysWhileIdleThenRestart(t *testing.T, run int, reset bool) {
 	}
 }
 
-// evictWhileIdle makes c's server evict keys while no store calls it:
-// volatile-lru (claims expire, the markers, ledger and baselines do not)
-// with maxmemory under the whole data set, another application's writes,
-// then the settings reverted. Every key with a lifetime is evicted,
+// evictWhileIdle makes c's server evict keys while no store calls it
+// (evictOn with policy and part, another application's writes, evictOff),
+// and returns how many keys were evicted. The usual policy is volatile-lru
+// (claims expire, the markers, ledger and baselines do not) with maxmemory
+// under the whole data set (part 1): every key with a lifetime is evicted,
 // whatever its age: on a Cluster master older key spaces' keys would be
 // evicted first, and half the data set could leave every claim of the
-// test's (TestCluster once found none evicted). It returns how many keys
-// were evicted.
-func evictWhileIdle(t *testing.T, c *redis.Client) int64 {
+// test's (TestCluster once found none evicted).
+func evictWhileIdle(t *testing.T, c *redis.Client, policy string, part int64) int64 {
 	t.Helper()
-	ctx := context.Background()
-	used, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory"), 10, 64)
-	data, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory_dataset"), 10, 64)
-	if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-data, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	evictOn(t, c, policy, part)
 	for i := range 2000 { // another application's writes, which make Redis evict
-		c.Set(ctx, "other:"+strconv.Itoa(i), strings.Repeat("x", 64), 0)
+		c.Set(context.Background(), "other:"+strconv.Itoa(i), strings.Repeat("x", 64), 0)
 	}
-	evicted, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
-	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
+	evicted := evictOff(t, c)
 	if evicted == 0 {
 		t.Fatal("nothing was evicted: the test did not test eviction")
 	}
@@ -522,7 +485,7 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
 			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger(), Timeout: idleTimeout})
-			old, expiry := claimOldUntil(t, s, evictOld)
+			old, expiry := claimOld(t, s, evictOld)
 			recheckAll(t, s) // the baseline holds every claim's commands
 			if tt.appDown {
 				s.Close()
@@ -562,12 +525,11 @@ func evictableBaselines(t *testing.T, c redis.Cmdable, prefix string) {
 // It returns how many keys were evicted.
 func evictWhileIdleThenResetStat(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
-	evicted := evictWhileIdle(t, c)
+	evicted := evictWhileIdle(t, c, "volatile-lru", 1)
 	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
-	if after != 0 {
+	if after := infoInt(t, c, "stats", "evicted_keys"); after != 0 {
 		t.Fatalf("evicted_keys after CONFIG RESETSTAT = %d; want 0, its baseline", after)
 	}
 	return evicted

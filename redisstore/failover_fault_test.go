@@ -3,7 +3,6 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -48,17 +47,59 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 	} else {
 		opts.AllowAsyncReplicas = true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
+	return provisioned(t, c, opts)
+}
+
+// replicatedStores is replicatedStore for the workload's two instances,
+// each on a client of its own from client.
+func replicatedStores(t *testing.T, client func() Client, prefix string, replicas int) []wlStore {
+	t.Helper()
+	return []wlStore{replicatedStore(t, client(), prefix, replicas), replicatedStore(t, client(), prefix, replicas)}
+}
+
+// failoverRun runs failoverCfg's workload on stores, protected as d says:
+// after 1 s cut cuts the replication link, the primary acknowledges for
+// 400 ms more, then failover fails over (and returns what it did, for the
+// log; began is when the workload started); 300 ms later the workload stops, rejoin (when not nil) runs, and
+// every token and delivery is checked again: with the durability setting,
+// none may be accepted or processed twice.
+func failoverRun(t *testing.T, d protection, stores []wlStore, cut func(), failover func(began time.Time) string, rejoin func()) {
+	t.Helper()
+	wl := newWorkload(t, failoverCfg, stores, nil)
+	wl.start()
+	time.Sleep(200 * time.Millisecond)
+	m0 := wl.mark()
+	time.Sleep(800 * time.Millisecond)
+	m1 := wl.mark()
+	cut()
+	time.Sleep(400 * time.Millisecond)
+	m2 := wl.mark()
+	did := failover(wl.began)
+	time.Sleep(300 * time.Millisecond)
+	wl.stop()
+	if rejoin != nil {
+		rejoin()
 	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(ctx); err != nil {
-		t.Fatalf("Provision: %v", err)
+	r := wl.recheck(15 * time.Second)
+	t.Logf("%s: %.0f tokens+deliveries/s before the cut; %d tokens accepted and %d deliveries acknowledged during the 400 ms cut; %s",
+		d.name, rate(m0, m1), m2.accepts-m1.accepts, m2.acks-m1.acks, did)
+	t.Logf("%s: %v", d.name, r)
+	logReasons(t, r)
+	// The recheck must decide everything, with most tokens still live (a
+	// recheck of expired tokens would show no double whatever the store did).
+	if r.undecided != 0 {
+		t.Fatalf("recheck: %d redeems or deliveries still undecided at its deadline", r.undecided)
 	}
-	return s
+	if r.tokens == 0 || r.deliveries == 0 {
+		t.Fatal("the workload ran nothing")
+	}
+	if r.recheckExpired*10 > r.tokens*2 {
+		t.Fatalf("recheck: %d of %d token redeems found the token expired: the recheck came too late to show anything", r.recheckExpired, r.tokens)
+	}
+	if d.replicas > 0 && (r.acceptedTwice != 0 || r.processedTwice != 0) {
+		t.Fatalf("with WAIT %d: %d tokens accepted twice, %d deliveries processed twice (%d of them after a lease step the store reported unrecorded); want 0",
+			d.replicas, r.acceptedTwice, r.processedTwice, r.leaseErrTwice)
+	}
 }
 
 // TestFailoverToLaggingReplica runs issue 26's workload
@@ -80,13 +121,7 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 func TestFailoverToLaggingReplica(t *testing.T) {
 	t.Run("throughput", func(t *testing.T) {
 		primary, _ := startPrimaryReplica(t)
-		var async, durable []wlStore
-		pa, pd := randomPrefix(), randomPrefix()+"wait:"
-		for range 2 {
-			async = append(async, replicatedStore(t, standaloneClient(t, primary.addr()), pa, 0))
-			durable = append(durable, replicatedStore(t, standaloneClient(t, primary.addr()), pd, 1))
-		}
-		throughputRatio(t, async, durable)
+		throughputRatio(t, func() Client { return standaloneClient(t, primary.addr()) })
 	})
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
@@ -94,49 +129,31 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 			target := new(atomic.Pointer[string])
 			addr := primary.addr()
 			target.Store(&addr)
-			prefix := randomPrefix()
-			var stores []wlStore
-			for range 2 {
-				stores = append(stores, replicatedStore(t, switchingClient(t, target), prefix, d.replicas))
-			}
-			wl := newWorkload(t, failoverCfg, stores, nil)
-			wl.start()
-			time.Sleep(200 * time.Millisecond)
-			m0 := wl.mark()
-			time.Sleep(800 * time.Millisecond)
-			m1 := wl.mark()
-			cutReplication(t, primary.addr(), replica.addr())
-			time.Sleep(400 * time.Millisecond)
-			m2 := wl.mark()
-			primary.stop(syscall.SIGKILL)
-			promote(t, replica.addr())
-			newAddr := replica.addr()
-			target.Store(&newAddr)
-			killedAt := time.Now()
-			time.Sleep(300 * time.Millisecond)
-			wl.stop()
-			rejoinAsReplica(t, primary, replica.addr())
-			r := wl.recheck(15 * time.Second)
-			t.Logf("%s: %.0f tokens+deliveries/s before the cut; %d tokens accepted and %d deliveries acknowledged during the 400 ms cut; failover at +%v",
-				d.name, rate(m0, m1), m2.accepts-m1.accepts, m2.acks-m1.acks, killedAt.Sub(wl.began).Round(time.Millisecond))
-			t.Logf("%s: %v", d.name, r)
-			logReasons(t, r)
-			checkRecheck(t, r)
-			checkDurable(t, d, r)
+			stores := replicatedStores(t, func() Client { return switchingClient(t, target) }, randomPrefix(), d.replicas)
+			cut := func() { cutReplication(t, primary.addr(), replica.addr()) }
+			failoverRun(t, d, stores, cut, func(began time.Time) string {
+				primary.stop(syscall.SIGKILL)
+				promote(t, replica.addr())
+				newAddr := replica.addr()
+				target.Store(&newAddr)
+				return "failover at +" + time.Since(began).Round(time.Millisecond).String()
+			}, func() { rejoinAsReplica(t, primary, replica.addr()) })
 		})
 	}
 }
 
-// throughputRatio runs the workload on a healthy deployment, alternately on
-// stores without and with the durability setting, five rounds, and logs
+// throughputRatio runs the workload on a healthy deployment (stores on
+// clients from client), alternately on stores without and with the
+// durability setting, five rounds, and logs
 // every round's tokens accepted plus deliveries acknowledged per second and
 // the median of the per-round ratios. A round counts from the workload's
 // first success to its 1000th after that, so a loaded machine stretches a
 // round rather than emptying it. Alternating keeps a shared machine's
 // changing load out of the ratio as far as it can; the numbers are a cost
 // estimate beside BenchmarkClaimCost, not a benchmark.
-func throughputRatio(t *testing.T, async, durable []wlStore) {
+func throughputRatio(t *testing.T, client func() Client) {
 	t.Helper()
+	async, durable := replicatedStores(t, client, randomPrefix(), 0), replicatedStores(t, client, randomPrefix()+"wait:", 1)
 	measure := func(stores []wlStore) float64 {
 		wl := newWorkload(t, failoverCfg, stores, nil)
 		wl.start()
@@ -154,32 +171,6 @@ func throughputRatio(t *testing.T, async, durable []wlStore) {
 	}
 	slices.Sort(ratios)
 	t.Logf("throughput with WAIT 1 / without, median of 5 alternating rounds: %.2f", ratios[2])
-}
-
-// checkRecheck fails when the recheck could not decide what it must: every
-// token and delivery was decided, and most tokens were still live (a
-// recheck of expired tokens would show no double whatever the store did).
-func checkRecheck(t *testing.T, r wlResult) {
-	t.Helper()
-	if r.undecided != 0 {
-		t.Fatalf("recheck: %d redeems or deliveries still undecided at its deadline", r.undecided)
-	}
-	if r.tokens == 0 || r.deliveries == 0 {
-		t.Fatal("the workload ran nothing")
-	}
-	if r.recheckExpired*10 > r.tokens*2 {
-		t.Fatalf("recheck: %d of %d token redeems found the token expired: the recheck came too late to show anything", r.recheckExpired, r.tokens)
-	}
-}
-
-// checkDurable fails, for a store with the durability setting, on any token
-// accepted twice or delivery processed twice.
-func checkDurable(t *testing.T, d protection, r wlResult) {
-	t.Helper()
-	if d.replicas > 0 && (r.acceptedTwice != 0 || r.processedTwice != 0) {
-		t.Fatalf("with WAIT %d: %d tokens accepted twice, %d deliveries processed twice (%d of them after a lease step the store reported unrecorded); want 0",
-			d.replicas, r.acceptedTwice, r.processedTwice, r.leaseErrTwice)
-	}
 }
 
 // randomPrefix is a fresh key prefix.
@@ -201,42 +192,26 @@ func TestSentinelFailover(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			primary, replica := startPrimaryReplica(t)
 			sp := startSentinel(t, primary.addr(), 1)
-			prefix := randomPrefix()
-			var stores []wlStore
-			for range 2 {
+			stores := replicatedStores(t, func() Client {
 				c := redis.NewFailoverClient(&redis.FailoverOptions{
 					MasterName: sentinelMaster, SentinelAddrs: []string{sp.addr},
 					ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 64,
 				})
 				t.Cleanup(func() { c.Close() })
-				stores = append(stores, replicatedStore(t, c, prefix, d.replicas))
-			}
-			wl := newWorkload(t, failoverCfg, stores, nil)
-			wl.start()
-			time.Sleep(200 * time.Millisecond)
-			m0 := wl.mark()
-			time.Sleep(800 * time.Millisecond)
-			m1 := wl.mark()
-			cutReplication(t, primary.addr(), replica.addr())
-			time.Sleep(400 * time.Millisecond)
-			m2 := wl.mark()
-			killed := time.Now()
-			primary.stop(syscall.SIGKILL)
-			newAddr := sp.waitFailover(t, primary.addr(), 15*time.Second)
-			if newAddr != replica.addr() {
-				t.Fatalf("sentinel promoted %s, want the replica %s", newAddr, replica.addr())
-			}
-			failedOver := time.Since(killed)
-			rejoinAsReplica(t, primary, newAddr)
-			time.Sleep(300 * time.Millisecond)
-			wl.stop()
-			r := wl.recheck(15 * time.Second)
-			t.Logf("%s: %.0f tokens+deliveries/s before the cut; %d tokens accepted and %d deliveries acknowledged during the 400 ms cut; sentinel failover took %v",
-				d.name, rate(m0, m1), m2.accepts-m1.accepts, m2.acks-m1.acks, failedOver.Round(time.Millisecond))
-			t.Logf("%s: %v", d.name, r)
-			logReasons(t, r)
-			checkRecheck(t, r)
-			checkDurable(t, d, r)
+				return c
+			}, randomPrefix(), d.replicas)
+			cut := func() { cutReplication(t, primary.addr(), replica.addr()) }
+			failoverRun(t, d, stores, cut, func(time.Time) string {
+				killed := time.Now()
+				primary.stop(syscall.SIGKILL)
+				newAddr := sp.waitFailover(t, primary.addr(), 15*time.Second)
+				if newAddr != replica.addr() {
+					t.Fatalf("sentinel promoted %s, want the replica %s", newAddr, replica.addr())
+				}
+				took := time.Since(killed)
+				rejoinAsReplica(t, primary, newAddr)
+				return "sentinel failover took " + took.Round(time.Millisecond).String()
+			}, nil)
 		})
 	}
 }
@@ -255,43 +230,18 @@ func TestSentinelFailover(t *testing.T) {
 func TestReplicaClusterTakeover(t *testing.T) {
 	t.Run("throughput", func(t *testing.T) {
 		rc := startReplicaCluster(t, 2*time.Second)
-		var async, durable []wlStore
-		pa, pd := randomPrefix(), randomPrefix()+"wait:"
-		for range 2 {
-			async = append(async, replicatedStore(t, rc.client(t), pa, 0))
-			durable = append(durable, replicatedStore(t, rc.client(t), pd, 1))
-		}
-		throughputRatio(t, async, durable)
+		throughputRatio(t, func() Client { return rc.client(t) })
 	})
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
 			rc := startReplicaCluster(t, 2*time.Second)
-			prefix := randomPrefix()
-			var stores []wlStore
-			for range 2 {
-				stores = append(stores, replicatedStore(t, rc.client(t), prefix, d.replicas))
-			}
-			wl := newWorkload(t, failoverCfg, stores, nil)
-			wl.start()
-			time.Sleep(200 * time.Millisecond)
-			m0 := wl.mark()
-			time.Sleep(800 * time.Millisecond)
-			m1 := wl.mark()
-			cutReplication(t, rc.masters[0].addr(), rc.replicas[0].addr())
-			time.Sleep(400 * time.Millisecond)
-			m2 := wl.mark()
-			start := time.Now()
-			rc.takeover(t, 0, true)
-			took := time.Since(start)
-			time.Sleep(300 * time.Millisecond)
-			wl.stop()
-			r := wl.recheck(15 * time.Second)
-			t.Logf("%s: %.0f tokens+deliveries/s before the cut; %d tokens accepted and %d deliveries acknowledged during the 400 ms cut; takeover and rejoin took %v",
-				d.name, rate(m0, m1), m2.accepts-m1.accepts, m2.acks-m1.acks, took.Round(time.Millisecond))
-			t.Logf("%s: %v", d.name, r)
-			logReasons(t, r)
-			checkRecheck(t, r)
-			checkDurable(t, d, r)
+			stores := replicatedStores(t, func() Client { return rc.client(t) }, randomPrefix(), d.replicas)
+			cut := func() { cutReplication(t, rc.masters[0].addr(), rc.replicas[0].addr()) }
+			failoverRun(t, d, stores, cut, func(time.Time) string {
+				start := time.Now()
+				rc.takeover(t, 0, true)
+				return "takeover and rejoin took " + time.Since(start).Round(time.Millisecond).String()
+			}, nil)
 		})
 	}
 }

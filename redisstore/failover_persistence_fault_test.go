@@ -57,7 +57,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Logger: quietLogger(), Observer: ev.observe,
 				Durability: Durability{Replicas: 1, Timeout: time.Second}}
 			s := provisioned(t, client(), opts)
-			old := claimOld(t, s, 300)
+			old, _ := claimOld(t, s, 300)
 			waitInSync(t, primary.addr(), 1)
 			primary.stop(syscall.SIGKILL)
 			newAddr := sp.waitFailover(t, primary.addr(), 15*time.Second)

@@ -281,6 +281,40 @@ func (o *outcomes) totals() map[int]int {
 	return t
 }
 
+// inParallel calls do with every item of items, n calls at a time, and
+// returns a function that waits until every call has returned.
+func inParallel[T any](items []T, n int, do func(T)) (wait func()) {
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				do(it)
+			}
+		}()
+	}
+	go func() {
+		for _, it := range items {
+			work <- it
+		}
+		close(work)
+	}()
+	return wg.Wait
+}
+
+// waitWithin polls cond, every every, until it holds; past limit it fails
+// the test with the message format and args make.
+func waitWithin(t *testing.T, limit, every time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(every) {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+	}
+}
+
 // latencies collects durations per operation.
 type latencies struct {
 	mu sync.Mutex

@@ -18,10 +18,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -478,69 +478,54 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 	wl.mu.Unlock()
 	deadline := time.Now().Add(limit)
 	var undecided, expired, stale, firstNow atomic.Int32
-	work := make(chan func())
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for f := range work {
-				f()
+	// untilDecided calls try until it reports a decision, every 20 ms,
+	// and counts it undecided past the deadline.
+	untilDecided := func(try func() bool) {
+		for !try() {
+			if time.Now().After(deadline) {
+				undecided.Add(1)
+				return
 			}
-		}()
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
+	var jobs []func()
 	for _, tk := range tokens {
-		work <- func() {
+		jobs = append(jobs, func() {
 			before := tk.accepted.Load()
 			for _, n := range wl.nodes {
-				for {
+				untilDecided(func() bool {
 					st, err := wl.redeem(n, tk.tok)
 					wl.record(tk, st, err)
-					if st != http.StatusServiceUnavailable {
-						if st == http.StatusBadRequest {
-							expired.Add(1)
-						}
-						break
+					if st == http.StatusBadRequest {
+						expired.Add(1)
 					}
-					if time.Now().After(deadline) {
-						undecided.Add(1)
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+					return st != http.StatusServiceUnavailable
+				})
 			}
 			if before == 0 && tk.accepted.Load() > 0 {
 				firstNow.Add(1)
 			}
-		}
+		})
 	}
 	for _, d := range dels {
-		work <- func() {
+		jobs = append(jobs, func() {
 			for _, n := range wl.nodes {
-				for {
-					code := wl.send(n, d.id)
-					if code/100 == 2 {
-						break
-					}
-					if code == http.StatusBadRequest {
+				untilDecided(func() bool {
+					switch code := wl.send(n, d.id); {
+					case code == http.StatusBadRequest:
 						stale.Add(1) // past its lifetime: refused whatever the store holds
-						break
-					}
-					if code != http.StatusServiceUnavailable && code != 0 {
+					case code/100 != 2 && code != http.StatusServiceUnavailable && code != 0:
 						wl.t.Errorf("resending a delivery: status %d, want 2xx, 400 (stale) or 503", code)
-						break
+					case code/100 != 2:
+						return false
 					}
-					if time.Now().After(deadline) {
-						undecided.Add(1)
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+					return true
+				})
 			}
-		}
+		})
 	}
-	close(work)
-	wg.Wait()
+	inParallel(jobs, 16, func(job func()) { job() })()
 
 	r := wlResult{tokens: len(tokens), deliveries: len(dels), undecided: int(undecided.Load()),
 		recheckAccepted: int(firstNow.Load()), recheckExpired: int(expired.Load()), recheckStale: int(stale.Load()), reasons: map[string]int{}}
@@ -577,21 +562,13 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 // logReasons logs the store's refusals, most frequent first.
 func logReasons(t *testing.T, r wlResult) {
 	t.Helper()
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for k, v := range r.reasons {
-		all = append(all, kv{k, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
-	for i, e := range all {
+	kinds := slices.SortedFunc(maps.Keys(r.reasons), func(a, b string) int { return r.reasons[b] - r.reasons[a] })
+	for i, k := range kinds {
 		if i == 6 {
-			t.Logf("  ... %d more kinds", len(all)-i)
+			t.Logf("  ... %d more kinds", len(kinds)-i)
 			break
 		}
-		t.Logf("  refused %6d× %s", e.v, e.k)
+		t.Logf("  refused %6d× %s", r.reasons[k], k)
 	}
 }
 

@@ -134,6 +134,20 @@ func (c confirmCounter) ConfirmRecord(ctx context.Context, id, token string, unt
 	return err
 }
 
+// idemStores is the two instances' stores on srv: one key space, each on a
+// client of its own.
+func idemStores(t *testing.T, srv *server) []*Store {
+	t.Helper()
+	s1 := faultStore(t, standaloneClient(t, srv.addr()), 2*time.Second)
+	s2, err := New(standaloneClient(t, srv.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return []*Store{s1, s2}
+}
+
+// newIdemRun starts the test API's instances, one per store.
 func newIdemRun(t *testing.T, stores ...*Store) *idemRun {
 	run := &idemRun{t: t, api: newPayments(), final: map[string][][]byte{}, statuses: map[int]int{}, outcomes: map[observe.Outcome]int{}}
 	for _, s := range stores {
@@ -309,14 +323,7 @@ func (run *idemRun) faultMet() bool {
 // middleware within the lease, and some requests were refused with 503.
 func TestIdempotencyExactlyOnce(t *testing.T) {
 	t.Run("handler panics on its first attempt", func(t *testing.T) {
-		rp := newServer(t)
-		s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
-		s2, err := New(standaloneClient(t, rp.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s2.Close() })
-		run := newIdemRun(t, s1, s2)
+		run := newIdemRun(t, idemStores(t, newServer(t))...)
 		run.start()()
 		run.check()
 	})
@@ -327,9 +334,7 @@ func TestIdempotencyExactlyOnce(t *testing.T) {
 		addr := primary.addr()
 		target.Store(&addr)
 		prefix := randomPrefix()
-		s1 := replicatedStore(t, switchingClient(t, target), prefix, 1)
-		s2 := replicatedStore(t, switchingClient(t, target), prefix, 1)
-		run := newIdemRun(t, s1, s2)
+		run := newIdemRun(t, replicatedStore(t, switchingClient(t, target), prefix, 1), replicatedStore(t, switchingClient(t, target), prefix, 1))
 		wait := run.start()
 		run.waitProgress(idemClients)
 		cutReplication(t, primary.addr(), replica.addr())
@@ -351,13 +356,7 @@ func TestIdempotencyExactlyOnce(t *testing.T) {
 		var run *idemRun
 		for range 3 {
 			rp := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
-			s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
-			s2, err := New(standaloneClient(t, rp.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s2.Close() })
-			run = newIdemRun(t, s1, s2)
+			run = newIdemRun(t, idemStores(t, rp)...)
 			wait := run.start()
 			run.waitProgress(idemClients)
 			rp.restart(syscall.SIGKILL)

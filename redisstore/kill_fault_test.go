@@ -266,35 +266,7 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 		}
 		failures <- fmt.Sprintf("delivery %s never acknowledged: lost", id)
 	}
-	hookWork := make(chan string)
-	var hwg sync.WaitGroup
-	for range 12 {
-		hwg.Add(1)
-		go func() {
-			defer hwg.Done()
-			for id := range hookWork {
-				deliver(id)
-			}
-		}()
-	}
-	go func() {
-		for _, id := range hookIDs {
-			hookWork <- id
-		}
-		close(hookWork)
-	}()
-
-	work := make(chan single)
-	var wg sync.WaitGroup
-	for range 24 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range work {
-				settle(s)
-			}
-		}()
-	}
+	hooksDone := inParallel(hookIDs, 12, deliver)
 	// A listing through the whole fleet at the same time.
 	listing := make(chan error, 1)
 	go func() {
@@ -340,12 +312,8 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 			}
 		}
 	}()
-	for _, s := range toks {
-		work <- s
-	}
-	close(work)
-	wg.Wait()
-	hwg.Wait()
+	inParallel(toks, 24, settle)()
+	hooksDone()
 	// Every delivery, all acknowledged by now, once more to the survivors,
 	// as a sender whose acknowledgement got lost would send it: it must be
 	// acknowledged as a duplicate, not processed again (checked below).

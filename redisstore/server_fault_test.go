@@ -214,7 +214,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 	// The store is idle (or the app down): the change.
 	masters := holding(prefix)
 	for _, m := range masters {
-		evictWhileIdle(t, m)
+		evictWhileIdle(t, m, "volatile-lru", 1)
 	}
 	r.lost = len(ids) - countKeys(t, all, prefix+"{*}:id-*")
 	if r.lost == 0 {
@@ -222,7 +222,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 	}
 	before := make([]int64, len(masters))
 	for i, m := range masters {
-		before[i], _ = strconv.ParseInt(infoValue(mustInfo(t, m, "stats"), "total_commands_processed"), 10, 64)
+		before[i] = infoInt(t, m, "stats", "total_commands_processed")
 	}
 	changeAt := time.Now()
 	if reset {
