@@ -18,14 +18,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// quantiles reports the p50 and p99 of ds as metrics.
-func quantiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
+// timed runs op once per iteration (i counts from 1) and reports its p50
+// and p99 latencies (p50-ns, p99-ns) and the CPU per operation
+// (cpuPerOp).
+func timed(b *testing.B, pool *pgxpool.Pool, op func(i int)) {
+	cpu := cpuPerOp(b, pool)
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		op(i)
+		lat = append(lat, time.Since(start))
 	}
-	slices.Sort(ds)
-	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "p99-ns")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	cpu()
 }
 
 // cpuPerOp starts measuring the CPU time of this process (the client: the
@@ -75,61 +84,36 @@ func cpuPerOp(b *testing.B, pool *pgxpool.Pool) func() {
 // BenchmarkFloorSelect1 is one round trip through the same pool.
 func BenchmarkFloorSelect1(b *testing.B) {
 	pool := needServer(b).pool(b)
-	cpu := cpuPerOp(b, pool)
-	var lat []time.Duration
-	for b.Loop() {
-		start := time.Now()
+	timed(b, pool, func(int) {
 		var one int
 		if err := pool.QueryRow(bg(), `SELECT 1`).Scan(&one); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
+	})
 }
 
 // BenchmarkFloorInsert is a bare autocommit INSERT of a fresh key: one
 // commit, flushed to disk.
 func BenchmarkFloorInsert(b *testing.B) {
 	pool := needServer(b).pool(b)
-	if _, err := pool.Exec(bg(), `CREATE TABLE IF NOT EXISTS bench_floor (key bytea PRIMARY KEY)`); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pool.Exec(bg(), `DROP TABLE IF EXISTS bench_floor`) })
+	table := newTable(b, pool, "bench_floor_", "key bytea PRIMARY KEY")
 	prefix := uniquePrefix()
-	cpu := cpuPerOp(b, pool)
-	var lat []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
-		start := time.Now()
-		if _, err := pool.Exec(bg(), `INSERT INTO bench_floor (key) VALUES ($1)`, []byte(prefix+strconv.Itoa(i))); err != nil {
+	timed(b, pool, func(i int) {
+		if _, err := pool.Exec(bg(), `INSERT INTO `+table+` (key) VALUES ($1)`, []byte(prefix+strconv.Itoa(i))); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
+	})
 }
 
 // BenchmarkClaim is one first claim: one statement, one commit.
 func BenchmarkClaim(b *testing.B) {
 	s := newTestStore(b)
 	until := time.Now().Add(time.Hour)
-	cpu := cpuPerOp(b, s.pool)
-	var lat []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
-		start := time.Now()
+	timed(b, s.pool, func(i int) {
 		if first, err := s.Claim(bg(), strconv.Itoa(i), until); !first || err != nil {
 			b.Fatal(first, err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
+	})
 }
 
 // BenchmarkClaimReplayed is a claim of an ID already claimed: refused
@@ -137,20 +121,12 @@ func BenchmarkClaim(b *testing.B) {
 func BenchmarkClaimReplayed(b *testing.B) {
 	s := newTestStore(b)
 	until := time.Now().Add(time.Hour)
-	if first, err := s.Claim(bg(), "taken", until); !first || err != nil {
-		b.Fatal(first, err)
-	}
-	cpu := cpuPerOp(b, s.pool)
-	var lat []time.Duration
-	for b.Loop() {
-		start := time.Now()
+	mustClaim(b, s, "taken", until)
+	timed(b, s.pool, func(int) {
 		if first, err := s.Claim(bg(), "taken", until); first || err != nil {
 			b.Fatal(first, err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
-	cpu()
+	})
 }
 
 // BenchmarkLeaseAcquireConfirm is a webhook delivery's two store steps:
@@ -159,22 +135,13 @@ func BenchmarkClaimReplayed(b *testing.B) {
 func BenchmarkLeaseAcquireConfirm(b *testing.B) {
 	s := newTestStore(b)
 	until := time.Now().Add(time.Hour)
-	var lat []time.Duration
-	i := 0
-	for b.Loop() {
-		i++
+	timed(b, s.pool, func(i int) {
 		id := strconv.Itoa(i)
-		start := time.Now()
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil || l.Token == "" {
-			b.Fatal(l, err)
-		}
+		l := mustLease(b, s, id, time.Minute)
 		if err := s.ConfirmLease(bg(), id, l.Token, until); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(start))
-	}
-	quantiles(b, lat)
+	})
 }
 
 // BenchmarkSweep is deleting expired rows, per row, in the default batches;
@@ -244,18 +211,29 @@ func paired(b *testing.B, names []string, ops ...func(i int)) {
 // in Go around it. "takeover" is Claim's second statement sent the same
 // way, which was its only statement before issue 34: the difference to
 // "statement" is what the split saves. "read-first" is the design not
-// taken: a plain SELECT of the marker and the ID's row (readFirstSQL),
+// taken: a plain SELECT of the marker and the ID's row (claimOps),
 // and for a first claim Claim's statement after it, two round trips: it
 // measures what a replay would save and a first claim would pay.
 func BenchmarkClaimPaired(b *testing.B) {
-	b.Run("first", func(b *testing.B) { pairedFirst(b, newTestStore(b)) })
+	// keys of equal length: "f", "c", "s", "t" or "r" and ten digits
+	id := func(p string, i int) string { return p + strconv.Itoa(1_000_000_000+i) }
+	first := func(b *testing.B, s *Store) {
+		until := time.Now().Add(time.Hour)
+		floor := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
+		claimOps(b, s, true, until, id, func(i int) {
+			if tag, err := s.pool.Exec(bg(), floor, s.key(id("f", i)), pgTime(until)); err != nil || tag.RowsAffected() != 1 {
+				b.Fatal(tag, err)
+			}
+		})
+	}
+	b.Run("first", func(b *testing.B) { first(b, newTestStore(b)) })
 	// The same without waiting for the WAL flush (synchronous_commit off
 	// for the floor and the claim alike, AllowAsyncCommit): on a machine
 	// whose disk is shared, the flush's noise hides the difference, which
 	// this shows in microseconds.
 	b.Run("first-async-commit", func(b *testing.B) {
 		pool := needServer(b).pool(b, "synchronous_commit", "off")
-		pairedFirst(b, storeOn(b, pool, func(o *Options) {
+		first(b, storeOn(b, pool, func(o *Options) {
 			o.AllowAsyncCommit = true
 			o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		}))
@@ -263,94 +241,57 @@ func BenchmarkClaimPaired(b *testing.B) {
 	b.Run("replayed", func(b *testing.B) {
 		s := newTestStore(b)
 		until := time.Now().Add(time.Hour)
-		if first, err := s.Claim(bg(), "taken", until); !first || err != nil {
-			b.Fatal(first, err)
-		}
+		mustClaim(b, s, "taken", until)
 		floor := `SELECT until FROM ` + s.table + ` WHERE key = $1`
-		key, legacy := s.keys("taken")
-		u := pgTime(until)
-		read := readFirstSQL(s)
-		paired(b, []string{"floor", "claim", "statement", "takeover", "read-first"},
-			func(int) {
-				var got time.Time
-				if err := s.pool.QueryRow(bg(), floor, key).Scan(&got); err != nil {
-					b.Fatal(err)
-				}
-			},
-			func(int) {
-				if first, err := s.Claim(bg(), "taken", until); first || err != nil {
-					b.Fatal(first, err)
-				}
-			},
-			func(int) {
-				var first, marker, live, future bool
-				if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || first || !live {
-					b.Fatal(first, live, err)
-				}
-			},
-			func(int) {
-				var first, marker, future, again bool
-				if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || first || again {
-					b.Fatal(first, again, err)
-				}
-			},
-			func(int) {
-				var marker, live, future bool
-				if err := s.pool.QueryRow(bg(), read, key, u).Scan(&marker, &live, &future); err != nil || !live {
-					b.Fatal(live, err)
-				}
-			})
+		claimOps(b, s, false, until, func(string, int) string { return "taken" }, func(int) {
+			var got time.Time
+			if err := s.pool.QueryRow(bg(), floor, s.key("taken")).Scan(&got); err != nil {
+				b.Fatal(got, err)
+			}
+		})
 	})
 }
 
-// readFirstSQL is BenchmarkClaimPaired's read-first statement: what a
-// claim that reads before it writes would send first.
-func readFirstSQL(s *Store) string {
-	return `SELECT EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
-  EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = $1::bytea AND until > now()), $2::timestamptz > now()`
-}
-
-// pairedFirst is BenchmarkClaimPaired's first claims on s.
-func pairedFirst(b *testing.B, s *Store) {
-	until := time.Now().Add(time.Hour)
+// claimOps runs BenchmarkClaimPaired's ops on s beside floor: each claims
+// id(p, i) (p the op's letter, i its run) until until, a first claim when
+// first is set, else a replay. read-first sends Claim's statement after
+// its read only for a first claim.
+func claimOps(b *testing.B, s *Store, first bool, until time.Time, id func(p string, i int) string, floor func(i int)) {
 	u := pgTime(until)
-	floor := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
-	read := readFirstSQL(s)
-	// keys of equal length: "f", "c", "s", "t" or "r" and ten digits
-	id := func(p string, i int) string { return p + strconv.Itoa(1_000_000_000+i) }
+	read := `SELECT EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+  EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = $1::bytea AND until > now()), $2::timestamptz > now()`
 	paired(b, []string{"floor", "claim", "statement", "takeover", "read-first"},
+		floor,
 		func(i int) {
-			if tag, err := s.pool.Exec(bg(), floor, s.key(id("f", i)), u); err != nil || tag.RowsAffected() != 1 {
-				b.Fatal(tag, err)
-			}
-		},
-		func(i int) {
-			if first, err := s.Claim(bg(), id("c", i), until); !first || err != nil {
-				b.Fatal(first, err)
+			if got, err := s.Claim(bg(), id("c", i), until); got != first || err != nil {
+				b.Fatal(got, err)
 			}
 		},
 		func(i int) {
 			key, legacy := s.keys(id("s", i))
-			var first, marker, live, future bool
-			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || !first {
-				b.Fatal(first, err)
+			var got, marker, live, future bool
+			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&got, &marker, &live, &future); err != nil || got != first || !first && !live {
+				b.Fatal(got, live, err)
 			}
 		},
 		func(i int) {
 			key, legacy := s.keys(id("t", i))
-			var first, marker, future, again bool
-			if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || !first {
-				b.Fatal(first, err)
+			var got, marker, future, again bool
+			if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &got, &again); err != nil || got != first || !first && again {
+				b.Fatal(got, again, err)
 			}
 		},
 		func(i int) {
 			key, legacy := s.keys(id("r", i))
-			var first, marker, live, future bool
-			if err := s.pool.QueryRow(bg(), read, key, u).Scan(&marker, &live, &future); err != nil || live {
+			var got, marker, live, future bool
+			if err := s.pool.QueryRow(bg(), read, key, u).Scan(&marker, &live, &future); err != nil || live == first {
 				b.Fatal(live, err)
 			}
-			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || !first {
-				b.Fatal(first, err)
+			if !first {
+				return
+			}
+			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&got, &marker, &live, &future); err != nil || !got {
+				b.Fatal(got, err)
 			}
 		})
 }
@@ -362,56 +303,42 @@ func pairedFirst(b *testing.B, s *Store) {
 // sub-benchmark's size (two statements, two commits; a result over about
 // 2 KiB is compressed or moved out of line by PostgreSQL's TOAST).
 func BenchmarkRecordAcquireConfirm(b *testing.B) {
-	for _, size := range []int{1 << 10, 64 << 10, 256 << 10} {
-		b.Run("result="+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
-			s := newTestStore(b)
-			until := time.Now().Add(time.Hour)
-			fp := make([]byte, 32)
-			result := benchResult(size)
-			var lat []time.Duration
-			i := 0
-			for b.Loop() {
-				i++
-				id := strconv.Itoa(i)
-				start := time.Now()
-				r, err := s.AcquireRecord(bg(), id, time.Minute, fp)
-				if err != nil || r.Token == "" {
-					b.Fatal(r, err)
-				}
-				if err := s.ConfirmRecord(bg(), id, r.Token, until, fp, result); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
+	benchRecord(b, func(b *testing.B, s *Store, fp, result []byte) func(int) {
+		until := time.Now().Add(time.Hour)
+		return func(i int) {
+			id := strconv.Itoa(i)
+			r := mustRecord(b, s, id, time.Minute, fp)
+			if err := s.ConfirmRecord(bg(), id, r.Token, until, fp, result); err != nil {
+				b.Fatal(err)
 			}
-			quantiles(b, lat)
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkRecordReplayed is a retry of a completed request: AcquireRecord
 // of a recorded ID, which reads the fingerprint and the result (of the
 // sub-benchmark's size) without a write.
 func BenchmarkRecordReplayed(b *testing.B) {
+	benchRecord(b, func(b *testing.B, s *Store, fp, result []byte) func(int) {
+		r := mustRecord(b, s, "done", time.Minute, fp)
+		if err := s.ConfirmRecord(bg(), "done", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			b.Fatal(err)
+		}
+		return func(int) {
+			if r, err := s.AcquireRecord(bg(), "done", time.Minute, fp); err != nil || len(r.Result) != len(result) {
+				b.Fatal(r.State, len(r.Result), err)
+			}
+		}
+	})
+}
+
+// benchRecord times the op that op makes, on a fresh store with a 32-byte
+// fingerprint, for each result size: one sub-benchmark each.
+func benchRecord(b *testing.B, op func(b *testing.B, s *Store, fp, result []byte) func(int)) {
 	for _, size := range []int{1 << 10, 64 << 10, 256 << 10} {
 		b.Run("result="+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
 			s := newTestStore(b)
-			fp := make([]byte, 32)
-			r, err := s.AcquireRecord(bg(), "done", time.Minute, fp)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.ConfirmRecord(bg(), "done", r.Token, time.Now().Add(time.Hour), fp, benchResult(size)); err != nil {
-				b.Fatal(err)
-			}
-			var lat []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				if r, err := s.AcquireRecord(bg(), "done", time.Minute, fp); err != nil || len(r.Result) != size {
-					b.Fatal(r.State, len(r.Result), err)
-				}
-				lat = append(lat, time.Since(start))
-			}
-			quantiles(b, lat)
+			timed(b, s.pool, op(b, s, make([]byte, 32), benchResult(size)))
 		})
 	}
 }

@@ -284,7 +284,7 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	}
 	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
 	waitForClaim(t, s, "synchronous_commit on again", nil)
-	addStandby(t, primary, false)
+	addStandby(t, primary, false, "", freePort())
 	waitForClaim(t, s, "an asynchronous standby attached", ErrConfig)
 	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

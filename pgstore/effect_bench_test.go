@@ -27,84 +27,88 @@ import (
 // Issue 45's goal: at most 1.3× the floor, one round trip added at most;
 // issue 55's: at most 1.2×, one durable commit (see
 // BenchmarkTransactionalPaired for the two side by side).
-func BenchmarkTransactionalFirstRequest(b *testing.B) {
-	for _, size := range []int{128, 4 << 10} {
-		b.Run(fmt.Sprintf("response=%dB", size), func(b *testing.B) {
-			pool, trips := countedPool(b)
-			s := storeOn(b, pool)
-			table := newChargeTable(b, pool)
-			body := []byte(strings.Repeat("x", size))
-			mw := txMiddleware(b, s, time.Minute)
-			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				tx, err := TxFrom(r.Context())
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := tx.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-					b.Error(err)
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
-				w.Write(body)
-			}))
-			benchServe(b, pool, trips, h)
-		})
-	}
-}
+func BenchmarkTransactionalFirstRequest(b *testing.B) { benchResponses(b, "first-request") }
 
 // BenchmarkTransactionalFloor is the floor of
 // BenchmarkTransactionalFirstRequest: the handler's own transaction.
-func BenchmarkTransactionalFloor(b *testing.B) {
-	for _, size := range []int{128, 4 << 10} {
-		b.Run(fmt.Sprintf("response=%dB", size), func(b *testing.B) {
-			pool, trips := countedPool(b)
-			table := newChargeTable(b, pool)
-			body := []byte(strings.Repeat("x", size))
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				ctx := r.Context()
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer tx.Rollback(context.Background())
-				if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := tx.Commit(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
-				w.Write(body)
-			})
-			benchServe(b, pool, trips, h)
-		})
-	}
-}
+func BenchmarkTransactionalFloor(b *testing.B) { benchResponses(b, "floor") }
 
 // BenchmarkTransactionalAutocommitFloor is the second floor of
 // BenchmarkTransactionalFirstRequest: the same handler's insert as one
 // autocommit statement, without a transaction of its own.
-func BenchmarkTransactionalAutocommitFloor(b *testing.B) {
+func BenchmarkTransactionalAutocommitFloor(b *testing.B) { benchResponses(b, "autocommit") }
+
+// benchResponses serves the transactionalHandlers' handler of name on a
+// counted pool (see benchServe), for each response size: one
+// sub-benchmark each.
+func benchResponses(b *testing.B, name string) {
 	for _, size := range []int{128, 4 << 10} {
 		b.Run(fmt.Sprintf("response=%dB", size), func(b *testing.B) {
 			pool, trips := countedPool(b)
-			table := newChargeTable(b, pool)
-			body := []byte(strings.Repeat("x", size))
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if _, err := pool.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-					b.Error(err)
-					return
-				}
-				w.WriteHeader(http.StatusCreated)
-				w.Write(body)
-			})
-			benchServe(b, pool, trips, h)
+			var s *Store // none beside the floors: its rechecks would count as their round trips
+			if name == "first-request" {
+				s = storeOn(b, pool)
+			}
+			benchServe(b, pool, trips, transactionalHandlers(b, pool, s, newChargeTable(b, pool), size)[name])
 		})
 	}
+}
+
+// transactionalHandlers returns the handlers of a first request by name,
+// each inserting the request's Idempotency-Key in table and answering 201
+// with a body of size bytes: "first-request" through the idempotency
+// middleware on s in its transactional mode (none when s is nil),
+// "floor" in the handler's own transaction, "autocommit" as one
+// autocommit statement.
+func transactionalHandlers(b *testing.B, pool *pgxpool.Pool, s *Store, table string, size int) map[string]http.Handler {
+	body := []byte(strings.Repeat("x", size))
+	insert := func(r *http.Request, q execer) bool {
+		if _, err := q.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
+			b.Error(err)
+			return false
+		}
+		return true
+	}
+	answer := func(w http.ResponseWriter) {
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	}
+	hs := map[string]http.Handler{
+		"floor": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, err := pool.Begin(r.Context())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer tx.Rollback(context.Background())
+			if !insert(r, tx) {
+				return
+			}
+			if err := tx.Commit(r.Context()); err != nil {
+				b.Error(err)
+				return
+			}
+			answer(w)
+		}),
+		"autocommit": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if insert(r, pool) {
+				answer(w)
+			}
+		}),
+	}
+	if s != nil {
+		hs["first-request"] = txMiddleware(b, s, time.Minute).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, err := TxFrom(r.Context())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if insert(r, tx) {
+				answer(w)
+			}
+		}))
+	}
+	return hs
 }
 
 // walPerOp reads the server's WAL position and transaction counter, and
@@ -465,46 +469,7 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 	table := newChargeTable(b, pool)
 	insert := `INSERT INTO ` + table + ` (key, body) VALUES ($1, $2)`
 	body := []byte(strings.Repeat("x", 128))
-	h := txMiddleware(b, s, time.Minute).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, err := TxFrom(r.Context())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		if _, err := tx.Exec(r.Context(), insert, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-			b.Error(err)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	}))
-	floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer tx.Rollback(context.Background())
-		if _, err := tx.Exec(ctx, insert, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-			b.Error(err)
-			return
-		}
-		if err := tx.Commit(ctx); err != nil {
-			b.Error(err)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})
-	autocommit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := pool.Exec(r.Context(), insert, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
-			b.Error(err)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})
+	hs := transactionalHandlers(b, pool, s, table, len(body))
 	serve := func(h http.Handler, key string) {
 		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -623,9 +588,9 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 		}
 	}
 	return map[string]func(i int){
-		"floor":         func(i int) { serve(floor, id("f", i)) },
-		"autocommit":    func(i int) { serve(autocommit, id("a", i)) },
-		"first-request": func(i int) { serve(h, id("m", i)) },
+		"floor":         func(i int) { serve(hs["floor"], id("f", i)) },
+		"autocommit":    func(i int) { serve(hs["autocommit"], id("a", i)) },
+		"first-request": func(i int) { serve(hs["first-request"], id("m", i)) },
 		"store":         func(i int) { serve(handler(func(key string) { storeOnly(key) }), id("s", i)) },
 		"sql":           func(i int) { serve(handler(func(key string) { sql(key, true, true) }), id("q", i)) },
 		"sql-no-reset":  func(i int) { serve(handler(func(key string) { sql(key, true, false) }), id("r", i)) },

@@ -881,10 +881,11 @@ func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
 func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
 func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
 
-// childStore is the store of an app process of these tests, from the
-// value of its environment variable env: "<database URL> <prefix> <effect
-// table> <idempotency key>" (the key becomes effectKey); it returns the
-// store (with timeout, no sweeper) and the table.
+// childStore is the store of a child process of these tests (an app's,
+// or workChild's), from the value of its environment variable env:
+// "<database URL> <prefix> <effect table> <key>" (the key becomes
+// effectKey); it returns the store (with timeout, no sweeper) and the
+// table.
 func childStore(env, spec string, timeout time.Duration) (*Store, string) {
 	parts := strings.Fields(spec)
 	if len(parts) != 4 {

@@ -187,16 +187,15 @@ func (d *replyDropper) serve(c net.Conn) {
 	}
 }
 
-// lossyStores returns a pool straight to the server (admin), a proxy that
-// drops replies on request (d), and two stores on one table and prefix:
-// s calls through the proxy on one connection and gives up after 500 ms;
-// r, straight to the server, resends. s rechecks the server only after the
-// test: a recheck on the pool's one connection while replies are dropped
-// would hold it, and the lost statement would never be sent.
-func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Store) {
+// lossyStores returns a proxy that drops replies on request (d), and two
+// stores on one table and prefix: s calls through the proxy on one
+// connection and gives up after 500 ms; r, straight to the server,
+// resends. s rechecks the server only after the test: a recheck on the
+// pool's one connection while replies are dropped would hold it, and the
+// lost statement would never be sent.
+func lossyStores(t *testing.T) (d *replyDropper, s, r *Store) {
 	t.Helper()
 	p := needServer(t)
-	admin = p.pool(t)
 	d = newReplyDropper(t, "127.0.0.1:"+p.port)
 	pool := poolVia(t, p, d.ln.Addr().String(), 1)
 	var err error
@@ -213,8 +212,48 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 		}
 	}
 	t.Cleanup(func() { s.Close() })
-	r = storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
-	return admin, d, s, r
+	r = storeOn(t, p.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+	return d, s, r
+}
+
+// waitRowState waits until id's live row, read by r (straight to the
+// server), is in state want: the effect of a statement whose reply was
+// lost.
+func waitRowState(t *testing.T, r *Store, id, want string) {
+	t.Helper()
+	var got string
+	for range 500 {
+		r.pool.QueryRow(bg(), `SELECT state FROM `+r.table+` WHERE key = $1 AND until > now()`, r.key(id)).Scan(&got)
+		if got == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("row %s in state %q, want %q", id, got, want)
+}
+
+// lostReply runs call with the server's replies dropped by d, after warm
+// ran the same statement (for a fresh ID) on the lossy store's single
+// connection, so that the statement is already prepared and the lost
+// reply is the commit's: call must fail with ErrUnavailable and
+// context.DeadlineExceeded.
+func lostReply(t *testing.T, d *replyDropper, name string, warm func(id string) error, call func() error) {
+	t.Helper()
+	var err error
+	for range 5 { // a warm-up slower than the timeout on a loaded machine is retried
+		if err = warm("warm-" + uniquePrefix()); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.drop.Store(true)
+	err = call()
+	d.drop.Store(false)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s with its reply lost: %v; want ErrUnavailable and DeadlineExceeded", name, err)
+	}
 }
 
 // resendAfterLostReplyIsSafe: each step's reply is lost after the
@@ -222,94 +261,36 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 // lease for an acquire, the same token for the others) never accepts an ID
 // twice.
 func resendAfterLostReplyIsSafe(t *testing.T) {
-	admin, d, s, r := lossyStores(t)
+	d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
+	acquired := func(id string) (replay.Lease, error) { return s.AcquireLease(bg(), id, time.Minute) }
 
-	// rowState waits until the lost statement's effect is visible.
-	rowState := func(id, want string) {
-		t.Helper()
-		var got string
-		for range 500 {
-			admin.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1 AND until > now()`, s.key(id)).Scan(&got)
-			if got == want {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("row %s in state %q, want %q", id, got, want)
-	}
-	// lost runs call with the server's replies dropped, after warm ran the
-	// same statement on the same (single) connection, so that the
-	// statement is already prepared and the lost reply is the commit's.
-	lost := func(name string, warm func() error, call func() error) {
-		t.Helper()
-		var err error
-		for range 5 { // a warm-up slower than the timeout on a loaded machine is retried
-			if err = warm(); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.drop.Store(true)
-		err = call()
-		d.drop.Store(false)
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("%s with its reply lost: %v; want ErrUnavailable and DeadlineExceeded", name, err)
-		}
-	}
-
-	warmID := 0
-	warmClaim := func() error {
-		warmID++
-		_, err := s.Claim(bg(), fmt.Sprint("warm-", warmID), until)
+	lostReply(t, d, "Claim", func(id string) error {
+		_, err := s.Claim(bg(), id, until)
 		return err
-	}
-	warmAcquire := func() error {
-		warmID++
-		_, err := s.AcquireLease(bg(), fmt.Sprint("warm-", warmID), time.Minute)
-		return err
-	}
-	warmConfirm := func() error {
-		warmID++
-		id := fmt.Sprint("warm-", warmID)
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil {
-			return err
-		}
-		return s.ConfirmLease(bg(), id, l.Token, until)
-	}
-	warmRelease := func() error {
-		warmID++
-		id := fmt.Sprint("warm-", warmID)
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil {
-			return err
-		}
-		return s.ReleaseLease(bg(), id, l.Token)
-	}
-
-	lost("Claim", warmClaim, func() error {
+	}, func() error {
 		first, err := s.Claim(bg(), "claim", until)
 		if first {
 			t.Fatal("first without a reply")
 		}
 		return err
 	})
-	rowState("claim", "c")
+	waitRowState(t, r, "claim", "c")
 	if first, err := r.Claim(bg(), "claim", until); first || err != nil {
 		t.Fatalf("resent Claim = %v, %v; want false, nil", first, err)
 	}
 
-	lost("AcquireLease", warmAcquire, func() error {
+	lostReply(t, d, "AcquireLease", func(id string) error {
+		_, err := acquired(id)
+		return err
+	}, func() error {
 		l, err := s.AcquireLease(bg(), "lease", 2*time.Second)
 		if l.State != 0 {
 			t.Fatalf("lease %+v without a reply", l)
 		}
 		return err
 	})
-	rowState("lease", "l")
+	waitRowState(t, r, "lease", "l")
 	if l, err := r.AcquireLease(bg(), "lease", time.Minute); l.State != replay.LeaseBusy || err != nil {
 		t.Fatalf("resent AcquireLease = %+v, %v; want busy until the lost lease ends", l, err)
 	}
@@ -321,8 +302,14 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 		}
 	}
 
-	lost("ConfirmLease", warmConfirm, func() error { return s.ConfirmLease(bg(), "lease", l.Token, until) })
-	rowState("lease", "d")
+	lostReply(t, d, "ConfirmLease", func(id string) error {
+		l, err := acquired(id)
+		if err != nil {
+			return err
+		}
+		return s.ConfirmLease(bg(), id, l.Token, until)
+	}, func() error { return s.ConfirmLease(bg(), "lease", l.Token, until) })
+	waitRowState(t, r, "lease", "d")
 	if err := r.ConfirmLease(bg(), "lease", l.Token, until); err != nil {
 		t.Fatalf("resent ConfirmLease: %v; want nil (its own done row)", err)
 	}
@@ -334,7 +321,13 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost("ReleaseLease", warmRelease, func() error { return s.ReleaseLease(bg(), "release", l.Token) })
+	lostReply(t, d, "ReleaseLease", func(id string) error {
+		l, err := acquired(id)
+		if err != nil {
+			return err
+		}
+		return s.ReleaseLease(bg(), id, l.Token)
+	}, func() error { return s.ReleaseLease(bg(), "release", l.Token) })
 	if err := r.ReleaseLease(bg(), "release", l.Token); err != nil {
 		t.Fatalf("resent ReleaseLease: %v", err)
 	}

@@ -486,7 +486,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 				s = storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
 				stopLoad = claimLoad(s, 16, until)
 				time.Sleep(500 * time.Millisecond)
-				standby = addStandby(t, primary, false)
+				standby = addStandby(t, primary, false, "", freePort())
 			} else {
 				// The running store's pool names both servers; the
 				// standby's port is chosen before it exists.
@@ -498,7 +498,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 				})
 				stopLoad = claimLoad(s, 16, until)
 				time.Sleep(500 * time.Millisecond)
-				standby = addStandbyAt(t, primary, false, "", standby.port)
+				standby = addStandby(t, primary, false, "", standby.port)
 			}
 			time.Sleep(500 * time.Millisecond)
 			primary.kill()
@@ -889,7 +889,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
 	port := freePort()
-	standby := addStandbyAt(t, primary, false, "", port)
+	standby := addStandby(t, primary, false, "", port)
 	s := storeOn(t, multiHostPoolPorts(t, primary.port, port), func(o *Options) {
 		o.AllowAsyncStandby = true
 		o.RecheckInterval = time.Hour // no recheck writes a record below

@@ -14,13 +14,13 @@ import (
 
 // TestRenewLease pins [Store.RenewLease] against real PostgreSQL: the
 // database's clock, the row kept but for its end, the refusals of a
-// forgotten, fenced, rechecking or closed store, a concurrent writer, the
-// store's Timeout, and the two kinds of Work.
+// forgotten, fenced, rechecking or closed store (and the record's
+// confirmation's), a concurrent writer, the store's Timeout, and the two
+// kinds of Work.
 func TestRenewLease(t *testing.T) {
 	subtests(t, []subtest{
 		{"by the database's clock, row kept", renewIsMeasuredByTheDatabaseAndKeepsTheRow},
-		{"refuses a forgotten or fenced table", renewRefusesAForgottenOrFencedTable},
-		{"refused while a recheck refuses", renewRefusedWhileARecheckRefuses},
+		{"held steps refuse a forgotten, fenced or refusing table", heldStepsRefuseAForgottenFencedOrRefusingTable},
 		{"waits for a concurrent writer, then judges its row", renewWaitsForAConcurrentWriterThenJudgesItsRow},
 		{"bounded by the store's timeout", renewIsBoundedByTheStoresTimeout},
 		{"through a Work", renewThroughAWork},
@@ -71,71 +71,108 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	}
 }
 
-// Without the marker row (the table was emptied), before the fence of
-// Rearm has passed, or on another timeline than the table's history
-// record (a promoted server), the renewal refuses with ErrForgotten, as
-// AcquireLease does, and writes nothing; the lease's own row, still
-// there, is not extended.
-func renewRefusesAForgottenOrFencedTable(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	name := migratedTable(t, pool)
-	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = time.Hour })
-	l := mustLease(t, s, "held", time.Minute)
-	before, _ := rowOf(t, s, "held")
-	refuses := func(why string) {
-		t.Helper()
-		if err := s.RenewLease(bg(), "held", l.Token, time.Hour); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("RenewLease %s = %v; want ErrForgotten", why, err)
+// heldStepsRefuseAForgottenFencedOrRefusingTable: without the marker
+// row (the table was emptied), before the fence of Rearm has passed, on
+// another timeline than the table's history record (a promoted server),
+// or while the recheck of New's checks refuses (ErrConfig, or ErrFenced
+// after a promotion among its reasons), the held ID's step (RenewLease,
+// ConfirmRecord) and the acquire of a new ID refuse with that reason, as
+// every step does, before writing anything: the held row's version is
+// unchanged (a renewal does not extend it) and the new ID has no row.
+// Once the cause is gone, the held step succeeds.
+func heldStepsRefuseAForgottenFencedOrRefusingTable(t *testing.T) {
+	steps := []struct {
+		name    string
+		hold    func(t *testing.T, s *Store) (token string) // of "held"
+		step    func(s *Store, token string) error
+		acquire func(s *Store) (replay.LeaseState, error) // of "new"
+		done    func(t *testing.T, s *Store)              // after the step succeeded
+	}{
+		{"renewal",
+			func(t *testing.T, s *Store) string { return mustLease(t, s, "held", time.Minute).Token },
+			func(s *Store, token string) error { return s.RenewLease(bg(), "held", token, time.Hour) },
+			func(s *Store) (replay.LeaseState, error) {
+				l, err := s.AcquireLease(bg(), "new", time.Minute)
+				return l.State, err
+			},
+			func(t *testing.T, s *Store) {
+				if left, _ := leaseLeft(t, s, "held"); left <= 59*time.Minute {
+					t.Fatalf("%v left after the renewal; want about an hour", left)
+				}
+			}},
+		{"record",
+			func(t *testing.T, s *Store) string { return mustRecord(t, s, "held", time.Minute, []byte("fp")).Token },
+			func(s *Store, token string) error {
+				return s.ConfirmRecord(bg(), "held", token, time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+			},
+			func(s *Store) (replay.LeaseState, error) {
+				r, err := s.AcquireRecord(bg(), "new", time.Minute, []byte("fp"))
+				return r.State, err
+			},
+			func(t *testing.T, s *Store) { wantRecord(t, s, "held", replay.LeaseDone, []byte("fp"), []byte("r")) }},
+	}
+	pool := needServer(t).pool(t)
+	marker := func(name, set string, args ...any) {
+		mustExec(t, pool, `UPDATE "`+name+`" SET `+set+` WHERE key = `+markerSQL, args...)
+	}
+	refusing := func(s *Store, sentinel error, what string) func() {
+		refusal := fmt.Errorf("%w: %w: %s (test)", ErrUnavailable, sentinel, what)
+		s.refusal.Store(&refusal)
+		return func() { s.refusal.Store(nil) }
+	}
+	causes := []struct {
+		name  string
+		want  error
+		cause func(s *Store, name string) (undo func()) // makes the table refuse
+	}{
+		{"on another timeline than the record's", ErrForgotten, func(s *Store, name string) func() {
+			var record string
+			must(t, pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record))
+			marker(name, "token = $1", history{V: 1, TL: 99, Longest: 64}.encode())
+			return func() { marker(name, "token = $1", record) }
+		}},
+		{"without the marker row", ErrForgotten, func(s *Store, name string) func() {
+			mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
+			return func() { must(t, Rearm(bg(), pool, name, 0)) }
+		}},
+		{"before the fence", ErrForgotten, func(s *Store, name string) func() {
+			mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
+			must(t, Rearm(bg(), pool, name, time.Hour))
+			return func() { marker(name, "until = now()") }
+		}},
+		{"while a recheck refuses", ErrConfig, func(s *Store, _ string) func() {
+			return refusing(s, ErrConfig, "synchronous_commit is off")
+		}},
+		{"while a recheck refuses after a promotion", ErrFenced, func(s *Store, _ string) func() {
+			return refusing(s, ErrFenced, "the server's history is unknown")
+		}},
+	}
+	for _, st := range steps {
+		for _, c := range causes {
+			t.Run(st.name+" "+c.name, func(t *testing.T) {
+				name := migratedTable(t, pool)
+				s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = time.Hour })
+				token := st.hold(t, s)
+				before, _ := rowOf(t, s, "held")
+				undo := c.cause(s, name)
+				if err := st.step(s, token); !errors.Is(err, c.want) || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("the held step = %v; want %v", err, c.want)
+				}
+				if state, err := st.acquire(s); !errors.Is(err, c.want) || !errors.Is(err, ErrUnavailable) || state != 0 {
+					t.Fatalf("the acquire of a new ID = %v, %v; want %v, as the held step", state, err, c.want)
+				}
+				if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
+					t.Fatalf("the held step wrote its row (%+v, was %+v)", after, before)
+				}
+				if _, ok := rowOf(t, s, "new"); ok {
+					t.Fatal("the acquire of a new ID wrote a row")
+				}
+				undo()
+				must(t, st.step(s, token))
+				st.done(t, s)
+			})
 		}
-		if l, err := s.AcquireLease(bg(), "new", time.Minute); !errors.Is(err, ErrForgotten) || l.State != 0 {
-			t.Fatalf("AcquireLease %s = %+v, %v; want ErrForgotten, as the renewal", why, l, err)
-		}
-		if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
-			t.Fatalf("RenewLease %s wrote the row", why)
-		}
 	}
-	var record string
-	must(t, pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record))
-	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode())
-	refuses("on another timeline than the record's")
-	mustExec(t, pool, `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record)
-	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
-	refuses("without the marker row")
-	must(t, Rearm(bg(), pool, name, time.Hour))
-	refuses("before the fence")
-	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
-	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
-		t.Fatalf("RenewLease after the fence: %v", err)
-	}
-	if left, _ := leaseLeft(t, s, "held"); left <= 59*time.Minute {
-		t.Fatalf("%v left after the renewal; want about an hour", left)
-	}
-}
-
-// While the recheck of New's checks fails (ErrFenced after a promotion
-// among its reasons), the renewal refuses with its reason before sending
-// anything, as AcquireLease does.
-func renewRefusedWhileARecheckRefuses(t *testing.T) {
-	s := newTestStore(t, func(o *Options) { o.RecheckInterval = time.Hour })
-	l, err := s.AcquireLease(bg(), "held", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := rowOf(t, s, "held")
-	refusal := fmt.Errorf("%w: %w: the server's history is unknown (test)", ErrUnavailable, ErrFenced)
-	s.refusal.Store(&refusal)
-	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("RenewLease while refusing = %v; want the recheck's refusal", err)
-	}
-	if _, err := s.AcquireLease(bg(), "new", time.Minute); !errors.Is(err, ErrFenced) {
-		t.Fatalf("AcquireLease while refusing = %v; want the recheck's refusal, as the renewal", err)
-	}
-	if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
-		t.Fatal("RenewLease while refusing wrote the row")
-	}
-	s.refusal.Store(nil)
-	must(t, s.RenewLease(bg(), "held", l.Token, time.Hour))
 }
 
 // A renewal of a row that another transaction is changing waits for it

@@ -144,7 +144,8 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 // failover; New refuses it unless the caller says so.
 func newRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 	t.Parallel() // servers of its own
-	primary, _ := standbyPair(t, false)
+	primary := ownServer(t)
+	addStandby(t, primary, false, "", freePort())
 	pool := primary.pool(t)
 	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)

@@ -151,14 +151,13 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 }
 
 // TestRecord pins the record steps ([Store.AcquireRecord] and the record's
-// confirmation): refusals write nothing, a forgotten, fenced or rechecking
-// table refuses, another holder's record is never reported, resends and a
-// killed server run a request once, and an edited record is refused.
+// confirmation): refusals write nothing, another holder's record is never
+// reported, resends and a killed server run a request once, and an edited
+// record is refused (a forgotten, fenced or rechecking table:
+// TestRenewLease/held steps refuse a forgotten, fenced or refusing table).
 func TestRecord(t *testing.T) {
 	subtests(t, []subtest{
 		{"refusals write nothing", recordRefusalsWriteNothing},
-		{"refuses a forgotten or fenced table", recordRefusesAForgottenOrFencedTable},
-		{"refused while a recheck refuses", recordRefusedWhileARecheckRefuses},
 		{"earlier holder's record never reported", recordOfAnEarlierHolderIsNeverReported},
 		{"edited in the table is refused", recordEditedInTheTableIsRefused},
 		{"resend after lost reply is safe", recordResendAfterLostReplyIsSafe},
@@ -240,67 +239,6 @@ func recordRefusalsWriteNothing(t *testing.T) {
 		must(t, s.ConfirmRecord(bg(), "b", l.Token, until, fp, result))
 		wantRecord(t, s, "b", replay.LeaseDone, fp, result)
 	})
-}
-
-// recordRefusesAForgottenOrFencedTable: without the marker row (the
-// table was emptied) or before the fence of Rearm has passed, both steps
-// refuse with ErrForgotten and write nothing; once the fence passes they
-// serve again.
-func recordRefusesAForgottenOrFencedTable(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	name := migratedTable(t, pool)
-	s := storeOn(t, pool, func(o *Options) { o.Table = name })
-	until := time.Now().Add(time.Hour)
-	l := mustRecord(t, s, "held", time.Minute, []byte("fp"))
-	before, _ := rowOf(t, s, "held")
-	refuses := func(why string) {
-		t.Helper()
-		if r, err := s.AcquireRecord(bg(), "new", time.Minute, []byte("fp")); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
-			t.Fatalf("AcquireRecord %s = %+v, %v; want ErrForgotten", why, r, err)
-		}
-		if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("ConfirmRecord %s: %v; want ErrForgotten", why, err)
-		}
-		if _, ok := rowOf(t, s, "new"); ok {
-			t.Fatalf("AcquireRecord %s wrote a row", why)
-		}
-		if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
-			t.Fatalf("ConfirmRecord %s wrote the row", why)
-		}
-	}
-	mustExec(t, pool, `DELETE FROM "`+name+`" WHERE key = `+markerSQL)
-	refuses("without the marker row")
-	must(t, Rearm(bg(), pool, name, time.Hour))
-	refuses("before the fence")
-	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL)
-	if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); err != nil {
-		t.Fatalf("ConfirmRecord after the fence: %v", err)
-	}
-	wantRecord(t, s, "held", replay.LeaseDone, []byte("fp"), []byte("r"))
-}
-
-// recordRefusedWhileARecheckRefuses: while the recheck of New's checks
-// fails, both steps refuse with its reason before sending anything.
-func recordRefusedWhileARecheckRefuses(t *testing.T) {
-	s := newTestStore(t, func(o *Options) { o.RecheckInterval = time.Hour })
-	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusal := fmt.Errorf("%w: %w: synchronous_commit is off (test)", ErrUnavailable, ErrConfig)
-	s.refusal.Store(&refusal)
-	if r, err := s.AcquireRecord(bg(), "new", time.Minute, []byte("fp")); !errors.Is(err, ErrConfig) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
-		t.Fatalf("AcquireRecord while refusing = %+v, %v", r, err)
-	}
-	if err := s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); !errors.Is(err, ErrConfig) {
-		t.Fatalf("ConfirmRecord while refusing: %v", err)
-	}
-	if row, _ := rowOf(t, s, "held"); row.state != "l" {
-		t.Fatalf("the lease's row is %+v while refusing; want unchanged", row)
-	}
-	s.refusal.Store(nil)
-	must(t, s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 }
 
 // recordOfAnEarlierHolderIsNeverReported: a row taken over after its
@@ -406,40 +344,10 @@ SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM 
 // with other bytes.
 func recordResendAfterLostReplyIsSafe(t *testing.T) {
 	// s calls through the proxy, r resends straight to the server.
-	_, d, s, r := lossyStores(t)
+	d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
-	rowState := func(id, want string) {
-		t.Helper()
-		for range 500 {
-			if row, _ := rowOf(t, r, id); row.state == want {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("row %s never reached state %q", id, want)
-	}
-	warmID := 0
-	lost := func(name string, warm func(id string) error, call func() error) {
-		t.Helper()
-		for try := 0; ; try++ { // a warm-up slower than the timeout on a loaded machine is retried
-			warmID++
-			err := warm(fmt.Sprint("warm-", warmID))
-			if err == nil {
-				break
-			}
-			if try == 5 {
-				t.Fatal(err)
-			}
-		}
-		d.drop.Store(true)
-		err := call()
-		d.drop.Store(false)
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("%s with its reply lost: %v; want ErrUnavailable and DeadlineExceeded", name, err)
-		}
-	}
 
-	lost("AcquireRecord", func(id string) error {
+	lostReply(t, d, "AcquireRecord", func(id string) error {
 		_, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
 		return err
 	}, func() error {
@@ -449,14 +357,14 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 		}
 		return err
 	})
-	rowState("acquire", "l")
+	waitRowState(t, r, "acquire", "l")
 	wantRecord(t, r, "acquire", replay.LeaseBusy, []byte("lost fp"), nil)
 
 	l, err := r.AcquireRecord(bg(), "confirm", time.Minute, []byte("fp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost("ConfirmRecord", func(id string) error {
+	lostReply(t, d, "ConfirmRecord", func(id string) error {
 		w, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
 		if err != nil {
 			return err
@@ -465,7 +373,7 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 	}, func() error {
 		return s.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result"))
 	})
-	rowState("confirm", "d")
+	waitRowState(t, r, "confirm", "d")
 	if err := r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")); err != nil {
 		t.Fatalf("resent ConfirmRecord: %v; want nil (its own done row)", err)
 	}

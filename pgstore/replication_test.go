@@ -29,33 +29,15 @@ import (
 // (synchronous_standby_names = '*') and waits until the primary reports it
 // so.
 func syncPair(t *testing.T) (primary, standby *pgServer) {
-	return standbyPair(t, true)
-}
-
-// standbyPair is syncPair, with an asynchronous standby when sync is
-// false.
-func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
 	t.Helper()
 	primary = ownServer(t)
-	return primary, addStandby(t, primary, sync)
+	return primary, addStandby(t, primary, true, "", freePort())
 }
 
-// addStandby makes a streaming standby of primary with pg_basebackup,
-// synchronous or not, and waits until the primary reports it so.
-func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) {
-	t.Helper()
-	return addStandbySlot(t, primary, sync, "")
-}
-
-// addStandbySlot is addStandby with a physical replication slot of the
-// given name (none when empty), created by pg_basebackup and streamed from.
-func addStandbySlot(t *testing.T, primary *pgServer, sync bool, slot string) (standby *pgServer) {
-	t.Helper()
-	return addStandbyAt(t, primary, sync, slot, freePort())
-}
-
-// addStandbyAt is addStandbySlot with the standby listening on port.
-func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string) (standby *pgServer) {
+// addStandby makes a streaming standby of primary with pg_basebackup
+// (see startStandby: slot and port), synchronous or not, and waits until
+// the primary reports it so.
+func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (standby *pgServer) {
 	t.Helper()
 	standby = startStandby(t, primary, slot, port)
 	admin := primary.pool(t)
@@ -235,7 +217,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
 	}
 
-	standby := addStandbySlot(t, primary, false, "away")
+	standby := addStandby(t, primary, false, "away", freePort())
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := claim(); errors.Is(err, ErrConfig) {
 			break

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -335,35 +336,18 @@ const childLease = 2 * time.Second
 // workChild takes spec's ID, inserts a charge in its work, says so on
 // stdout and waits to be killed.
 func workChild(spec string) int {
-	f := strings.Fields(spec)
-	if len(f) != 4 {
-		fmt.Fprintln(os.Stderr, "bad", workChildEnv)
-		return 2
-	}
-	url, prefix, table, id := f[0], f[1], f[2], f[3]
-	pool, err := pgxpool.New(bg(), url)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	s, err := New(bg(), pool, Options{Prefix: prefix, SweepInterval: -1, Timeout: 15 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	s, table := childStore(workChildEnv, spec, 15*time.Second)
+	id := strings.Fields(spec)[3]
 	r, err := s.AcquireRecord(bg(), id, childLease, []byte("child"))
 	if err != nil || r.State != replay.LeaseAcquired {
-		fmt.Fprintln(os.Stderr, "acquire:", r.State, err)
-		return 1
+		log.Fatal("acquire: ", r.State, err)
 	}
 	w, err := s.BeginWork(bg(), id, r.Token)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if err == nil {
+		err = charge(w.Context(bg()), table, id, "killed")
 	}
-	if err := charge(w.Context(bg()), table, id, "killed"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if err != nil {
+		log.Fatal(err)
 	}
 	fmt.Println("inserted")
 	time.Sleep(time.Minute) // killed before it commits
