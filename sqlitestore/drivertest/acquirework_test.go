@@ -62,9 +62,7 @@ func TestAcquireWork(t *testing.T) {
 		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
 		{"agrees with AcquireRecord's lease", acquireWorkAfterLease},
 		{"lease running out rolls the work back", acquireWorkLeaseEnds},
-		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
-		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
-		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
+		{"handler's ROLLBACK: nothing kept, or the ID refused", acquireWorkEscapedRollback},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, true) }},
@@ -77,10 +75,14 @@ func TestAcquireWork(t *testing.T) {
 // acquireWorkHeldIsBusy: while a Work holds the ID (and the store's
 // writer), every call of the store for that ID answers without waiting
 // for the writer: each would otherwise fail with ErrUnavailable when
-// Options.Timeout passes, the Work being still open.
+// Options.Timeout passes, the Work being still open. ReadRecord reads
+// the uncommitted row busy, as AcquireRecord finds it, and once the Work
+// commits, done with its record.
 func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 	ctx := context.Background()
-	s, _ := workStore(t, d, sqlitestore.Options{Timeout: 300 * time.Millisecond})
+	// A call that waited for the writer would fail when Timeout passes,
+	// however long: the Work stays open until every call has answered.
+	s, _ := workStore(t, d, sqlitestore.Options{Timeout: 10 * time.Second})
 	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
 	insertApp(t, tx, "job")
 	t.Run("AcquireWork of the same request", func(t *testing.T) {
@@ -101,6 +103,11 @@ func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 		}
 	})
 	t.Run("AcquireLease", func(t *testing.T) { wantLease(t, s, "job", replay.LeaseBusy) })
+	t.Run("ReadRecord", func(t *testing.T) {
+		if r, err := s.ReadRecord(ctx, "job"); err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, workFP) {
+			t.Errorf("ReadRecord = %v %q, %v; want busy with the holder's fingerprint", r.State, r.Fingerprint, err)
+		}
+	})
 	t.Run("Claim", func(t *testing.T) {
 		if first, err := s.Claim(ctx, "job", time.Now().Add(time.Hour)); first || err != nil {
 			t.Errorf("Claim = %v, %v; want not first", first, err)
@@ -114,6 +121,9 @@ func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 	})
 	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
 		t.Fatalf("Commit = %v", err)
+	}
+	if r, err := s.ReadRecord(ctx, "job"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "r" {
+		t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
 	}
 	wantWork(t, s, "job", workFP, replay.LeaseDone)
 }
@@ -166,100 +176,48 @@ func acquireWorkLeaseEnds(t *testing.T, d Driver) {
 	}
 }
 
-func acquireWorkRollbackNoWrite(t *testing.T, d Driver) {
-	for _, expired := range []bool{false, true} {
-		name := "fresh ID"
-		if expired {
-			name = "over an expired lease's row"
-		}
-		t.Run(name, func(t *testing.T) {
+// acquireWorkEscapedRollback: a handler's ROLLBACK ends the Work's
+// transaction. With no row changed on the connection since AcquireWork,
+// nothing was kept: Commit is ErrRolledBack, Rollback succeeds, and the
+// ID is free. Otherwise a statement after the ROLLBACK may have committed
+// on its own (here it did): the outcome is unknown, Commit and Rollback
+// say so (ErrUnavailable, never ErrRolledBack), and the ID is never run
+// again until an operator releases it.
+func acquireWorkEscapedRollback(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		name     string
+		expired  bool   // the ID held an expired lease's row
+		before   bool   // an app row written before the handler's statement
+		stmt     string // the handler's escape
+		rollback bool   // the Work ends with Rollback, not Commit
+		escaped  bool
+	}{
+		{"no write", false, false, `ROLLBACK; BEGIN`, false, false},
+		{"no write, over an expired lease's row", true, false, `ROLLBACK; BEGIN`, false, false},
+		{"no write, then Rollback", false, false, `ROLLBACK`, true, false},
+		{"no write, BEGIN, then Rollback", false, false, `ROLLBACK; BEGIN`, true, false},
+		{"writes around an autocommit INSERT", false, true, `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, false, true},
+		{"writes around BEGIN and an INSERT", false, true, `ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, false, true},
+		// The escape's record commits at the Work's synchronous level,
+		// not the handler's.
+		{"writes around synchronous OFF and an INSERT", false, true, `ROLLBACK; PRAGMA synchronous = OFF; INSERT INTO app (id) VALUES ('after')`, false, true},
+		{"an autocommit INSERT, then Rollback", false, false, `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, true, true},
+		{"BEGIN and an INSERT, then Rollback", false, false, `ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, true, true},
+		// A conflict resolved by ROLLBACK ends the transaction too; the
+		// handler then records the failure, in autocommit.
+		{"INSERT OR ROLLBACK, then Rollback", false, false, `INSERT INTO app (id) VALUES ('dup'); INSERT OR ROLLBACK INTO app (id) VALUES ('dup')`, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s, db := workStore(t, d, sqlitestore.Options{})
-			if expired {
+			if tc.expired {
 				mustLease(t, s, "job", time.Millisecond)
 				time.Sleep(5 * time.Millisecond)
 			}
 			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
-			if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
-				t.Fatalf("ROLLBACK; BEGIN: %v", err)
+			if tc.before {
+				insertApp(t, tx, "before")
 			}
-			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-			if !errors.Is(err, replay.ErrRolledBack) {
-				t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
-			}
-			if n := appRows(t, db, "job"); n != 0 {
-				t.Fatalf("app rows = %d; want 0", n)
-			}
-			// Nothing was kept: the ID is free.
-			acquire(t, s, "job", time.Minute, workFP)
-		})
-	}
-}
-
-// acquireWorkRollbackThenWrite: a handler's ROLLBACK followed by a write
-// in the same string: the write may have committed by itself (here it
-// did), so Commit never reports ErrRolledBack or success, and the ID is
-// never run again until an operator releases it.
-func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
-	for _, stmt := range []string{
-		`ROLLBACK; INSERT INTO app (id) VALUES ('after')`,
-		`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`,
-		// The escape's record commits at the Work's synchronous level,
-		// not the handler's.
-		`ROLLBACK; PRAGMA synchronous = OFF; INSERT INTO app (id) VALUES ('after')`,
-	} {
-		t.Run(stmt, func(t *testing.T) {
-			ctx := context.Background()
-			s, db := workStore(t, d, sqlitestore.Options{})
-			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
-			insertApp(t, tx, "before")
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-			if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable) {
-				t.Fatalf("Commit after %q = %v; want ErrUnavailable, not ErrRolledBack", stmt, err)
-			}
-			// The writer's connection runs at its level again: the next
-			// write is not refused for a lowered synchronous.
-			if first, err := s.Claim(ctx, "next", time.Now().Add(time.Hour)); err != nil || !first {
-				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
-			}
-			if n := appRows(t, db, "before"); n != 0 {
-				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
-			}
-			wantRefused(t, s, "job")
-			if err := s.Release(ctx, "job"); err != nil {
-				t.Fatal(err)
-			}
-			acquire(t, s, "job", time.Minute, workFP)
-		})
-	}
-}
-
-// acquireWorkRollbackAfterEscape: a Work whose handler ended its
-// transaction (ROLLBACK) and then failed is rolled back as Commit would
-// judge it: with a row changed since, the ID is refused (a statement
-// after the ROLLBACK may have committed on its own: running the request
-// again could repeat it); with none, Rollback succeeds and the ID is
-// free.
-func acquireWorkRollbackAfterEscape(t *testing.T, d Driver) {
-	for _, tc := range []struct {
-		stmt    string
-		escaped bool
-	}{
-		{`ROLLBACK; INSERT INTO app (id) VALUES ('after')`, true},
-		{`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, true},
-		{`ROLLBACK`, false},
-		{`ROLLBACK; BEGIN`, false},
-		// A conflict resolved by ROLLBACK ends the transaction too; the
-		// handler then records the failure, in autocommit.
-		{`INSERT INTO app (id) VALUES ('dup'); INSERT OR ROLLBACK INTO app (id) VALUES ('dup')`, true},
-	} {
-		t.Run(tc.stmt, func(t *testing.T) {
-			ctx := context.Background()
-			s, db := workStore(t, d, sqlitestore.Options{})
-			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
 			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
 				if !strings.Contains(tc.stmt, "OR ROLLBACK") {
 					t.Fatalf("%s: %v", tc.stmt, err)
@@ -269,18 +227,40 @@ func acquireWorkRollbackAfterEscape(t *testing.T, d Driver) {
 					t.Fatalf("the handler's write after the conflict's ROLLBACK was not committed on its own (%d rows)", n)
 				}
 			}
-			err := w.Rollback(ctx)
+			var err error
+			if tc.rollback {
+				err = w.Rollback(ctx)
+			} else {
+				err = w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			}
+			switch {
+			case !tc.escaped && tc.rollback && err != nil:
+				t.Fatalf("Rollback after %q = %v; want nil", tc.stmt, err)
+			case !tc.escaped && !tc.rollback && !errors.Is(err, replay.ErrRolledBack):
+				t.Fatalf("Commit after %q = %v; want ErrRolledBack", tc.stmt, err)
+			case tc.escaped && (errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable)):
+				t.Fatalf("end of the work after %q = %v; want ErrUnavailable, not ErrRolledBack", tc.stmt, err)
+			}
+			if n := appRows(t, db, "before"); n != 0 {
+				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
+			}
 			if !tc.escaped {
-				if err != nil {
-					t.Fatalf("Rollback after %q = %v; want nil", tc.stmt, err)
+				if n := countRows(t, db, `SELECT count(*) FROM app`); n != 0 {
+					t.Fatalf("app rows = %d; want 0", n)
 				}
-				acquire(t, s, "job", time.Minute, workFP)
+				acquire(t, s, "job", time.Minute, workFP) // the ID is free
 				return
 			}
-			if err == nil || !errors.Is(err, sqlitestore.ErrUnavailable) {
-				t.Fatalf("Rollback after %q = %v; want ErrUnavailable", tc.stmt, err)
+			// The writer's connection runs at its level again: the next
+			// write is not refused for a lowered synchronous.
+			if first, err := s.Claim(ctx, "next", time.Now().Add(time.Hour)); err != nil || !first {
+				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
 			}
 			wantRefused(t, s, "job")
+			if err := s.Release(ctx, "job"); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, s, "job", time.Minute, workFP) // an operator's Release frees it
 		})
 	}
 }
@@ -644,11 +624,7 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 				}
 				break
 			}
-			var kept int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM app`).Scan(&kept); err != nil {
-				t.Fatal(err)
-			}
-			if kept != 0 {
+			if kept := countRows(t, db, `SELECT count(*) FROM app`); kept != 0 {
 				t.Fatalf("a rolled-back Work after the handler's journal_mode = OFF kept %d of its 50 rows", kept)
 			}
 			t.Logf("the next write after the handler's journal_mode = OFF: %v", refused)

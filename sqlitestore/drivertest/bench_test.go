@@ -467,23 +467,9 @@ func benchHandler(b *testing.B, w replay.Work, id string, until time.Time) {
 }
 
 // benchHandlerTx is the handler's own transaction on a connection of
-// db's pool: BEGIN IMMEDIATE; the handler's INSERT; COMMIT.
+// db's pool (benchOwnTx) with the handler's row.
 func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		b.Fatalf("BEGIN IMMEDIATE: %v", err)
-	}
-	if _, err := conn.ExecContext(ctx, benchAppInsert, id, benchBody); err != nil {
-		b.Fatalf("the handler's INSERT: %v", err)
-	}
-	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
-		b.Fatalf("COMMIT: %v", err)
-	}
+	benchMust(b, benchOwnTx(context.Background(), db, id, benchBody))
 }
 
 // BenchmarkSweep: one Sweep of 100 expired rows (written before the
@@ -676,9 +662,14 @@ func BenchmarkSweepKeepsUp(b *testing.B) {
 	}
 }
 
-// benchReadFloor is the floor of a read: the row's columns by its key, on
+// benchReadRow is the floor of a read: the row's columns by its key, on
 // the same file and pool.
-const benchReadFloor = `SELECT state, token, until, fingerprint, result FROM ctoken_replay WHERE key = ?`
+func benchReadRow(b *testing.B, db *sql.DB, key []byte) {
+	var st, tok string
+	var until int64
+	var fp, res []byte
+	benchMust(b, db.QueryRowContext(context.Background(), `SELECT state, token, until, fingerprint, result FROM ctoken_replay WHERE key = ?`, key).Scan(&st, &tok, &until, &fp, &res))
+}
 
 // BenchmarkReadRecord: ReadRecord of one ID, a live lease (state=busy) or
 // a done entry with a small record (state=done), then the floor's
@@ -704,12 +695,7 @@ func BenchmarkReadRecord(b *testing.B) {
 							b.Fatalf("ReadRecord = %v, %v; want %v", r.State, err, state)
 						}
 					},
-					func(int) {
-						var st, tok string
-						var until int64
-						var fp, res []byte
-						benchMust(b, db.QueryRowContext(ctx, benchReadFloor, key).Scan(&st, &tok, &until, &fp, &res))
-					})
+					func(int) { benchReadRow(b, db, key) })
 			})
 		}
 	}
@@ -741,12 +727,7 @@ func BenchmarkTaskPoll(b *testing.B) {
 							b.Fatalf("Get = %q, %v; want %s", st.Status, err, poll.status)
 						}
 					},
-					func(int) {
-						var st, tok string
-						var until int64
-						var fp, res []byte
-						benchMust(b, db.QueryRowContext(ctx, benchReadFloor, key).Scan(&st, &tok, &until, &fp, &res))
-					})
+					func(int) { benchReadRow(b, db, key) })
 			})
 		}
 	}

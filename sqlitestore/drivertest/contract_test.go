@@ -233,7 +233,7 @@ func TestSweep(t *testing.T) {
 		}
 		close(stop)
 		got := <-claimed
-		if rows := tableRows(t, db); rows != 1+5+got[0] {
+		if rows := countRows(t, db, `SELECT count(*) FROM ctoken_replay`); rows != 1+5+got[0] {
 			t.Fatalf("%d rows after the sweep; want the marker, 5 live claims and the %d claimed during it", rows, got[0])
 		}
 		if got[1] == 0 {
@@ -329,16 +329,6 @@ func expiredRows(t testing.TB, db *sql.DB) int {
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay WHERE until = 1`).Scan(&n); err != nil {
 		t.Error(err)
-	}
-	return n
-}
-
-// tableRows counts the store's rows, the marker's included.
-func tableRows(t testing.TB, db *sql.DB) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(&n); err != nil {
-		t.Fatal(err)
 	}
 	return n
 }

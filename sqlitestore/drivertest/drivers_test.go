@@ -2,49 +2,46 @@ package drivertest
 
 import (
 	"context"
-	"path/filepath"
+	"database/sql"
 	"testing"
-
-	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// driversSetEveryConnection: the DSN of each driver sets the safe
-// pragmas on every connection the pool opens, and the store accepts it.
-func driversSetEveryConnection(t *testing.T) {
+// A driverCase is one case of a table run on every driver.
+type driverCase struct {
+	name string
+	fn   func(t *testing.T, d Driver)
+}
+
+// eachDriver runs fn on every driver of the test binary, each in a
+// parallel subtest named after the driver.
+func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, d)
+		})
+	}
+}
+
+// runOnEveryDriver runs every case on every driver of the test binary, in
+// parallel.
+func runOnEveryDriver(t *testing.T, cases []driverCase) {
 	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
-		db := d.Open(t, filepath.Join(t.TempDir(), "x.db"))
-		var conns []interface{ Close() error }
-		for range 4 {
-			c, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, c)
-			var journal string
-			var sync, busy int
-			for _, q := range []struct {
-				pragma string
-				dst    any
-			}{{"journal_mode", &journal}, {"synchronous", &sync}, {"busy_timeout", &busy}} {
-				if err := c.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.dst); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if journal != "wal" || sync != 2 || busy != 5000 {
-				t.Fatalf("connection runs journal_mode=%s synchronous=%d busy_timeout=%d; want wal, 2, 5000", journal, sync, busy)
-			}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.fn(t, d)
+			})
 		}
-		for _, c := range conns {
-			c.Close()
-		}
-		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-			t.Fatal(err)
-		}
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
 	})
+}
+
+// countRows runs query, a SELECT count(*), on db and returns the count.
+func countRows(t testing.TB, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
 }

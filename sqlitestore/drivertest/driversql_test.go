@@ -35,7 +35,6 @@ func TestDriver(t *testing.T) {
 		name string
 		test func(*testing.T)
 	}{
-		{"safe settings on every connection", driversSetEveryConnection},
 		{"DSN sets every connection", dsnSetsEveryConnection},
 		{"SQL the store needs", driverSQL},
 		{"Schema runs through ExecContext", schemaRunsThroughExecContext},
@@ -46,10 +45,11 @@ func TestDriver(t *testing.T) {
 
 // dsnSetsEveryConnection: the driver's DSN applies each pragma to
 // every connection the pool opens, not to the first one only. The values
-// differ from every default (SQLite's synchronous FULL and journal_mode
-// DELETE, mattn's busy_timeout 5000) and, but for WAL, none is kept in
-// the file, so only a DSN read on each connection can produce them. The
-// weak settings are the ones the refusal tests open with.
+// but Safe's differ from every default (SQLite's synchronous FULL and
+// journal_mode DELETE, mattn's busy_timeout 5000) and, but for WAL, none
+// is kept in the file, so only a DSN read on each connection can produce
+// them. The weak settings are the ones the refusal tests open with. On
+// Safe's pool, Migrate and New then accept the settings.
 func dsnSetsEveryConnection(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
@@ -60,6 +60,7 @@ func dsnSetsEveryConnection(t *testing.T) {
 				sync    int
 				busy    int
 			}{
+				{"Safe", Safe, "wal", 2, 5000},
 				{"WAL EXTRA 4321", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "EXTRA"}, {"busy_timeout", "4321"}}, "wal", 3, 4321},
 				{"TRUNCATE EXTRA 1234", []Pragma{{"journal_mode", "TRUNCATE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "1234"}}, "truncate", 3, 1234},
 				{"weak: MEMORY OFF 0", []Pragma{{"journal_mode", "MEMORY"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, "memory", 0, 0},
@@ -82,6 +83,12 @@ func dsnSetsEveryConnection(t *testing.T) {
 					}
 					if n := db.Stats().OpenConnections; n != 4 {
 						t.Fatalf("%d connections open; want 4", n)
+					}
+					if tc.name == "Safe" {
+						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+							t.Fatal(err)
+						}
+						mustStore(t, db, sqlitestore.Options{})
 					}
 				})
 			}
@@ -208,13 +215,8 @@ func schemaRunsThroughExecContext(t *testing.T) {
 			if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
 				t.Fatalf("Schema's SQL in one ExecContext: %v", err)
 			}
-			var objects, markers int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`).Scan(&objects); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`).Scan(&markers); err != nil {
-				t.Fatal(err)
-			}
+			objects := countRows(t, db, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`)
+			markers := countRows(t, db, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`)
 			if objects != 2 || markers != 1 {
 				t.Fatalf("after Schema's SQL: %d of the table and its index, %d marker rows; want 2 and 1", objects, markers)
 			}

@@ -28,7 +28,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// idemKeys seal the recorded results of the tests' idempotent tools.
+// idemKeys seal the recorded results of the tests' idempotent tools (the
+// same in every process).
 var idemKeys = func() *ctoken.Keyring {
 	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
@@ -37,24 +38,29 @@ var idemKeys = func() *ctoken.Keyring {
 	return kr
 }()
 
-// loseFirstToolsCall is an http.RoundTripper that lets the first
-// tools/call POST reach the server, reads its whole response, and
-// reports a broken connection instead.
-type loseFirstToolsCall struct{ lost atomic.Bool }
+// losesAnswers is an http.RoundTripper that lets the tools/call POSTs
+// numbered in lose (from 1) reach the server, reads the whole answer, and
+// reports a broken connection instead, as a network that fails after the
+// server answered.
+type losesAnswers struct {
+	calls, lost atomic.Int32
+	lose        map[int]bool
+}
 
-func (l *loseFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) {
+func (l *losesAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
 	var body []byte
 	if r.Body != nil {
 		body, _ = io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err == nil && bytes.Contains(body, []byte(`"tools/call"`)) && l.lost.CompareAndSwap(false, true) {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return nil, errors.New("connection reset after the request was served")
+	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) || !l.lose[int(l.calls.Add(1))] {
+		return resp, err
 	}
-	return resp, err
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	l.lost.Add(1)
+	return nil, errors.New("connection reset after the server answered")
 }
 
 func mcpIdempotentToolOnSQLite(t *testing.T) {
@@ -93,18 +99,12 @@ func mcpIdempotentToolOnSQLite(t *testing.T) {
 				}))
 			srv := loopback(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true}), nil)
 			cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil).Connect(ctx,
-				&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: &loseFirstToolsCall{}}, MaxRetries: -1}, nil)
+				&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: &losesAnswers{lose: map[int]bool{1: true}}}, MaxRetries: -1}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cs.Close()
-			rows := func() int {
-				var n int
-				if err := db.QueryRowContext(ctx, `SELECT count(*) FROM payments`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+			rows := func() int { return countRows(t, db, `SELECT count(*) FROM payments`) }
 			call := &mcp.CallToolParams{Name: "pay", Arguments: map[string]any{"key": "pay-1", "amount": 5}}
 			if _, err := cs.CallTool(ctx, call); err == nil {
 				t.Fatal("the first response was not lost")

@@ -10,6 +10,7 @@ package drivertest
 // second call from the application, with one row.
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -28,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken"
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/sqlitestore"
@@ -58,15 +58,6 @@ func init() {
 	}
 }
 
-// restartKeys seal the recorded results; every child has the same.
-var restartKeys = func() *ctoken.Keyring {
-	kr, err := ctoken.NewKeyring([]byte(strings.Repeat("r", 32)))
-	if err != nil {
-		panic(err)
-	}
-	return kr
-}()
-
 // restartChild serves the tool "pay" over stateless streamable HTTP on
 // job.Addr until it is killed (or 60 s pass), and says "ready" once it
 // listens.
@@ -91,7 +82,7 @@ func restartChild(spec string) error {
 		return fmt.Errorf("New: %w", err)
 	}
 	idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
-		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: restartKeys, Store: store, KeyFromMeta: true, Transactional: true},
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyFromMeta: true, Transactional: true},
 		Caller:            ctokenmcp.FixedCaller("alice"),
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
@@ -161,23 +152,10 @@ func startRestartChild(t *testing.T, job restartJob) *restartProc {
 	}
 	go func() {
 		defer close(p.exited)
-		var buf [256]byte
-		var line []byte
-		for {
-			n, err := out.Read(buf[:])
-			for _, c := range buf[:n] {
-				if c == '\n' {
-					p.said <- string(line)
-					line = line[:0]
-				} else {
-					line = append(line, c)
-				}
-			}
-			if err != nil {
-				p.cmd.Wait()
-				return
-			}
+		for sc := bufio.NewScanner(out); sc.Scan(); {
+			p.said <- sc.Text()
 		}
+		p.cmd.Wait()
 	}()
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.exited })
 	p.await(t, "ready")
@@ -301,12 +279,7 @@ func TestCallToolRidesOutARestart(t *testing.T) {
 			if a.err != nil {
 				t.Fatalf("after a restart %v after the kill: %v", time.Since(killed), a.err)
 			}
-			db := driver.Open(t, path)
-			var rows int
-			if err := db.QueryRow(`SELECT count(*) FROM payments`).Scan(&rows); err != nil {
-				t.Fatal(err)
-			}
-			if rows != 1 {
+			if rows := countRows(t, driver.Open(t, path), `SELECT count(*) FROM payments`); rows != 1 {
 				t.Fatalf("%d rows; want 1", rows)
 			}
 			t.Logf("down %v (%d refused connections); the call took %v", time.Since(killed).Round(time.Millisecond), dialer.n.Load(), time.Since(start).Round(time.Millisecond))

@@ -185,15 +185,6 @@ func roundOne(t *testing.T, cs *mcp.ClientSession) *mcp.CallToolParams {
 	}
 }
 
-func deploys(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM deploys`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestMCP pins MCP servers on the SQLite store end to end, driven by
 // go-sdk's client: an idempotent tool whose response is lost, and the
 // deploy tool's request state across a restart of the server.
@@ -242,7 +233,7 @@ func mcpSingleUseStateAcrossARestart(t *testing.T) {
 				if err != nil || second.IsError || second.StructuredContent.(map[string]any)["deployed"] != "api" {
 					t.Fatalf("round two: %v, %+v; want api deployed", err, second)
 				}
-				if n := deploys(t, before.db); n != 1 {
+				if n := countRows(t, before.db, `SELECT count(*) FROM deploys`); n != 1 {
 					t.Fatalf("%d deploys after round two; want 1", n)
 				}
 				cs.Close()
@@ -258,7 +249,7 @@ func mcpSingleUseStateAcrossARestart(t *testing.T) {
 				} else if err != nil || replayed.StructuredContent.(map[string]any)["deployed"] != "api" {
 					t.Fatalf("the used state after the restart: %v, %+v; want api deployed again", err, replayed)
 				}
-				if n := deploys(t, after.db); n != tc.deploys {
+				if n := countRows(t, after.db, `SELECT count(*) FROM deploys`); n != tc.deploys {
 					t.Fatalf("%d deploys after the replay; want %d", n, tc.deploys)
 				}
 			})
@@ -299,7 +290,7 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 		if _, err := cs.CallTool(ctx, use); err == nil {
 			t.Fatal("round two returned although its response was lost")
 		}
-		if n := deploys(t, before.db); n != 1 {
+		if n := countRows(t, before.db, `SELECT count(*) FROM deploys`); n != 1 {
 			t.Fatalf("%d deploys after round two; want 1", n)
 		}
 		lost := resultOf(t, before.lost)
@@ -317,7 +308,7 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 				t.Fatalf("retry %d's result:\n%s\nthe lost one:\n%s", i, got, lost)
 			}
 		}
-		if n := deploys(t, after.db); n != 1 {
+		if n := countRows(t, after.db, `SELECT count(*) FROM deploys`); n != 1 {
 			t.Fatalf("%d deploys after the retries; want 1", n)
 		}
 		var we *jsonrpc.Error
@@ -339,7 +330,7 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 		if _, err := connectMCP(t, plain).CallTool(ctx, use); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
 			t.Fatalf("without AnswerRetries: %v; want ctoken code %d", err, ctokenmcp.StateUsed)
 		}
-		if n := deploys(t, plain.db); n != 1 {
+		if n := countRows(t, plain.db, `SELECT count(*) FROM deploys`); n != 1 {
 			t.Fatalf("%d deploys; want 1", n)
 		}
 	})
@@ -392,7 +383,7 @@ func mcpRoundWhoseServerStopped(t *testing.T) {
 		if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.RoundInterrupted {
 			t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.RoundInterrupted)
 		}
-		if n := deploys(t, after.db); n != 0 {
+		if n := countRows(t, after.db, `SELECT count(*) FROM deploys`); n != 0 {
 			t.Fatalf("%d deploys; want 0: the interrupted round never ran again", n)
 		}
 		t.Logf("%s: %d busy answers, then round interrupted (1029)", d.Name, busy)

@@ -3,18 +3,13 @@
 package drivertest
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 
 	"github.com/ctoken/ctoken"
@@ -35,28 +30,9 @@ import (
 // drives itself — and the retry gets the first result. One payment and
 // one deploy are written, and the user is asked once.
 func Example_mcpServer() {
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		log.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (kind TEXT NOT NULL, what TEXT NOT NULL)`); err != nil {
-		log.Fatal(err)
-	}
-	store, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
+	db, store, done := exampleStore(`CREATE TABLE effects (kind TEXT NOT NULL, what TEXT NOT NULL)`)
+	defer done()
 
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // in production: from a keyfile (ctoken keygen)
 	if err != nil {
@@ -167,29 +143,4 @@ func Example_mcpServer() {
 	// deploy: deployed (plan: api)
 	// 5 tools/call sent, 2 answers lost
 	// 1 payment, 1 deploy; asked 1 time
-}
-
-// losesAnswers is an http.RoundTripper that lets the tools/call POSTs
-// numbered in lose (from 1) reach the server, reads the whole answer, and
-// reports a broken connection instead, as a network that fails after the
-// server answered.
-type losesAnswers struct {
-	calls, lost atomic.Int32
-	lose        map[int]bool
-}
-
-func (l *losesAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		body, _ = io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) || !l.lose[int(l.calls.Add(1))] {
-		return resp, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	l.lost.Add(1)
-	return nil, errors.New("connection reset after the server answered")
 }

@@ -49,3 +49,29 @@ func Example_modernc() {
 	// start 1: first=true err=<nil>
 	// start 2: first=false err=<nil>
 }
+
+// exampleStore is the setup of the examples that follow Example_modernc:
+// a database file in a temporary directory opened with its DSN, Migrate,
+// the application's table (schema) in the same file, and a Store; done
+// closes them and removes the directory.
+func exampleStore(schema string) (db *sql.DB, store *sqlitestore.Store, done func()) {
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err = sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		log.Fatal(err)
+	}
+	if store, err = sqlitestore.New(ctx, db, sqlitestore.Options{}); err != nil {
+		log.Fatal(err)
+	}
+	return db, store, func() { store.Close(); db.Close(); os.RemoveAll(dir) }
+}

@@ -4,14 +4,11 @@ package drivertest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ctoken/ctoken"
@@ -27,29 +24,10 @@ import (
 // second copy of a webhook delivery is acknowledged without running the
 // handler: each row is written once.
 func Example_transactional() {
-	dir, err := os.MkdirTemp("", "replay")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		log.Fatal(err)
-	}
 	// The app's own table, in the same file as the store's.
-	if _, err := db.ExecContext(ctx, `CREATE TABLE charges (source TEXT NOT NULL, ref TEXT NOT NULL)`); err != nil {
-		log.Fatal(err)
-	}
-	store, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
+	db, store, done := exampleStore(`CREATE TABLE charges (source TEXT NOT NULL, ref TEXT NOT NULL)`)
+	defer done()
 
 	// charge inserts one row in the request's transaction.
 	charge := func(source string) http.Handler {

@@ -284,27 +284,3 @@ func TestReadRecordBesideCommits(t *testing.T) {
 		}
 	})
 }
-
-// TestReadRecordOfAWorksID: an ID a Work of AcquireWork holds, whose row
-// is not committed, reads busy, as AcquireRecord finds it; once the Work
-// commits, it reads done with the Work's record.
-func TestReadRecordOfAWorksID(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
-		s, _, _ := readStore(t, d)
-		fp := []byte("fingerprint")
-		_, w, err := s.AcquireWork(ctx, "w", time.Minute, fp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, fp) {
-			t.Fatalf("ReadRecord of a Work's ID = %v %q, %v; want busy with its fingerprint", r.State, r.Fingerprint, err)
-		}
-		if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := s.ReadRecord(ctx, "w"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
-			t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
-		}
-	})
-}

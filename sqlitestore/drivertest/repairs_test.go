@@ -330,11 +330,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 			db.Close()
 
 			db2 := d.Open(t, path)
-			var n int
-			if err := db2.QueryRow(`SELECT count(*) FROM app WHERE v = 'inserted'`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			if n != inserts {
+			if n := countRows(t, db2, `SELECT count(*) FROM app WHERE v = 'inserted'`); n != inserts {
 				t.Fatalf("%d of the application's %d inserts in the file after reopening; want all", n, inserts)
 			}
 			opts.Observer = nil

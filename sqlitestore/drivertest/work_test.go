@@ -29,11 +29,7 @@ func workStore(t *testing.T, d Driver, opts sqlitestore.Options) (*sqlitestore.S
 // appRows counts the app table's rows for id, read outside any Work.
 func appRows(t *testing.T, db *sql.DB, id string) int {
 	t.Helper()
-	var n int
-	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM app WHERE id = ?`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return countRows(t, db, `SELECT count(*) FROM app WHERE id = ?`, id)
 }
 
 func mustLease(t *testing.T, s *sqlitestore.Store, id string, lease time.Duration) replay.Lease {
@@ -211,29 +207,36 @@ func workOutlivesLease(t *testing.T, d Driver) {
 	}
 }
 
+// A workWay opens a Work on "job", with what its Commit takes.
+type workWay struct {
+	name    string
+	fp, rec []byte // Commit's
+	begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx, context.Context)
+}
+
+// workWays are the two ways to open a Work on "job" for lease: BeginWork
+// after AcquireLease, and AcquireWork.
+func workWays(lease time.Duration) []workWay {
+	return []workWay{
+		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx, context.Context) {
+			return begin(t, s, "job", mustLease(t, s, "job", lease).Token)
+		}},
+		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx, context.Context) {
+			return acquire(t, s, "job", lease, workFP)
+		}},
+	}
+}
+
 // workClaim: a claim in a Work, of BeginWork or of AcquireWork, commits
 // and rolls back with it.
 func workClaim(t *testing.T, d Driver) {
-	for _, way := range []struct {
-		name    string
-		fp, rec []byte // Commit's
-		begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context)
-	}{
-		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
-			w, _, wctx := begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
-			return w, wctx
-		}},
-		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, context.Context) {
-			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
-			return w, wctx
-		}},
-	} {
+	for _, way := range workWays(time.Minute) {
 		for _, commit := range []bool{false, true} {
 			t.Run(fmt.Sprint(way.name, "/commit=", commit), func(t *testing.T) {
 				ctx := context.Background()
 				s, _ := workStore(t, d, sqlitestore.Options{})
 				until := time.Now().Add(time.Hour)
-				w, wctx := way.begin(t, s)
+				w, _, wctx := way.begin(t, s)
 				if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
 					t.Fatalf("Claim in the work = %v, %v; want first", first, err)
 				}
@@ -393,24 +396,11 @@ func workEscapedRollback(t *testing.T, d Driver) {
 // until an operator's Release frees it.
 func workEscapedCommit(t *testing.T, d Driver) {
 	const lease = 200 * time.Millisecond
-	for _, way := range []struct {
-		name    string
-		fp, rec []byte // Commit's
-		begin   func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx)
-	}{
-		{"BeginWork", nil, nil, func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx) {
-			w, tx, _ := begin(t, s, "job", mustLease(t, s, "job", lease).Token)
-			return w, tx
-		}},
-		{"AcquireWork", workFP, []byte("r"), func(t *testing.T, s *sqlitestore.Store) (replay.Work, *sqlitestore.Tx) {
-			w, tx, _ := acquire(t, s, "job", lease, workFP)
-			return w, tx
-		}},
-	} {
+	for _, way := range workWays(lease) {
 		t.Run(way.name, func(t *testing.T) {
 			ctx := context.Background()
 			s, db := workStore(t, d, sqlitestore.Options{})
-			w, tx := way.begin(t, s)
+			w, tx, _ := way.begin(t, s)
 			leaseEnd := time.Now().Add(lease) // not before the lease's end
 			insertApp(t, tx, "before")
 			if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
@@ -546,11 +536,7 @@ func workConcurrent(t *testing.T, d Driver) {
 	for err := range errs {
 		t.Error(err)
 	}
-	var total int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM app`).Scan(&total); err != nil {
-		t.Fatal(err)
-	}
-	if total != n {
+	if total := countRows(t, db, `SELECT count(*) FROM app`); total != n {
 		t.Fatalf("app rows = %d; want %d", total, n)
 	}
 	for i := range n {
@@ -562,34 +548,4 @@ func workConcurrent(t *testing.T, d Driver) {
 			t.Fatalf("second Claim(claim-%d) = %v, %v; want not first", i, first, err)
 		}
 	}
-}
-
-// A driverCase is one case of a table run on every driver.
-type driverCase struct {
-	name string
-	fn   func(t *testing.T, d Driver)
-}
-
-// eachDriver runs fn on every driver of the test binary, each in a
-// parallel subtest named after the driver.
-func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, d)
-		})
-	}
-}
-
-// runOnEveryDriver runs every case on every driver of the test binary, in
-// parallel.
-func runOnEveryDriver(t *testing.T, cases []driverCase) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				tc.fn(t, d)
-			})
-		}
-	})
 }

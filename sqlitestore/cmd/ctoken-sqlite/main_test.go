@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,8 +266,8 @@ func TestStatusChangesNothing(t *testing.T) {
 	if code, out, errOut := runCmd("status", "-db", path); code != 0 || !strings.Contains(out, "New       serves") {
 		t.Fatalf("status on the image = %d:\n%s%s\nwant 0: serving", code, out, errOut)
 	}
-	if after := snapshot(t, crash); !equal(before, after) {
-		t.Fatalf("status changed the files: %v before, %v after", keys(before), keys(after))
+	if after := snapshot(t, crash); !maps.Equal(before, after) {
+		t.Fatalf("status changed the files: %v before, %v after", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 
 	if err := os.Remove(path + "-wal"); err != nil {
@@ -277,8 +279,8 @@ func TestStatusChangesNothing(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "a WAL the store kept, with commits the database lacks") || !strings.Contains(out, "New       refuses: ") {
 		t.Fatalf("status after the WAL's deletion = %d:\n%s\nwant 1, the kept WAL, the refusal", code, out)
 	}
-	if after := snapshot(t, crash); !equal(before, after) {
-		t.Fatalf("status changed the files: %v before, %v after", keys(before), keys(after))
+	if after := snapshot(t, crash); !maps.Equal(before, after) {
+		t.Fatalf("status changed the files: %v before, %v after", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 }
 
@@ -291,26 +293,6 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // TestRearmRefusesADatabaseInUse: with an application's store open on the
