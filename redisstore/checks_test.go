@@ -61,10 +61,7 @@ func aof(fsync string) map[string]*redis.Cmd {
 // not fit is refused, weakened persistence is refused and fenced, and each
 // refusal names its risk and ends with its condition.
 func TestChecks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuse what does not fit", serverChecksRefuseWhatDoesNotFit},
 		{"acked refuses too few acks", ackedRefusesTooFewAcknowledgements},
 		{"persistence that can roll back", openRefusesPersistenceThatCanRollBack},
@@ -82,9 +79,7 @@ func TestChecks(t *testing.T) {
 		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
 		{"a free ID is refused while the counters moved", freeIDIsRefusedWhileTheCountersMoved},
 		{"a Cluster master no check has read refuses", clusterMasterNoCheckHasReadRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A store no call reaches still runs its checks every RecheckInterval

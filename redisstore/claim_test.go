@@ -17,19 +17,14 @@ import (
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
 func TestClaim(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"over each entry state", claimOverEachEntryState},
 		{"stores absolute expiry", claimStoresAbsoluteExpiry},
 		{"rejects invalid claims", claimRejectsInvalidClaims},
 		{"accepts max length ID", claimAcceptsMaxLengthID},
 		{"one guarded script, absolute expiry", claimSendsOneGuardedScriptWithAbsoluteExpiry},
 		{"resent claim finds its own entry", resentClaimFindsItsOwnEntry},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The claim script writes with one SET NX and reads the entry only when
@@ -240,17 +235,12 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 // TestClaimFailsClosed pins that [Store.Claim] refuses, never answers first,
 // when Redis is down, slow, odd or full.
 func TestClaimFailsClosed(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"redis down", claimFailsClosedWhenRedisDown},
 		{"redis slow", claimFailsClosedWhenRedisSlow},
 		{"unexpected replies", claimFailsClosedOnUnexpectedReplies},
 		{"redis full", claimFailsClosedWhenRedisIsFull},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func claimFailsClosedWhenRedisDown(t *testing.T) {

@@ -43,19 +43,14 @@ func TestDurabilityContract(t *testing.T) {
 // TestDurability pins the durability contract: a step is answered only once
 // its write is on the replicas or the AOF the store was opened with.
 func TestDurability(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"steps with a stopped replica", stepsWithAStoppedReplicaAreNotDurable},
 		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
 		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
 		{"AOF probe failing after a fresh read", aOFProbeFailingAfterAFreshReadKeepsTheWait},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // With Durability, every step that writes is answered only once the
@@ -133,18 +128,13 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 // TestOpen pins [Open]'s refusals: replicas without durability, a replica,
 // WAITAOF without server support, eviction policies, and Redis down.
 func TestOpen(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"replicas without durability", openRefusesReplicasWithoutDurability},
 		{"a replica", openRefusesAReplica},
 		{"WAITAOF without server support", openRefusesWAITAOFWithoutServerSupport},
 		{"eviction policies", openRefusesEvictionPolicies},
 		{"redis down", openFailsWhenRedisIsDown},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func openRefusesReplicasWithoutDurability(t *testing.T) {

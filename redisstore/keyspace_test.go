@@ -58,15 +58,10 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 // TestForgetContract pins ctoken's contract for a store that forgets
 // (FLUSHALL, a restart without persistence): nothing is accepted twice.
 func TestForgetContract(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"flushall", forgetContractFlushAll},
 		{"restart without persistence", forgetContractRestartWithoutPersistence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func forgetContractFlushAll(t *testing.T) {
@@ -94,18 +89,13 @@ func forgetContractRestartWithoutPersistence(t *testing.T) {
 // TestFence pins the fence: after evidence of loss a shard or the key space
 // refuses until the horizon has passed.
 func TestFence(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"claim refused until the horizon", claimRefusesWhileFencedThenServesAfterHorizon},
 		{"every step on a lost shard raises it", everyStepOnALostShardRaisesTheFence},
 		{"unknown marker value refuses", unknownMarkerValueRefuses},
 		{"claims beyond the horizon refused", claimsBeyondTheHorizonAreRefused},
 		{"open after an unwatched restart", openAfterAnUnwatchedRestartNamesIt},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The first step on a shard that lost its marker (a partial loss),
@@ -251,19 +241,14 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 // TestProvision pins [Store.Provision]: it opens only a new key space and
 // refuses on evidence of a previous life.
 func TestProvision(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"opens only a new key space", provisionOpensOnlyANewKeySpace},
 		{"reprovision never used", reprovisionNeverUsed},
 		{"reprovision refuses on evidence of loss", reprovisionNeverUsedRefusesOnEvidenceOfLoss},
 		{"open refuses an unopened key space", openRefusesAKeySpaceWithoutAnOpenShard},
 		{"store serves once provisioned", newStoreServesOnceItsKeySpaceIsProvisioned},
 		{"refuses on evidence of a previous life", provisionRefusesOnEvidenceOfAPreviousLife},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func provisionOpensOnlyANewKeySpace(t *testing.T) {

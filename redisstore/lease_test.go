@@ -28,10 +28,7 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 // TestLease pins the lease steps (AcquireLease, ConfirmLease, ReleaseLease)
 // against the test Redis.
 func TestLease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"resent after a lost reply", stepsResentAfterLostReplyAnswerTheSame},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
@@ -42,9 +39,7 @@ func TestLease(t *testing.T) {
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A client that resends every command after a lost reply gets the same

@@ -29,15 +29,10 @@ func TestParseLedgerEntry(t *testing.T) {
 // TestLedger pins the provisioning ledger: the newest entries kept in order
 // and the provisioned horizon read from them.
 func TestLedger(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"horizon is the newest recorded", provisionedHorizonIsTheNewestRecorded},
 		{"keeps the newest entries in order", ledgerKeepsTheNewestEntriesInOrder},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The key space's horizon is the one its newest "provisioned" entry

@@ -136,10 +136,7 @@ func (c claimedBefore) acceptedTwice(t *testing.T, s *Store, life time.Duration)
 // TestLifetime pins the key space's recorded lifetime: the fence it ends,
 // the longer lifetime winning, and steps past it refused by Redis's clock.
 func TestLifetime(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"fence ends after the longest claim", fenceEndsWhenTheKeySpaceLongestClaimHasExpired},
 		{"longer lifetime of two applications wins", twoApplicationsOnOneKeySpaceTheLongerLifetimeWins},
 		{"record outlasting a shorter horizon fences", recordOutlastingAShorterHorizonStillFences},
@@ -149,9 +146,7 @@ func TestLifetime(t *testing.T) {
 		{"status shows when reopening is safe", statusShowsWhenReopeningAcceptsNothingTwice},
 		{"1-minute work fenced for minutes", oneMinuteWorkIsFencedForMinutes},
 		{"idempotency keys fenced for window and lease", idempotencyKeysAreFencedForTheirWindowAndLease},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func fenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {

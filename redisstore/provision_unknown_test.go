@@ -18,18 +18,13 @@ import (
 // no ledger, no evidence either way): Provision fences it for one
 // lifetime, and only the operator's statement (ProvisionNew) opens it.
 func TestUnknownHistory(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"provision fences it", provisionFencesAKeySpaceOfUnknownHistory},
 		{"provision -new opens only its fence", provisionNewOpensAFenceForUnknownHistoryOnly},
 		{"provision -new is recorded", provisionNewRecordsTheOperatorsStatement},
 		{"restart, then the runbook", restartWithoutPersistenceThenProvisionAcceptsNothing},
 		{"provision -new losing to a fence", provisionNewThatLosesToAFenceReportsIt},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Provision on a key space with no marker and no evidence either way

@@ -37,10 +37,7 @@ func acquireRecord(t *testing.T, s *Store, id string, fp []byte, want replay.Lea
 // against the test Redis: the entry layout, resent steps, guards, releases
 // and the staging and side keys they leave.
 func TestRecord(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"entry layout", recordEntryLayout},
 		{"reads entries without a record", recordReadsEntriesWithoutARecord},
 		{"plain steps on record entries", plainStepsOnRecordEntries},
@@ -58,9 +55,7 @@ func TestRecord(t *testing.T) {
 		{"bytes never pass through lua", recordBytesNeverPassThroughLua},
 		{"steps wait for the implied AOF wait", recordStepsWaitForTheImpliedAOFWait},
 		{"confirm on a lost shard, no staging key", confirmRecordOnALostShardLeavesNoStagingKey},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The layout record.go documents, read back from Redis: the lease

@@ -177,6 +177,19 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 	}
 }
 
+// subtest is one named case of a Test function's table.
+type subtest struct {
+	name string
+	test func(*testing.T)
+}
+
+// subtests runs each case as a subtest of t.
+func subtests(t *testing.T, tests []subtest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // isMarkerKey reports whether key is a shard marker, <prefix>{NN}.
 func isMarkerKey(key string) bool {
 	n := len(key)
@@ -186,17 +199,12 @@ func isMarkerKey(key string) bool {
 // TestPrefix pins the key prefix: stores under different prefixes never
 // share a key.
 func TestPrefix(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"isolates stores", prefixIsolatesStores},
 		{"zero options use the default", zeroOptionsUseDefaultPrefix},
 		{"braces are refused", prefixWithBracesIsRefused},
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func prefixIsolatesStores(t *testing.T) {
@@ -347,16 +355,11 @@ func argText(t *testing.T, a any) string {
 // TestNew pins [New]: a nil client and invalid options are refused at
 // construction.
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"rejects nil client", newRejectsNilClient},
 		{"refuses invalid options", newRefusesInvalidOptions},
 		{"names every fault at once", newNamesEveryFaultAtOnce},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func newRejectsNilClient(t *testing.T) {

@@ -15,18 +15,13 @@ import (
 // TestRelease pins [Store.Release] and the background releases of acquires
 // whose outcome is unknown.
 func TestRelease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"rejects invalid IDs", releaseRejectsInvalidIDs},
 		{"fails when redis is down or odd", releaseFailsWhenRedisDownOrOdd},
 		{"timed out acquire released later", timedOutAcquireIsReleasedOnceRedisAnswers},
 		{"before the late acquire leaves a note", releaseBeforeTheLateAcquireLeavesANote},
 		{"background releases are bounded", backgroundReleasesAreBounded},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // An acquire that times out but reaches Redis later would hold the ID for

@@ -18,15 +18,10 @@ import (
 // TestRetryAt pins that a fenced refusal carries the end of its fence, for a
 // shard and for the key space.
 func TestRetryAt(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"fenced shard", fencedShardRefusalCarriesTheFenceEnd},
 		{"fenced key space", keySpaceFencedRefusalCarriesTheFenceEnd},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A fenced shard's refusal says when the fence opens (replay.RetryAt), and

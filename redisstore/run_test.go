@@ -40,15 +40,10 @@ func claimBeforeThePause(t *testing.T, s *Store) {
 // both paths and a cancelled claim returns at once, and only calls with a
 // deadline run on the caller's goroutine.
 func TestRun(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"paused redis fails closed", pausedRedisFailsClaimsClosed},
 		{"direct only with a deadline", directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // pausedRedisFailsClaimsClosed pauses a primary (SIGSTOP) and claims

@@ -46,16 +46,11 @@ func sha1Hex(src string) (digest string, refused bool) {
 // TestRedisClock pins that expiry is judged by Redis's clock, not the
 // instance's.
 func TestRedisClock(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"instance two minutes behind", instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice},
 		{"until past by redis clock", untilPastByRedisClockIsRefusedAsExpired},
 		{"refusal reports the clock the call sent", lagRefusalReportsTheClockTheCallSent},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // An instance whose clock runs 2 minutes behind Redis's would accept a

@@ -358,10 +358,7 @@ func resetBefore(f *fakeServer) {
 // TestLoss pins evidence of loss on the server: told from conditions,
 // refused until the fence is written, and consumed once, by one store.
 func TestLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"told from conditions", serverChecksTellLossFromConditions},
 		{"refused until the fence is written", lossRefusesUntilTheFenceIsWritten},
 		{"fenced by another store is consumed", lossFencedByAnotherStoreIsConsumed},
@@ -369,9 +366,7 @@ func TestLoss(t *testing.T) {
 		{"allow eviction keeps others' evidence", allowEvictionDoesNotConsumeAnotherStoresEvidence},
 		{"allow eviction hides no new evictions", allowEvictionStoreDoesNotHideANewServersEvictions},
 		{"an entry without reset witnesses consumes no reset", entryWithoutWitnessesConsumesNoReset},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The decisions of the server checks, on a scripted server: what is

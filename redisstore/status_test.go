@@ -17,15 +17,10 @@ import (
 // TestStatus pins [Store.Status]: shards, ledger, server and the provisioned
 // horizon.
 func TestStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"shards, ledger and server", statusReportsShardsLedgerAndServer},
 		{"provisioned horizon", statusReportsTheProvisionedHorizon},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Status reports the shards by marker, the latest fence end, the ledger
@@ -120,16 +115,11 @@ func statusReportsTheProvisionedHorizon(t *testing.T) {
 // TestReopen pins [Store.Reopen]: it names who accepted the risk and why,
 // and refuses a server Open refuses.
 func TestReopen(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses without who and why", reopenRefusesWithoutWhoAndWhy},
 		{"opens and records who accepted", reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk},
 		{"refuses a server open refuses", reopenRefusesAServerOpenRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Reopen refuses, before talking to Redis, without who accepts the risk

@@ -21,15 +21,10 @@ import (
 // lease for the delivery's retry, and a Redis that is down processes
 // nothing.
 func TestWebhook(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"busy redis, late lease released", webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed},
 		{"redis down refuses", webhookRedisDownRefusesWithoutProcessing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The busy-Redis case: Redis is busy for 600 ms, the store's
