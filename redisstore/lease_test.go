@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +33,6 @@ func TestLease(t *testing.T) {
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
-		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
@@ -261,64 +259,6 @@ func leaseStepsFailClosed(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
-	var sent atomic.Int32
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
-		sent.Add(1)
-		return redis.NewCmd(ctx, args...)
-	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, tok := context.Background(), "0123456789abcdef0123456789abcdef"
-	long := string(make([]byte, MaxIDBytes+1))
-	for _, id := range []string{"", long} {
-		if _, err := s.AcquireLease(ctx, id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("AcquireLease(len %d): %v", len(id), err)
-		}
-		if err := s.ConfirmLease(ctx, id, tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("ConfirmLease(len %d): %v", len(id), err)
-		}
-		if err := s.ReleaseLease(ctx, id, tok); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("ReleaseLease(len %d): %v", len(id), err)
-		}
-		if err := s.RenewLease(ctx, id, tok, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("RenewLease(len %d): %v", len(id), err)
-		}
-	}
-	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
-		if _, err := s.AcquireLease(ctx, "id", d); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("AcquireLease lease %v: %v", d, err)
-		}
-		if err := s.RenewLease(ctx, "id", tok, d); !errors.Is(err, ErrInvalidClaim) || errors.Is(err, replay.ErrExpired) != (d <= 0) {
-			t.Errorf("RenewLease lease %v: %v", d, err)
-		}
-	}
-	if err := s.RenewLease(ctx, "id", tok, DefaultHorizon+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
-		t.Errorf("RenewLease past the horizon: %v, want ErrInvalidClaim (%q)", err, whyLeaseLong)
-	}
-	for _, forged := range []string{"", "forged", strings.ToUpper(tok), tok + "0"} {
-		if err := s.RenewLease(ctx, "id", forged, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Errorf("RenewLease with the foreign token %q: %v", forged, err)
-		}
-	}
-	if _, err := s.AcquireLease(ctx, "id", 0); !errors.Is(err, replay.ErrExpired) {
-		t.Errorf("AcquireLease lease 0: %v, want also replay.ErrExpired", err)
-	}
-	if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(-time.Second)); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-		t.Errorf("ConfirmLease in the past: %v", err)
-	}
-	if err := s.ConfirmLease(ctx, "id", "forged", time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Errorf("ConfirmLease with a foreign token: %v", err)
-	}
-	if err := s.ReleaseLease(ctx, "id", "forged"); err != nil {
-		t.Errorf("ReleaseLease with a foreign token: %v", err)
-	}
-	if n := sent.Load(); n != 0 {
-		t.Fatalf("%d commands reached Redis", n)
 	}
 }
 
