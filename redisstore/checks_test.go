@@ -96,10 +96,7 @@ func idleStoreChecksByItself(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openFake(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 			defer s.Close()
 			f.set(tt.change)
 			waitFor(t, "the idle store to fence every shard", func() bool {
@@ -114,10 +111,7 @@ func idleStoreChecksByItself(t *testing.T) {
 // Close ends the store's watch, and a closed store runs no more checks.
 func closeEndsTheWatch(t *testing.T) {
 	f := newFake()
-	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFake(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	s.Close()
 	waitFor(t, "the watch to end", func() bool {
 		select {
@@ -158,10 +152,7 @@ func waitDropped(t *testing.T, s **Store) {
 // A Store dropped without Close is collected, and its watch ends.
 func droppedStoresWatchEnds(t *testing.T) {
 	f := newFake()
-	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFake(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	waitDropped(t, &s)
 }
 
@@ -180,10 +171,7 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 				f.set(resetBefore)
 			}
 			var logs syncBuffer
-			s, err := Open(context.Background(), f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openFake(t, f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			defer s.Close()
 			s.checkServer(context.Background())
 			want := 0

@@ -258,6 +258,23 @@ func (f *fakeServer) set(change func(f *fakeServer)) {
 	change(f)
 }
 
+// counts reads the fences and ledger entries f holds.
+func (f *fakeServer) counts() (fences, ledger int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fences, len(f.ledger)
+}
+
+// openFake opens a Store on f, failing the test when Open refuses.
+func openFake(t *testing.T, f *fakeServer, opts Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -472,9 +489,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			} else {
 				checkErr = s.checkServer(ctx)
 			}
-			f.mu.Lock()
-			fences, ledger := f.fences, len(f.ledger)
-			f.mu.Unlock()
+			fences, ledger := f.counts()
 			switch {
 			case tt.fenced && (fences != Shards || ledger != 1):
 				t.Fatalf("%d fences, %d ledger entries; want %d and 1", fences, ledger, Shards)
@@ -514,10 +529,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFake(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) {
 		f.evicted, f.fenceErr = 1, errors.New("OOM command not allowed when used memory > 'maxmemory'")
 	})
@@ -598,10 +610,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	f := newFake()
 	var stores []*Store
 	for range 2 {
-		s, err := Open(ctx, f, Options{Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openFake(t, f, Options{Logger: quietLogger()})
 		stores = append(stores, s)
 	}
 	f.set(func(f *fakeServer) { f.evicted += 10 })
@@ -624,10 +633,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFake(t, f, Options{Logger: quietLogger()})
 	defer s.Close()
 	f.set(func(f *fakeServer) {
 		f.resetStat(28)
@@ -649,14 +655,8 @@ func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	a, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openFake(t, f, Options{Logger: quietLogger()})
+	b := openFake(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
 	a.checkServer(ctx)
 	if err := a.refusal(); !errors.Is(err, ErrFenced) {
@@ -664,17 +664,13 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	}
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	b.checkServer(ctx)
-	f.mu.Lock()
-	fences, ledger := f.fences, len(f.ledger)
-	f.mu.Unlock()
+	fences, ledger := f.counts()
 	if fences != Shards || ledger != 1 {
 		t.Fatalf("%d fences, %d ledger entries after the other store's check; want %d and 1", fences, ledger, Shards)
 	}
 	// An operator reopens here; then the first store checks again.
 	a.checkServer(ctx)
-	f.mu.Lock()
-	fences, ledger = f.fences, len(f.ledger)
-	f.mu.Unlock()
+	fences, ledger = f.counts()
 	if err := a.refusal(); err != nil || fences != Shards || ledger != 1 {
 		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
 	}
@@ -686,14 +682,8 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	strict, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lax, err := Open(ctx, f, Options{Logger: quietLogger(), AllowEviction: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	strict := openFake(t, f, Options{Logger: quietLogger()})
+	lax := openFake(t, f, Options{Logger: quietLogger(), AllowEviction: true})
 	f.set(func(f *fakeServer) { f.evicted += 5 })
 	lax.checkServer(ctx)
 	if f.fences != 0 {
