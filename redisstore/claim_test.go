@@ -54,9 +54,7 @@ func claimOverEachEntryState(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "state-" + tt.name
 			if tt.entry != "" {
-				if err := c.Set(ctx, s.key(id), tt.entry, time.Minute).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, s.key(id), tt.entry, time.Minute).Err())
 			}
 			first, err := s.Claim(ctx, id, until)
 			if err != nil || first != tt.first {
@@ -291,10 +289,7 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 		return real.Do(ctx, args...)
 	})
 	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
-	r, err := New(resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := mustNew(t, resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
 	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	for i := range 10 {
@@ -327,10 +322,7 @@ func TestClaimFailsClosed(t *testing.T) {
 func claimFailsClosedWhenRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
@@ -352,20 +344,14 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 	defer c.Close()
 
 	t.Run("store timeout", func(t *testing.T) {
-		s, err := New(c, Options{Timeout: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{Timeout: 100 * time.Millisecond})
 		first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
 		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
 		}
 	})
 	t.Run("caller deadline", func(t *testing.T) {
-		s, err := New(c, Options{Timeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{Timeout: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
@@ -374,10 +360,7 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 		}
 	})
 	t.Run("caller cancelled", func(t *testing.T) {
-		s, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
@@ -433,9 +416,7 @@ func claimFailsClosedWhenRedisIsFull(t *testing.T) {
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("claim with room: first = %v, err = %v", first, err)
 	}
-	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)

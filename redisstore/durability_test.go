@@ -150,10 +150,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 		t.Fatalf("Open on a primary with a replica and only LocalAOF = %v; want ErrConfig", err)
 	}
 	// A Store from New finds it at its first call, and keeps refusing.
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	for range 2 {
 		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
 			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
@@ -234,9 +231,7 @@ func openRefusesEvictionPolicies(t *testing.T) {
 	ctx := context.Background()
 	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
-			if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, "maxmemory-policy", policy).Err())
 			if policy == "noeviction" {
 				provisionFirst(t, c, Options{})
 			}
@@ -362,9 +357,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 		t.Fatalf("LocalAOF replay = %v, %v; want taken", first, err)
 	}
 
-	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
 	replica := newServer(t, "--replicaof", "127.0.0.1", primary.port, "--appendonly", "yes", "--appendfsync", "always")
 	waitReplicas(t, primary, 1)
 	s := provisioned(t, c, Options{Prefix: "aof-replica:", Logger: quietLogger(),
@@ -378,9 +371,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 			t.Fatalf("claim with a fsyncing replica = %v, %v; want first", first, err)
 		}
 	}
-	if err := replica.client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, replica.client().ConfigSet(ctx, "appendonly", "no").Err())
 	for i := range 10 {
 		first, err := s.Claim(ctx, fmt.Sprint("unfsynced-", i), until)
 		if first || !errors.Is(err, ErrNotDurable) {
@@ -424,9 +415,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			if got := s.dur.implied.on.Load(); got != closed {
 				t.Fatalf("implied local AOF wait on %s = %v; want %v", serverVersion(info), got, closed)
 			}
-			if err := c.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, "appendonly", "no").Err())
 			var after, accepted []string
 			notDurable := 0
 			for i, deadline := 0, time.Now().Add(5*time.Second); ; i++ {
@@ -520,13 +509,8 @@ func (h *scriptHook) answer(ctx context.Context, cmd redis.Cmder) error {
 // many were accepted as first. A refusal other than a fence fails the test.
 func acceptedAgainAfterStart(t *testing.T, srv *server, prefix string, ids []string) int {
 	t.Helper()
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, srv.start())
+	s := mustNew(t, srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
 	defer s.Close()
 	twice := 0
 	for _, id := range ids {

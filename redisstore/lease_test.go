@@ -100,9 +100,7 @@ func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 		t.Fatalf("lease PTTL = %v, %v; want about 30s", pttl, err)
 	}
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
-	if err := s.ConfirmLease(ctx, "d", l.Token, until); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(ctx, "d", l.Token, until))
 	got, err := c.Do(ctx, "PEXPIRETIME", s.key("d")).Int64()
 	if err != nil || got != until.UnixMilli() {
 		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
@@ -135,15 +133,9 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatalf("acquire after NOSCRIPT = %+v, %v", l, err)
 	}
-	if err := s.RenewLease(ctx, "id", l.Token, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ReleaseLease(ctx, "id", l.Token); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(ctx, "id", l.Token, time.Minute))
+	must(t, s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)))
+	must(t, s.ReleaseLease(ctx, "id", l.Token))
 	if len(calls) != 5 {
 		t.Fatalf("%d commands, want 5 (EVALSHA, EVAL after NOSCRIPT, then EVALSHA for renew, confirm and release)", len(calls))
 	}
@@ -198,13 +190,9 @@ func leaseStepsRefuseAForeignValue(t *testing.T) {
 				key := entry
 				if under == "marker" {
 					key = marker
-					if err := c.Del(ctx, marker).Err(); err != nil {
-						t.Fatal(err)
-					}
+					must(t, c.Del(ctx, marker).Err())
 				}
-				if err := c.HSet(ctx, key, "f", "v").Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.HSet(ctx, key, "f", "v").Err())
 				err := st.step(s, id)
 				if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFenced) {
 					t.Fatalf("%s over a hash under the %s's name = %v; want ErrUnavailable (WRONGTYPE), not a fence", st.name, under, err)
@@ -279,9 +267,7 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RenewLease(ctx, "d", r.Token, 90*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(ctx, "d", r.Token, 90*time.Second))
 	pttl, err := c.PTTL(ctx, s.key("d")).Result()
 	if err != nil || pttl <= 89*time.Second || pttl > 90*time.Second {
 		t.Fatalf("PTTL after the renewal = %v, %v; want about 90s", pttl, err)
@@ -296,15 +282,11 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 		t.Fatalf("PTTL after a refused renewal = %v, %v; want at most %v", p, err, pttl)
 	}
 	tok := newToken()
-	if err := c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err())
 	if err := s.RenewLease(ctx, "n", tok, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal of a cancel note = %v; want ErrLeaseLost", err)
 	}
-	if err := s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	done, err := c.Get(ctx, s.key("d")).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -403,9 +385,7 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatal(l, err)
 	}
-	if err := own.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, own.Close())
 	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("renewal on a closed client = %v; want ErrUnavailable naming the closed client", err)

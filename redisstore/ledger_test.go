@@ -69,9 +69,7 @@ func ledgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	for i := range ledgerMax + 5 {
-		if err := s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)))
 	}
 	got, err := s.readLedger(ctx)
 	if err != nil {

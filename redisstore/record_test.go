@@ -72,9 +72,7 @@ func recordEntryLayout(t *testing.T) {
 		t.Fatalf("lease PTTL = %v, %v", p, err)
 	}
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
-	if err := s.ConfirmRecord(ctx, "k", l.Token, until, fp, result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "k", l.Token, until, fp, result))
 	want := "D" + l.Token + "\x84" + string(fp) + "\x00\x00\x00\x07" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
 	side := s.tags[shardOf("k")] + "r:k"
 	for _, k := range []struct{ key, want string }{{s.key("k"), want}, {side, l.Token + string(result)}} {
@@ -137,9 +135,7 @@ func recordReadsEntriesWithoutARecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "old-" + tc.name
-			if err := c.Set(ctx, s.key(id), tc.value, time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Set(ctx, s.key(id), tc.value, time.Minute).Err())
 			r := acquireRecord(t, s, id, []byte("fp"), tc.want)
 			if r.Fingerprint != nil || r.Result != nil || r.Token != "" {
 				t.Fatalf("record of %q = %+v; want empty", tc.value, r)
@@ -160,9 +156,7 @@ func recordReadsEntriesWithoutARecord(t *testing.T) {
 		if r := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseBusy); r.Fingerprint != nil {
 			t.Fatalf("leased = %+v", r)
 		}
-		if err := s.ConfirmLease(ctx, "leased", l.Token, time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(ctx, "leased", l.Token, time.Now().Add(time.Hour)))
 		if r := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseDone); r.Fingerprint != nil || r.Result != nil {
 			t.Fatalf("confirmed = %+v", r)
 		}
@@ -183,21 +177,15 @@ func plainStepsOnRecordEntries(t *testing.T) {
 		t.Fatalf("Claim of a record lease = %v, %v; want taken", first, err)
 	}
 	t.Run("ReleaseLease frees a record lease", func(t *testing.T) {
-		if err := s.ReleaseLease(ctx, "r", a.Token); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ReleaseLease(ctx, "r", a.Token))
 		acquireRecord(t, s, "r", fp, replay.LeaseAcquired)
 	})
 	t.Run("ReleaseLease of another token keeps it", func(t *testing.T) {
 		b := acquireRecord(t, s, "r2", fp, replay.LeaseAcquired)
-		if err := s.ReleaseLease(ctx, "r2", "0123456789abcdef0123456789abcdef"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ReleaseLease(ctx, "r2", "0123456789abcdef0123456789abcdef"))
 		acquireRecord(t, s, "r2", fp, replay.LeaseBusy)
 		// Nor does a token that is a prefix of the entry's.
-		if err := s.ReleaseLease(ctx, "r2", b.Token[:31]+"g"); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ReleaseLease(ctx, "r2", b.Token[:31]+"g"))
 		acquireRecord(t, s, "r2", fp, replay.LeaseBusy)
 	})
 	t.Run("ConfirmLease of a record lease confirms it without a record", func(t *testing.T) {
@@ -211,18 +199,14 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	})
 	t.Run("done with a record", func(t *testing.T) {
 		b := acquireRecord(t, s, "r4", fp, replay.LeaseAcquired)
-		if err := s.ConfirmRecord(ctx, "r4", b.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(ctx, "r4", b.Token, time.Now().Add(time.Hour), fp, result))
 		if l, err := s.AcquireLease(ctx, "r4", time.Minute); err != nil || l.State != replay.LeaseDone {
 			t.Fatalf("AcquireLease of a record = %+v, %v; want done", l, err)
 		}
 		if first, err := s.Claim(ctx, "r4", time.Now().Add(time.Hour)); first || err != nil {
 			t.Fatalf("Claim of a record = %v, %v; want taken", first, err)
 		}
-		if err := s.ReleaseLease(ctx, "r4", b.Token); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ReleaseLease(ctx, "r4", b.Token))
 		if d := acquireRecord(t, s, "r4", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 			t.Fatal("ReleaseLease after ConfirmRecord changed the record")
 		}
@@ -246,9 +230,7 @@ func resentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatal(code, err)
 	}
-	if err := c.PExpire(ctx, s.key("k"), 5*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.PExpire(ctx, s.key("k"), 5*time.Second).Err())
 	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatalf("resent acquire = %d, %v; want 1", code, err)
 	}
@@ -333,9 +315,7 @@ func recordStepsSendOneSlotScripts(t *testing.T) {
 		t.Fatalf("AcquireRecord after NOSCRIPT = %+v, %v", l, err)
 	}
 	result := []byte("the-result")
-	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), result))
 	tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
 	header := "D" + l.Token + "\x82fp" + "\x00\x00\x00\x0a" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
 	staging := recordArg(t, rc.get(3)[1])
@@ -364,10 +344,7 @@ func recordStepsSendOneSlotScripts(t *testing.T) {
 	}
 	for _, e := range []error{redis.ErrCrossSlot, errors.New("MOVED 3999 127.0.0.1:6381")} {
 		var rc recordingCommands
-		s, err := New(rc.client(func(int, []any) (any, error) { return nil, e }), Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, rc.client(func(int, []any) (any, error) { return nil, e }), Options{})
 		if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 {
 			t.Fatalf("AcquireRecord answered %v = %+v, %v; want ErrUnavailable", e, r, err)
 		}
@@ -665,9 +642,7 @@ func recordEditedInRedisIsRefused(t *testing.T) {
 			}
 			if tc.edit != nil {
 				edited := append(append([]byte(nil), v[:at]...), tc.edit(append([]byte(nil), v[at:]...))...)
-				if err := c.Set(ctx, side, edited, redis.KeepTTL).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, side, edited, redis.KeepTTL).Err())
 			}
 			w := post()
 			if runs.Load() != 1 {
@@ -708,9 +683,7 @@ func recordOfTheEarlierLayoutStillReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "earlier-" + tc.name
 			old := append(append(append([]byte("D"+tok), byte(len(tc.fp))), tc.fp...), tc.result...)
-			if err := c.Set(ctx, s.key(id), old, time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Set(ctx, s.key(id), old, time.Minute).Err())
 			d := acquireRecord(t, s, id, []byte("other"), replay.LeaseDone)
 			if !bytes.Equal(d.Fingerprint, tc.fp) || !bytes.Equal(d.Result, tc.result) {
 				t.Fatalf("replay of an earlier record = %d-byte fingerprint, %d-byte result; want %d and %d", len(d.Fingerprint), len(d.Result), len(tc.fp), len(tc.result))
@@ -758,9 +731,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		if n, err := c.Exists(ctx, sideKey(s.tags[shardOf("c")], "c")).Result(); err != nil || n != 0 {
 			t.Fatalf("a lost confirmation left a side key: %d, %v", n, err)
 		}
-		if err := s.ConfirmRecord(ctx, "c", m.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(ctx, "c", m.Token, time.Now().Add(time.Hour), fp, result))
 	})
 	t.Run("until past by Redis's clock", func(t *testing.T) {
 		c := newTestClient(t)
@@ -776,9 +747,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 	t.Run("on a lost shard", func(t *testing.T) {
 		c := newTestClient(t)
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Logger: quietLogger()})
-		if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 		for range 2 {
 			if err := s.ConfirmRecord(ctx, "a", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, ErrFenced) {
 				t.Fatalf("ConfirmRecord on a lost shard = %v; want ErrFenced", err)
@@ -799,31 +768,21 @@ func replayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result-1")
 	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
-	if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result))
 	side := sideKey(s.tags[shardOf("a")], "a")
 	other := newToken()
-	if err := c.Set(ctx, side, other+"result-2", redis.KeepTTL).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(ctx, side, other+"result-2", redis.KeepTTL).Err())
 	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
 		t.Fatalf("replay under another lease's side key = %+v, %v; want ErrUnavailable", r, err)
 	}
-	if err := c.Del(ctx, side).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Del(ctx, side).Err())
 	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
 		t.Fatalf("replay without its side key = %+v, %v; want ErrUnavailable", r, err)
 	}
 
 	b := acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
-	if err := s.ConfirmRecord(ctx, "b", b.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "b", b.Token, time.Now().Add(time.Hour), fp, result))
+	must(t, s.Release(ctx, "b"))
 	if n, err := c.Exists(ctx, s.key("b"), sideKey(s.tags[shardOf("b")], "b")).Result(); err != nil || n != 0 {
 		t.Fatalf("after Release %d of the entry and side key remain, %v", n, err)
 	}
@@ -839,9 +798,7 @@ func resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
 	fp, result := []byte("fp"), []byte("result")
 	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
 	first := time.Now().Add(time.Minute).Truncate(time.Millisecond)
-	if err := s.ConfirmRecord(ctx, "a", l.Token, first, fp, result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "a", l.Token, first, fp, result))
 	later := first.Add(time.Minute)
 	if err := s.ConfirmRecord(ctx, "a", l.Token, later, fp, result); err != nil {
 		t.Fatalf("resent ConfirmRecord = %v", err)
@@ -929,9 +886,7 @@ func recordBytesNeverPassThroughLua(t *testing.T) {
 			hook.args, hook.replies, hook.plainArgsBytes, hook.confirms = nil, nil, 0, 0
 			hook.mu.Unlock()
 			l := acquireRecord(t, s, "big", fp, replay.LeaseAcquired)
-			if err := s.ConfirmRecord(ctx, "big", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.ConfirmRecord(ctx, "big", l.Token, time.Now().Add(time.Hour), fp, result))
 			if d := acquireRecord(t, s, "big", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 				t.Fatal("replay differs")
 			}
@@ -1014,9 +969,7 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 	if err != nil || leased.State != replay.LeaseAcquired {
 		t.Fatalf("AcquireRecord before the switch = %+v, %v", leased, err)
 	}
-	if err := c.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "appendonly", "no").Err())
 	t.Run("Claim", func(t *testing.T) {
 		if first, err := s.Claim(ctx, "claim-after", time.Now().Add(time.Minute)); !errors.Is(err, ErrNotDurable) {
 			t.Fatalf("Claim after appendonly no = %v, %v; want ErrNotDurable", first, err)

@@ -157,10 +157,7 @@ func backgroundReleasesAreBounded(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2})
 	t.Cleanup(func() { c.Close() })
 	var ev events
-	s, err := New(c, Options{Timeout: 50 * time.Millisecond, Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Timeout: 50 * time.Millisecond, Observer: ev.observe})
 	for range maxPendingReleases + 5 {
 		s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
 	}
@@ -201,10 +198,7 @@ func releaseRejectsInvalidIDs(t *testing.T) {
 func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
 	}

@@ -152,10 +152,7 @@ func directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: closedAddr(t), ContextTimeoutEnabled: enabled})
 		defer c.Close()
-		s, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{})
 		for _, tc := range ctxs {
 			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", tc.name, enabled), func(t *testing.T) {
 				if got, want := s.direct(tc.ctx), tc.direct && enabled; got != want {

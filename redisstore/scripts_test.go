@@ -68,10 +68,7 @@ func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 		t.Fatalf("Open with a clock 2 minutes behind = %v; want ErrClockSkew", err)
 	}
 	var ev events
-	lag, err := New(c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lag := mustNew(t, c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 
 	// The good instance redeems a token and holds the claim a short while

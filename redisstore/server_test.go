@@ -190,9 +190,7 @@ func newReplica(t testing.TB, primary *server) *server {
 	host, port, _ := net.SplitHostPort(primary.addr())
 	// Sync at once instead of after the default 5 s of waiting for more
 	// replicas.
-	if err := primary.client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, primary.client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err())
 	r := newServer(t, "--replicaof", host, port)
 	waitReplicas(t, primary, 1)
 	return r
@@ -263,16 +261,6 @@ func (f *fakeServer) counts() (fences, ledger int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.fences, len(f.ledger)
-}
-
-// openFake opens a Store on f, failing the test when Open refuses.
-func openFake(t *testing.T, f *fakeServer, opts Options) *Store {
-	t.Helper()
-	s, err := Open(context.Background(), f, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
@@ -529,7 +517,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s := openFake(t, f, Options{Logger: quietLogger()})
+	s := mustOpen(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) {
 		f.evicted, f.fenceErr = 1, errors.New("OOM command not allowed when used memory > 'maxmemory'")
 	})
@@ -610,7 +598,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	f := newFake()
 	var stores []*Store
 	for range 2 {
-		s := openFake(t, f, Options{Logger: quietLogger()})
+		s := mustOpen(t, f, Options{Logger: quietLogger()})
 		stores = append(stores, s)
 	}
 	f.set(func(f *fakeServer) { f.evicted += 10 })
@@ -633,7 +621,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s := openFake(t, f, Options{Logger: quietLogger()})
+	s := mustOpen(t, f, Options{Logger: quietLogger()})
 	defer s.Close()
 	f.set(func(f *fakeServer) {
 		f.resetStat(28)
@@ -655,8 +643,8 @@ func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	a := openFake(t, f, Options{Logger: quietLogger()})
-	b := openFake(t, f, Options{Logger: quietLogger()})
+	a := mustOpen(t, f, Options{Logger: quietLogger()})
+	b := mustOpen(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
 	a.checkServer(ctx)
 	if err := a.refusal(); !errors.Is(err, ErrFenced) {
@@ -682,8 +670,8 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	strict := openFake(t, f, Options{Logger: quietLogger()})
-	lax := openFake(t, f, Options{Logger: quietLogger(), AllowEviction: true})
+	strict := mustOpen(t, f, Options{Logger: quietLogger()})
+	lax := mustOpen(t, f, Options{Logger: quietLogger(), AllowEviction: true})
 	f.set(func(f *fakeServer) { f.evicted += 5 })
 	lax.checkServer(ctx)
 	if f.fences != 0 {
@@ -691,10 +679,7 @@ func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	}
 	// A new strict store (an app restart) compares with the shared
 	// baseline, as does the running one.
-	restarted, err := New(f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restarted := mustNew(t, f, Options{Logger: quietLogger()})
 	restarted.checkServer(ctx)
 	strict.checkServer(ctx)
 	if f.fences != Shards || len(f.ledger) != 1 {
@@ -784,16 +769,10 @@ func allowEvictionStoreDoesNotHideANewServersEvictions(t *testing.T) {
 				return c
 			}
 			if tt.first {
-				ae, err := New(client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour, AllowEviction: true})
-				if err != nil {
-					t.Fatal(err)
-				}
+				ae := mustNew(t, client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour, AllowEviction: true})
 				ae.Claim(ctx, "x", until)
 			}
-			s, err := New(client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour})
 			first, err := s.Claim(ctx, "y", until)
 			s.cancels.wg.Wait()
 			mu.Lock()

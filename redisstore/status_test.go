@@ -96,10 +96,7 @@ func statusReportsTheProvisionedHorizon(t *testing.T) {
 			if tt.provisionHorizon == 0 {
 				c.Del(ctx, prefix+"ledger")
 			}
-			asker, err := New(c, Options{Prefix: prefix, Horizon: tt.askHorizon, Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			asker := mustNew(t, c, Options{Prefix: prefix, Horizon: tt.askHorizon, Logger: quietLogger()})
 			defer asker.Close()
 			st, err := asker.Status(ctx)
 			if err != nil {
@@ -174,10 +171,7 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 	}
 	var ev events
 	var logs syncBuffer
-	op, err := New(c, Options{Prefix: "app:", Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := mustNew(t, c, Options{Prefix: "app:", Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	n, err := op.Reopen(ctx, "alice (on call)", "INC-42: Redis restarted without persistence")
 	if n != Shards || err != nil {
 		t.Fatalf("Reopen = %d, %v; want %d, nil", n, err, Shards)
@@ -222,10 +216,7 @@ func reopenRefusesAServerOpenRefuses(t *testing.T) {
 	srv := newServer(t, "--maxmemory-policy", "allkeys-lru")
 	c := srv.client()
 	ctx := context.Background()
-	s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	if n, err := s.Reopen(ctx, "alice", "INC-43"); n != 0 || !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "maxmemory-policy") {
 		t.Fatalf("Reopen on an evicting server = %d, %v; want 0, ErrConfig naming maxmemory-policy", n, err)
 	}
