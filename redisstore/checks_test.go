@@ -61,10 +61,7 @@ func aof(fsync string) map[string]*redis.Cmd {
 // not fit is refused, weakened persistence is refused and fenced, and each
 // refusal names its risk and ends with its condition.
 func TestChecks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuse what does not fit", serverChecksRefuseWhatDoesNotFit},
 		{"acked refuses too few acks", ackedRefusesTooFewAcknowledgements},
 		{"persistence that can roll back", openRefusesPersistenceThatCanRollBack},
@@ -82,9 +79,7 @@ func TestChecks(t *testing.T) {
 		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
 		{"a free ID is refused while the counters moved", freeIDIsRefusedWhileTheCountersMoved},
 		{"a Cluster master no check has read refuses", clusterMasterNoCheckHasReadRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A store no call reaches still runs its checks every RecheckInterval
@@ -101,10 +96,7 @@ func idleStoreChecksByItself(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 			defer s.Close()
 			f.set(tt.change)
 			waitFor(t, "the idle store to fence every shard", func() bool {
@@ -119,10 +111,7 @@ func idleStoreChecksByItself(t *testing.T) {
 // Close ends the store's watch, and a closed store runs no more checks.
 func closeEndsTheWatch(t *testing.T) {
 	f := newFake()
-	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	s.Close()
 	waitFor(t, "the watch to end", func() bool {
 		select {
@@ -163,10 +152,7 @@ func waitDropped(t *testing.T, s **Store) {
 // A Store dropped without Close is collected, and its watch ends.
 func droppedStoresWatchEnds(t *testing.T) {
 	f := newFake()
-	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	waitDropped(t, &s)
 }
 
@@ -185,10 +171,7 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 				f.set(resetBefore)
 			}
 			var logs syncBuffer
-			s, err := Open(context.Background(), f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustOpen(t, f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			defer s.Close()
 			s.checkServer(context.Background())
 			want := 0
@@ -363,9 +346,7 @@ func snapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim without persistence = %v, %v", first, err)
 	}
-	if err := c.ConfigSet(ctx, "save", "60 1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "save", "60 1").Err())
 	awaitRecheckRefusal(t, s, "snapshots were turned on")
 }
 
@@ -493,14 +474,10 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 				return
 			}
 			c := srv.client()
-			if err := c.ConfigSet(context.Background(), tt.clear[0], tt.clear[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(context.Background(), tt.clear[0], tt.clear[1]).Err())
 			recheckNow(t, s)
 			check(1)
-			if err := c.ConfigSet(context.Background(), tt.set[0], tt.set[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(context.Background(), tt.set[0], tt.set[1]).Err())
 			recheckNow(t, s)
 			check(2)
 		})
@@ -566,9 +543,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			s := provisioned(t, c, Options{Prefix: "drift:", Logger: quietLogger(), Observer: ev.observe, Timeout: 5 * time.Second})
 			before := claimUntilRefusedOrN(t, s, "before", 200)
 			start := time.Now()
-			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
 			after := claimUntilRefused(t, s, "after", 5*time.Second)
 			took := time.Since(start)
 			t.Logf("refused %v after CONFIG SET %s %s; %d claims accepted meanwhile", took.Round(time.Millisecond), tt.set[0], tt.set[1], len(after))
@@ -582,9 +557,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			if tt.restart {
 				waitRewrite(t, c)
 				srv.kill()
-				if err := srv.start(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, srv.start())
 			} else if err := c.ConfigSet(ctx, tt.set[0], "always").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -592,10 +565,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			if _, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()}); !errors.Is(err, ErrFenced) {
 				t.Fatalf("Open after the change was undone = %v; want ErrFenced", err)
 			}
-			s2, err := New(srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s2 := mustNew(t, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
 			defer s2.Close()
 			twice := 0
 			for _, id := range append(before, after...) {
@@ -710,13 +680,8 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		// refused there.
 		b.signal(syscall.SIGCONT)
 		primary.kill()
-		if err := b.client().Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-			t.Fatal(err)
-		}
-		s3, err := Open(ctx, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, b.client().Do(ctx, "REPLICAOF", "NO", "ONE").Err())
+		s3 := mustOpen(t, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
 		defer s3.Close()
 		for _, id := range accepted {
 			if first, err := s3.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
@@ -769,26 +734,20 @@ func lossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
 	}{
 		{"nothing happened", func(t *testing.T, c *redis.Client) {}, false},
 		{"SWAPDB of two other databases", func(t *testing.T, c *redis.Client) {
-			if err := c.Do(ctx, "SWAPDB", "1", "2").Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Do(ctx, "SWAPDB", "1", "2").Err())
 		}, true},
 		{"eviction of the claims (volatile-ttl) switched on and off", func(t *testing.T, c *redis.Client) {
 			// Only keys with an expiry are evicted: every claim, no
 			// marker, nothing the checks keep.
 			for _, kv := range [][2]string{{"maxmemory-policy", "volatile-ttl"}, {"maxmemory", "1"}} {
-				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 			}
 			c.Get(ctx, "any") // evicts
 			if n, _ := c.Exists(ctx, "restart:{"+fmt.Sprintf("%02d", shardOf("before"))+"}:before").Result(); n != 0 {
 				t.Fatal("the claim was not evicted")
 			}
 			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
-				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 			}
 		}, true},
 	}
@@ -865,18 +824,14 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 			c := srv.client()
 			var ev events
 			s := provisioned(t, c, Options{Prefix: "cond:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
-			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
 			recheckNow(t, s)
 			for i := range 3 {
 				if first, err := s.Claim(ctx, fmt.Sprint("while-", i), time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
 					t.Fatalf("claim while %s = %v, %v; want ErrConfig", tt.name, first, err)
 				}
 			}
-			if err := c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err())
 			recheckNow(t, s)
 			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
@@ -902,9 +857,7 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim = %v, %v", first, err)
 	}
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.FlushAll(ctx).Err())
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
 		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
 	}
@@ -943,9 +896,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			admin := srv.client()
 			user := fmt.Sprint("fleet", i)
 			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "+rename", "+pexpireat", "~acl:*"}, anySlice(tt.extra)...)
-			if err := admin.Do(ctx, rules...).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, admin.Do(ctx, rules...).Err())
 			c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: user, Password: "pw"})
 			t.Cleanup(func() { c.Close() })
 			// Provisioning is the operator's deploy step, under its own user
@@ -953,9 +904,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			op := provisioned(t, admin, Options{Prefix: "acl:", Logger: quietLogger()})
 			// What the operator's checks kept of the server is not the
 			// fleet's: drop it, so the count below is the fleet user's.
-			if err := admin.Del(ctx, op.serversKey()).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, admin.Del(ctx, op.serversKey()).Err())
 			s, err := Open(ctx, c, Options{Prefix: "acl:", Logger: quietLogger()})
 			if err != nil {
 				t.Fatalf("Open under the ACL: %v", err)
@@ -1001,9 +950,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			}
 			// Without +rename the confirm fails closed, and says why: the
 			// ACL, not a staged record that expired.
-			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err())
 			if r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
 				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
 			}
@@ -1061,9 +1008,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 		{"keys evicted while idle", func(t *testing.T, c *redis.Client) { evictKeys(t, c, true) }, ErrFenced},
 		{"keys evicted, the policy still evicting", func(t *testing.T, c *redis.Client) { evictKeys(t, c, false) }, ErrConfig},
 		{"CONFIG RESETSTAT", func(t *testing.T, c *redis.Client) {
-			if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigResetStat(context.Background()).Err())
 		}, ErrFenced},
 	}
 	for _, ch := range changes {
@@ -1117,9 +1062,7 @@ func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	}
 	used, _ := strconv.ParseInt(infoValue(info, "used_memory"), 10, 64)
 	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-lru"}, {"maxmemory", strconv.FormatInt(used-4096, 10)}} {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
 	c.Set(ctx, "other-application", strings.Repeat("x", 8192), 0) // may be refused (OOM) once nothing is left to evict
 	after := [][2]string{{"maxmemory", "1073741824"}}
@@ -1127,9 +1070,7 @@ func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 		after = [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}}
 	}
 	for _, kv := range after {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
 	info, err = c.Info(ctx, "stats").Result()
 	if err != nil {

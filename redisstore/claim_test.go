@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,19 +18,14 @@ import (
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
 func TestClaim(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"over each entry state", claimOverEachEntryState},
 		{"stores absolute expiry", claimStoresAbsoluteExpiry},
-		{"rejects invalid claims", claimRejectsInvalidClaims},
+		{"invalid arguments never reach redis", invalidArgumentsNeverReachRedis},
 		{"accepts max length ID", claimAcceptsMaxLengthID},
 		{"one guarded script, absolute expiry", claimSendsOneGuardedScriptWithAbsoluteExpiry},
 		{"resent claim finds its own entry", resentClaimFindsItsOwnEntry},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The claim script writes with one SET NX and reads the entry only when
@@ -58,9 +54,7 @@ func claimOverEachEntryState(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "state-" + tt.name
 			if tt.entry != "" {
-				if err := c.Set(ctx, s.key(id), tt.entry, time.Minute).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, s.key(id), tt.entry, time.Minute).Err())
 			}
 			first, err := s.Claim(ctx, id, until)
 			if err != nil || first != tt.first {
@@ -113,39 +107,119 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 	}
 }
 
-// claimRejectsInvalidClaims needs no Redis: invalid claims never reach
-// the client, which here fails the test if called.
-func claimRejectsInvalidClaims(t *testing.T) {
-	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
-		t.Error("invalid claim reached Redis")
-		return redis.NewCmd(context.Background())
-	}), Options{Now: func() time.Time { return now }})
+// Invalid arguments to every step are refused before a command is sent
+// (the client counts them), matching the errors each case names, and no
+// error echoes an oversize ID.
+func invalidArgumentsNeverReachRedis(t *testing.T) {
+	var sent atomic.Int32
+	now := time.Now().Truncate(time.Millisecond)
+	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		sent.Add(1)
+		return redis.NewCmd(ctx, args...)
+	}), Options{Horizon: time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name  string
-		id    string
-		until time.Time
-	}{
-		{"empty id", "", now.Add(time.Minute)},
-		{"oversize id", strings.Repeat("x", MaxIDBytes+1), now.Add(time.Minute)},
-		{"until in the past", "id", now.Add(-time.Second)},
-		{"until is now", "id", now},
-		{"until within the current millisecond", "id", now.Add(-500 * time.Microsecond)},
-		{"zero until", "id", time.Time{}},
+	ctx, tok, until := context.Background(), "0123456789abcdef0123456789abcdef", now.Add(time.Minute)
+	fp, result := []byte("fp"), []byte("result")
+	long := strings.Repeat("x", MaxIDBytes+1)
+	claim := func(id string, until time.Time) func() error {
+		return func() error {
+			first, err := s.Claim(ctx, id, until)
+			if first {
+				return errors.New("claimed first")
+			}
+			return err
+		}
+	}
+	acquire := func(id string, d time.Duration) func() error {
+		return func() error { _, err := s.AcquireLease(ctx, id, d); return err }
+	}
+	acquireRecord := func(id string, d time.Duration, fp []byte) func() error {
+		return func() error { _, err := s.AcquireRecord(ctx, id, d, fp); return err }
+	}
+	confirmRecord := func(id, tok string, until time.Time, fp, result []byte) func() error {
+		return func() error { return s.ConfirmRecord(ctx, id, tok, until, fp, result) }
+	}
+	invalid, expired, tooLarge, lost := []error{ErrInvalidClaim}, []error{ErrInvalidClaim, replay.ErrExpired}, []error{replay.ErrTooLarge, ErrInvalidClaim}, []error{replay.ErrLeaseLost}
+	type step struct {
+		name   string
+		call   func() error
+		want   []error // nil: err is nil
+		not    error   // an error err must not match
+		reason string  // Reason(err), when set
+	}
+	tests := []step{
+		{"claim: empty id", claim("", until), invalid, nil, ""},
+		{"claim: oversize id", claim(long, until), invalid, nil, ""},
+		{"claim: until in the past", claim("id", now.Add(-time.Second)), invalid, nil, ""},
+		{"claim: until is now", claim("id", now), invalid, nil, ""},
+		{"claim: until within the current millisecond", claim("id", now.Add(-500*time.Microsecond)), invalid, nil, ""},
+		{"claim: zero until", claim("id", time.Time{}), invalid, nil, ""},
+		{"lease: acquire, lease 0", acquire("id", 0), expired, nil, ""},
+		{"lease: renewal past the horizon", func() error { return s.RenewLease(ctx, "id", tok, DefaultHorizon+time.Second) }, invalid, nil, whyLeaseLong},
+		{"lease: confirm in the past", func() error { return s.ConfirmLease(ctx, "id", tok, now.Add(-time.Second)) }, expired, nil, ""},
+		{"lease: confirm with a foreign token", func() error { return s.ConfirmLease(ctx, "id", "forged", now.Add(time.Hour)) }, lost, nil, ""},
+		{"lease: release with a foreign token", func() error { return s.ReleaseLease(ctx, "id", "forged") }, nil, nil, ""},
+		{"record: fingerprint over the limit (acquire)", acquireRecord("id", time.Minute, make([]byte, replay.MaxFingerprintBytes+1)), tooLarge, nil, ""},
+		{"record: fingerprint over the limit (confirm)", confirmRecord("id", tok, until, make([]byte, replay.MaxFingerprintBytes+1), result), tooLarge, nil, ""},
+		{"record: empty result", confirmRecord("id", tok, until, fp, nil), tooLarge, nil, ""},
+		{"record: result over the limit", confirmRecord("id", tok, until, fp, make([]byte, replay.MaxResultBytes+1)), tooLarge, nil, ""},
+		{"record: empty id (acquire)", acquireRecord("", time.Minute, fp), invalid, nil, ""},
+		{"record: oversize id (acquire)", acquireRecord(long, time.Minute, fp), invalid, nil, ""},
+		{"record: empty id (confirm)", confirmRecord("", tok, until, fp, result), invalid, nil, ""},
+		{"record: oversize id (confirm)", confirmRecord(long, tok, until, fp, result), invalid, nil, ""},
+		{"record: lease not positive", acquireRecord("id", 0, fp), expired, nil, ""},
+		{"record: lease under a millisecond", acquireRecord("id", time.Microsecond, fp), invalid, nil, ""},
+		{"record: lease past the horizon", acquireRecord("id", 2*time.Hour, fp), invalid, nil, ""},
+		{"record: until in the past", confirmRecord("id", tok, now.Add(-time.Second), fp, result), expired, nil, ""},
+		{"record: until past the horizon", confirmRecord("id", tok, now.Add(2*time.Hour), fp, result), invalid, nil, ""},
+		{"record: forged token", confirmRecord("id", "forged", until, fp, result), lost, nil, ""},
+	}
+	for _, id := range []string{"", long} {
+		n := fmt.Sprintf(", id of %d bytes", len(id))
+		tests = append(tests,
+			step{"lease: acquire" + n, acquire(id, time.Minute), invalid, nil, ""},
+			step{"lease: confirm" + n, func() error { return s.ConfirmLease(ctx, id, tok, now.Add(time.Hour)) }, invalid, nil, ""},
+			step{"lease: release" + n, func() error { return s.ReleaseLease(ctx, id, tok) }, invalid, nil, ""},
+			step{"lease: renew" + n, func() error { return s.RenewLease(ctx, id, tok, time.Minute) }, invalid, nil, ""})
+	}
+	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
+		renew, notExpired := expired, error(nil)
+		if d > 0 {
+			renew, notExpired = invalid, replay.ErrExpired
+		}
+		tests = append(tests,
+			step{fmt.Sprintf("lease: acquire, lease %v", d), acquire("id", d), invalid, nil, ""},
+			step{fmt.Sprintf("lease: renew, lease %v", d), func() error { return s.RenewLease(ctx, "id", tok, d) }, renew, notExpired, ""})
+	}
+	for _, forged := range []string{"", "forged", strings.ToUpper(tok), tok + "0"} {
+		tests = append(tests, step{fmt.Sprintf("lease: renew with the foreign token %q", forged), func() error { return s.RenewLease(ctx, "id", forged, time.Minute) }, lost, nil, ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first, err := s.Claim(context.Background(), tt.id, tt.until)
-			if first || !errors.Is(err, ErrInvalidClaim) {
-				t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
+			err := tt.call()
+			if tt.want == nil && err != nil {
+				t.Fatalf("err = %v; want nil", err)
 			}
-			if tt.id != "" && strings.Contains(err.Error(), tt.id) && len(tt.id) > 2 {
-				t.Fatalf("error text echoes the id: %q", err)
+			for _, w := range tt.want {
+				if !errors.Is(err, w) {
+					t.Fatalf("err = %v; want it to match %v", err, w)
+				}
+			}
+			if tt.not != nil && errors.Is(err, tt.not) {
+				t.Fatalf("err = %v; want it not to match %v", err, tt.not)
+			}
+			if tt.reason != "" && Reason(err) != tt.reason {
+				t.Fatalf("Reason = %q; want %q", Reason(err), tt.reason)
+			}
+			if strings.Contains(fmt.Sprint(err), long) {
+				t.Fatal("the error echoes the id")
 			}
 		})
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d commands reached Redis", n)
 	}
 }
 
@@ -215,10 +289,7 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 		return real.Do(ctx, args...)
 	})
 	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
-	r, err := New(resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := mustNew(t, resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
 	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	for i := range 10 {
@@ -240,26 +311,18 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 // TestClaimFailsClosed pins that [Store.Claim] refuses, never answers first,
 // when Redis is down, slow, odd or full.
 func TestClaimFailsClosed(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"redis down", claimFailsClosedWhenRedisDown},
 		{"redis slow", claimFailsClosedWhenRedisSlow},
 		{"unexpected replies", claimFailsClosedOnUnexpectedReplies},
 		{"redis full", claimFailsClosedWhenRedisIsFull},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func claimFailsClosedWhenRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
@@ -281,20 +344,14 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 	defer c.Close()
 
 	t.Run("store timeout", func(t *testing.T) {
-		s, err := New(c, Options{Timeout: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{Timeout: 100 * time.Millisecond})
 		first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
 		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
 		}
 	})
 	t.Run("caller deadline", func(t *testing.T) {
-		s, err := New(c, Options{Timeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{Timeout: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
@@ -303,10 +360,7 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 		}
 	})
 	t.Run("caller cancelled", func(t *testing.T) {
-		s, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
@@ -362,9 +416,7 @@ func claimFailsClosedWhenRedisIsFull(t *testing.T) {
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("claim with room: first = %v, err = %v", first, err)
 	}
-	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)

@@ -27,10 +27,7 @@ func twoInstances(t *testing.T, c *redis.Client) (*Store, *Store) {
 	t.Helper()
 	prefix := uniquePrefix(t, c)
 	a := provisioned(t, c, Options{Prefix: prefix})
-	b, err := New(c, Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustNew(t, c, Options{Prefix: prefix})
 	t.Cleanup(func() { b.Close() })
 	return a, b
 }

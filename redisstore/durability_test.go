@@ -43,19 +43,14 @@ func TestDurabilityContract(t *testing.T) {
 // TestDurability pins the durability contract: a step is answered only once
 // its write is on the replicas or the AOF the store was opened with.
 func TestDurability(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"steps with a stopped replica", stepsWithAStoppedReplicaAreNotDurable},
 		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
 		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
 		{"AOF probe failing after a fresh read", aOFProbeFailingAfterAFreshReadKeepsTheWait},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // With Durability, every step that writes is answered only once the
@@ -133,18 +128,13 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 // TestOpen pins [Open]'s refusals: replicas without durability, a replica,
 // WAITAOF without server support, eviction policies, and Redis down.
 func TestOpen(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"replicas without durability", openRefusesReplicasWithoutDurability},
 		{"a replica", openRefusesAReplica},
 		{"WAITAOF without server support", openRefusesWAITAOFWithoutServerSupport},
 		{"eviction policies", openRefusesEvictionPolicies},
 		{"redis down", openFailsWhenRedisIsDown},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func openRefusesReplicasWithoutDurability(t *testing.T) {
@@ -160,10 +150,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 		t.Fatalf("Open on a primary with a replica and only LocalAOF = %v; want ErrConfig", err)
 	}
 	// A Store from New finds it at its first call, and keeps refusing.
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	for range 2 {
 		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
 			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
@@ -244,9 +231,7 @@ func openRefusesEvictionPolicies(t *testing.T) {
 	ctx := context.Background()
 	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
-			if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, "maxmemory-policy", policy).Err())
 			if policy == "noeviction" {
 				provisionFirst(t, c, Options{})
 			}
@@ -372,9 +357,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 		t.Fatalf("LocalAOF replay = %v, %v; want taken", first, err)
 	}
 
-	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
 	replica := newServer(t, "--replicaof", "127.0.0.1", primary.port, "--appendonly", "yes", "--appendfsync", "always")
 	waitReplicas(t, primary, 1)
 	s := provisioned(t, c, Options{Prefix: "aof-replica:", Logger: quietLogger(),
@@ -388,9 +371,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 			t.Fatalf("claim with a fsyncing replica = %v, %v; want first", first, err)
 		}
 	}
-	if err := replica.client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, replica.client().ConfigSet(ctx, "appendonly", "no").Err())
 	for i := range 10 {
 		first, err := s.Claim(ctx, fmt.Sprint("unfsynced-", i), until)
 		if first || !errors.Is(err, ErrNotDurable) {
@@ -434,9 +415,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			if got := s.dur.implied.on.Load(); got != closed {
 				t.Fatalf("implied local AOF wait on %s = %v; want %v", serverVersion(info), got, closed)
 			}
-			if err := c.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.ConfigSet(ctx, "appendonly", "no").Err())
 			var after, accepted []string
 			notDurable := 0
 			for i, deadline := 0, time.Now().Add(5*time.Second); ; i++ {
@@ -530,13 +509,8 @@ func (h *scriptHook) answer(ctx context.Context, cmd redis.Cmder) error {
 // many were accepted as first. A refusal other than a fence fails the test.
 func acceptedAgainAfterStart(t *testing.T, srv *server, prefix string, ids []string) int {
 	t.Helper()
-	if err := srv.start(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, srv.start())
+	s := mustNew(t, srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
 	defer s.Close()
 	twice := 0
 	for _, id := range ids {

@@ -104,14 +104,9 @@ func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 // TestFleetExchange pins what Redis adds to the contract: a Redis that
 // dies fails closed on every instance.
 func TestFleetExchange(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"fails closed when redis dies", fleetExchangeFailsClosedWhenRedisDies},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func fleetExchangeFailsClosedWhenRedisDies(t *testing.T) {

@@ -283,15 +283,10 @@ func fleetKey() string { return ctoken.EncodeKey(ctoken.RandomKey()) }
 // lost round on a fleet: TestAnswersTheRetryOfALostRound in
 // mcp/drivertest.)
 func TestFleet(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"single use on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"redeems fail closed when redis dies", fleetRedeemsFailClosedWhenRedisDies},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // newFleetStore is a Redis replay store with a prefix of its own. Its timeout

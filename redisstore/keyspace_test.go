@@ -45,10 +45,7 @@ func (e *events) count(k replay.EventKind) int {
 func provisionFirst(t testing.TB, c Client, opts Options) {
 	t.Helper()
 	opts.Observer, opts.Logger = nil, quietLogger()
-	s, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, opts)
 	defer s.Close()
 	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatalf("Provision: %v", err)
@@ -58,15 +55,10 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 // TestForgetContract pins ctoken's contract for a store that forgets
 // (FLUSHALL, a restart without persistence): nothing is accepted twice.
 func TestForgetContract(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"flushall", forgetContractFlushAll},
 		{"restart without persistence", forgetContractRestartWithoutPersistence},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func forgetContractFlushAll(t *testing.T) {
@@ -76,9 +68,7 @@ func forgetContractFlushAll(t *testing.T) {
 	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
 		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: 2 * time.Second})
 	}, func(t *testing.T) {
-		if err := c.FlushAll(context.Background()).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.FlushAll(context.Background()).Err())
 	})
 }
 
@@ -94,18 +84,13 @@ func forgetContractRestartWithoutPersistence(t *testing.T) {
 // TestFence pins the fence: after evidence of loss a shard or the key space
 // refuses until the horizon has passed.
 func TestFence(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"claim refused until the horizon", claimRefusesWhileFencedThenServesAfterHorizon},
 		{"every step on a lost shard raises it", everyStepOnALostShardRaisesTheFence},
 		{"unknown marker value refuses", unknownMarkerValueRefuses},
 		{"claims beyond the horizon refused", claimsBeyondTheHorizonAreRefused},
 		{"open after an unwatched restart", openAfterAnUnwatchedRestartNamesIt},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The first step on a shard that lost its marker (a partial loss),
@@ -150,9 +135,7 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 			var ev events
 			s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe, Logger: quietLogger()})
 			l := acquireRecord(t, s, held, fp, replay.LeaseAcquired)
-			if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 			err := tc.step(ctx, s, l.Token)
 			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
 				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q)", tc.name, err, whyFenceRaised)
@@ -190,10 +173,7 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 	c := newTestClient(t)
 	var ev events
 	const horizon = 1500 * time.Millisecond
-	s, err := New(c, Options{Prefix: uniquePrefix(t, c), Horizon: horizon, Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: horizon, Observer: ev.observe})
 	ctx := context.Background()
 	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatal(err)
@@ -201,9 +181,7 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 	// A partial loss: the shard of "a" lost its marker. Its first call
 	// finds no marker, fences the shard and refuses; so does every call
 	// until the fence opens.
-	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 	start := time.Now()
 	first, err := s.Claim(ctx, "a", time.Now().Add(time.Second))
 	if first || !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
@@ -251,28 +229,20 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 // TestProvision pins [Store.Provision]: it opens only a new key space and
 // refuses on evidence of a previous life.
 func TestProvision(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"opens only a new key space", provisionOpensOnlyANewKeySpace},
 		{"reprovision never used", reprovisionNeverUsed},
 		{"reprovision refuses on evidence of loss", reprovisionNeverUsedRefusesOnEvidenceOfLoss},
 		{"open refuses an unopened key space", openRefusesAKeySpaceWithoutAnOpenShard},
 		{"store serves once provisioned", newStoreServesOnceItsKeySpaceIsProvisioned},
 		{"refuses on evidence of a previous life", provisionRefusesOnEvidenceOfAPreviousLife},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	c := newTestClient(t)
 	prefix := uniquePrefix(t, c)
-	s, err := New(c, Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: prefix})
 	ctx := context.Background()
 	if n, err := s.ProvisionNew(ctx); n != Shards || err != nil {
 		t.Fatalf("Provision of a new key space = %d, %v; want %d, nil", n, err, Shards)
@@ -292,9 +262,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 		}
 	}
 	marker, _, _ := s.keys(lostID)
-	if err := c.Del(ctx, marker).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Del(ctx, marker).Err())
 	if n, err := s.ProvisionNew(ctx); n != 0 || !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision with one marker missing = %d, %v; want 0, ErrConfig", n, err)
 	}
@@ -309,9 +277,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 func unknownMarkerValueRefuses(t *testing.T) {
 	s, c := newTestStore(t)
 	marker, _, _ := s.keys("m")
-	if err := c.Set(context.Background(), marker, "garbage", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(context.Background(), marker, "garbage", 0).Err())
 	first, err := s.Claim(context.Background(), "m", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) || Reason(err) != whyBadMarker {
 		t.Fatalf("claim with a corrupt marker = %v, %v; want ErrUnavailable (%q)", first, err, whyBadMarker)
@@ -407,9 +373,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"the ledger holds an entry", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if err := s.note(ctx, ledgerLoss, "test: a loss was seen"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.note(ctx, ledgerLoss, "test: a loss was seen"))
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
@@ -425,9 +389,7 @@ func reprovisionNeverUsed(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Claim(ctx, "lost", until())
-			if err := c.Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Do(ctx, "SWAPDB", 0, 1).Err())
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
@@ -444,10 +406,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, tt.args...)
 			c := srv.client()
-			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second})
 			defer s.Close()
 			tt.setup(t, s, srv, c)
 			waitChecks(t, s) // a check a missing marker started (it fences the key space) has ended
@@ -559,10 +518,7 @@ func reprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 				}
 				return cmd
 			})
-			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 			n, err := s.ReprovisionNeverUsed(context.Background())
 			switch {
 			case tt.want == nil && (err != nil || n != Shards || sets != Shards):
@@ -626,15 +582,10 @@ func openRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 			var ev events
 			var logs syncBuffer
 			opts := Options{Prefix: prefix, Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-			probe, err := New(c, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			probe := mustNew(t, c, opts)
 			setMarkers(t, c, probe, tt.mark)
 			if tt.ledger {
-				if err := probe.note(ctx, ledgerProvisioned, "test"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, probe.note(ctx, ledgerProvisioned, "test"))
 			}
 			s, err := Open(ctx, c, opts)
 			if tt.want != nil {
@@ -667,10 +618,7 @@ func newStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 	c := newTestClient(t)
 	ctx := context.Background()
 	prefix := uniquePrefix(t, c)
-	s, err := New(c, Options{Prefix: prefix, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: prefix, Logger: quietLogger()})
 	defer s.Close()
 	for range 3 {
 		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned {
@@ -709,9 +657,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 	}{
 		{"a new prefix", func(*testing.T, *Store, *redis.Client) {}, nil, ""},
 		{"the ledger holds an entry", func(t *testing.T, s *Store, c *redis.Client) {
-			if err := s.note(ctx, ledgerLoss, "test: restart without persistence"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.note(ctx, ledgerLoss, "test: restart without persistence"))
 		}, ErrConfig, whyPreviousLife},
 		{"an entry under the prefix", func(t *testing.T, s *Store, c *redis.Client) {
 			c.Set(ctx, s.tags[5]+":left", "1x", 0)
@@ -724,15 +670,11 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 		{"SWAPDB ran", func(t *testing.T, s *Store, c *redis.Client) { c.Do(ctx, "SWAPDB", 0, 1) }, ErrConfig, whyPreviousLife},
 		{"keys evicted", func(t *testing.T, s *Store, c *redis.Client) {
 			for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-random"}, {"maxmemory", "1"}} {
-				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 			}
 			c.Set(ctx, "other-app:a", "x", 0) // evicts what it can, then is refused
 			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
-				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 			}
 			c.Set(ctx, "other-app:b", "x", 0)
 		}, ErrConfig, whyPreviousLife},
@@ -745,10 +687,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			if tt.name == "keys evicted" {
 				c.Set(ctx, "other-app:0", "x", 0) // something to evict
 			}
-			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour})
 			defer s.Close()
 			tt.setup(t, s, c)
 			before, _ := c.MGet(ctx, s.tags[:]...).Result()

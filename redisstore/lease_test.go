@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,23 +27,17 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 // TestLease pins the lease steps (AcquireLease, ConfirmLease, ReleaseLease)
 // against the test Redis.
 func TestLease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"resent after a lost reply", stepsResentAfterLostReplyAnswerTheSame},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
-		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A client that resends every command after a lost reply gets the same
@@ -107,9 +100,7 @@ func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 		t.Fatalf("lease PTTL = %v, %v; want about 30s", pttl, err)
 	}
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
-	if err := s.ConfirmLease(ctx, "d", l.Token, until); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmLease(ctx, "d", l.Token, until))
 	got, err := c.Do(ctx, "PEXPIRETIME", s.key("d")).Int64()
 	if err != nil || got != until.UnixMilli() {
 		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
@@ -142,15 +133,9 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatalf("acquire after NOSCRIPT = %+v, %v", l, err)
 	}
-	if err := s.RenewLease(ctx, "id", l.Token, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.ReleaseLease(ctx, "id", l.Token); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(ctx, "id", l.Token, time.Minute))
+	must(t, s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)))
+	must(t, s.ReleaseLease(ctx, "id", l.Token))
 	if len(calls) != 5 {
 		t.Fatalf("%d commands, want 5 (EVALSHA, EVAL after NOSCRIPT, then EVALSHA for renew, confirm and release)", len(calls))
 	}
@@ -205,13 +190,9 @@ func leaseStepsRefuseAForeignValue(t *testing.T) {
 				key := entry
 				if under == "marker" {
 					key = marker
-					if err := c.Del(ctx, marker).Err(); err != nil {
-						t.Fatal(err)
-					}
+					must(t, c.Del(ctx, marker).Err())
 				}
-				if err := c.HSet(ctx, key, "f", "v").Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.HSet(ctx, key, "f", "v").Err())
 				err := st.step(s, id)
 				if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFenced) {
 					t.Fatalf("%s over a hash under the %s's name = %v; want ErrUnavailable (WRONGTYPE), not a fence", st.name, under, err)
@@ -269,64 +250,6 @@ func leaseStepsFailClosed(t *testing.T) {
 	}
 }
 
-func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
-	var sent atomic.Int32
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
-		sent.Add(1)
-		return redis.NewCmd(ctx, args...)
-	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, tok := context.Background(), "0123456789abcdef0123456789abcdef"
-	long := string(make([]byte, MaxIDBytes+1))
-	for _, id := range []string{"", long} {
-		if _, err := s.AcquireLease(ctx, id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("AcquireLease(len %d): %v", len(id), err)
-		}
-		if err := s.ConfirmLease(ctx, id, tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("ConfirmLease(len %d): %v", len(id), err)
-		}
-		if err := s.ReleaseLease(ctx, id, tok); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("ReleaseLease(len %d): %v", len(id), err)
-		}
-		if err := s.RenewLease(ctx, id, tok, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("RenewLease(len %d): %v", len(id), err)
-		}
-	}
-	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
-		if _, err := s.AcquireLease(ctx, "id", d); !errors.Is(err, ErrInvalidClaim) {
-			t.Errorf("AcquireLease lease %v: %v", d, err)
-		}
-		if err := s.RenewLease(ctx, "id", tok, d); !errors.Is(err, ErrInvalidClaim) || errors.Is(err, replay.ErrExpired) != (d <= 0) {
-			t.Errorf("RenewLease lease %v: %v", d, err)
-		}
-	}
-	if err := s.RenewLease(ctx, "id", tok, DefaultHorizon+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
-		t.Errorf("RenewLease past the horizon: %v, want ErrInvalidClaim (%q)", err, whyLeaseLong)
-	}
-	for _, forged := range []string{"", "forged", strings.ToUpper(tok), tok + "0"} {
-		if err := s.RenewLease(ctx, "id", forged, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Errorf("RenewLease with the foreign token %q: %v", forged, err)
-		}
-	}
-	if _, err := s.AcquireLease(ctx, "id", 0); !errors.Is(err, replay.ErrExpired) {
-		t.Errorf("AcquireLease lease 0: %v, want also replay.ErrExpired", err)
-	}
-	if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(-time.Second)); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-		t.Errorf("ConfirmLease in the past: %v", err)
-	}
-	if err := s.ConfirmLease(ctx, "id", "forged", time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Errorf("ConfirmLease with a foreign token: %v", err)
-	}
-	if err := s.ReleaseLease(ctx, "id", "forged"); err != nil {
-		t.Errorf("ReleaseLease with a foreign token: %v", err)
-	}
-	if n := sent.Load(); n != 0 {
-		t.Fatalf("%d commands reached Redis", n)
-	}
-}
-
 // A renewal sets the lease's end from Redis's clock (PX), whatever the
 // instance's clock says, and writes the entry back as it was: a lease of
 // AcquireRecord keeps its fingerprint. A renewal with a token that is
@@ -344,9 +267,7 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RenewLease(ctx, "d", r.Token, 90*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RenewLease(ctx, "d", r.Token, 90*time.Second))
 	pttl, err := c.PTTL(ctx, s.key("d")).Result()
 	if err != nil || pttl <= 89*time.Second || pttl > 90*time.Second {
 		t.Fatalf("PTTL after the renewal = %v, %v; want about 90s", pttl, err)
@@ -361,15 +282,11 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 		t.Fatalf("PTTL after a refused renewal = %v, %v; want at most %v", p, err, pttl)
 	}
 	tok := newToken()
-	if err := c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err())
 	if err := s.RenewLease(ctx, "n", tok, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal of a cancel note = %v; want ErrLeaseLost", err)
 	}
-	if err := s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	done, err := c.Get(ctx, s.key("d")).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -468,9 +385,7 @@ func renewOnAClosedClientIsUnavailable(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatal(l, err)
 	}
-	if err := own.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, own.Close())
 	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("renewal on a closed client = %v; want ErrUnavailable naming the closed client", err)

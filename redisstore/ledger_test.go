@@ -29,15 +29,10 @@ func TestParseLedgerEntry(t *testing.T) {
 // TestLedger pins the provisioning ledger: the newest entries kept in order
 // and the provisioned horizon read from them.
 func TestLedger(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"horizon is the newest recorded", provisionedHorizonIsTheNewestRecorded},
 		{"keeps the newest entries in order", ledgerKeepsTheNewestEntriesInOrder},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The key space's horizon is the one its newest "provisioned" entry
@@ -74,9 +69,7 @@ func ledgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	for i := range ledgerMax + 5 {
-		if err := s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)))
 	}
 	got, err := s.readLedger(ctx)
 	if err != nil {

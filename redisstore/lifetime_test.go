@@ -136,10 +136,7 @@ func (c claimedBefore) acceptedTwice(t *testing.T, s *Store, life time.Duration)
 // TestLifetime pins the key space's recorded lifetime: the fence it ends,
 // the longer lifetime winning, and steps past it refused by Redis's clock.
 func TestLifetime(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"fence ends after the longest claim", fenceEndsWhenTheKeySpaceLongestClaimHasExpired},
 		{"longer lifetime of two applications wins", twoApplicationsOnOneKeySpaceTheLongerLifetimeWins},
 		{"record outlasting a shorter horizon fences", recordOutlastingAShorterHorizonStillFences},
@@ -149,9 +146,7 @@ func TestLifetime(t *testing.T) {
 		{"status shows when reopening is safe", statusShowsWhenReopeningAcceptsNothingTwice},
 		{"1-minute work fenced for minutes", oneMinuteWorkIsFencedForMinutes},
 		{"idempotency keys fenced for window and lease", idempotencyKeysAreFencedForTheirWindowAndLease},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func fenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
@@ -167,9 +162,7 @@ func fenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
 	}{
 		{"tokens, a restart without persistence", 2 * time.Second, false, func(t *testing.T, srv *server, c *redis.Client) { srv.restart(syscall.SIGKILL) }},
 		{"tokens, FLUSHALL", 2 * time.Second, false, func(t *testing.T, srv *server, c *redis.Client) {
-			if err := c.FlushAll(context.Background()).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.FlushAll(context.Background()).Err())
 		}},
 		{"idempotency keys, a restart without persistence", 3 * time.Second, true, func(t *testing.T, srv *server, c *redis.Client) { srv.restart(syscall.SIGKILL) }},
 	} {
@@ -238,10 +231,7 @@ func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 			c := srv.client()
 			ctx := context.Background()
 			short := provisioned(t, c, lifetimeOpts("two:", tc.recheck))
-			long, err := New(c, lifetimeOpts("two:", time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
+			long := mustNew(t, c, lifetimeOpts("two:", time.Hour))
 			defer long.Close()
 			if first, err := claim(ctx, short, "short-0", time.Now().Add(time.Second)); !first || err != nil {
 				t.Fatalf("short claim: %v, %v", first, err)
@@ -317,10 +307,7 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 	shortOpts := lifetimeOpts("horizon:", 50*time.Millisecond)
 	shortOpts.Horizon = 3 * time.Second
 	short := provisioned(t, c, shortOpts)
-	long, err := New(c, lifetimeOpts("horizon:", time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := mustNew(t, c, lifetimeOpts("horizon:", time.Hour))
 	defer long.Close()
 	before := claimedBefore{}
 	for i := range 20 {
@@ -401,9 +388,7 @@ func lifetimeIsRecordedOnlyWhenItGrows(t *testing.T) {
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			if err := st.step(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, st.step())
 			if n := evals.Load(); n != st.evals {
 				t.Fatalf("%d lifetime records; want %d", n, st.evals)
 			}
@@ -445,9 +430,7 @@ func recordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
 			prefix := uniquePrefix(t, c)
 			s := provisioned(t, c, lifetimeOpts(prefix, 0))
-			if err := c.Set(context.Background(), s.lifetimeKey(), v, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, c.Set(context.Background(), s.lifetimeKey(), v, 0).Err())
 			if _, err := s.readLifetime(context.Background()); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("readLifetime: %v; want ErrUnavailable", err)
 			}
@@ -566,9 +549,7 @@ func flushAndMeet(t *testing.T, s *Store, c *redis.Client) lossFence {
 		t.Fatal("no entry with an expiry before the loss")
 	}
 	f.lost = time.Now()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.FlushAll(ctx).Err())
 	f.until = fenceEnd(t, s, "fresh")
 	f.met = time.Now()
 	st, err := s.Status(ctx)

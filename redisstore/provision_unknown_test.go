@@ -18,18 +18,13 @@ import (
 // no ledger, no evidence either way): Provision fences it for one
 // lifetime, and only the operator's statement (ProvisionNew) opens it.
 func TestUnknownHistory(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"provision fences it", provisionFencesAKeySpaceOfUnknownHistory},
 		{"provision -new opens only its fence", provisionNewOpensAFenceForUnknownHistoryOnly},
 		{"provision -new is recorded", provisionNewRecordsTheOperatorsStatement},
 		{"restart, then the runbook", restartWithoutPersistenceThenProvisionAcceptsNothing},
 		{"provision -new losing to a fence", provisionNewThatLosesToAFenceReportsIt},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Provision on a key space with no marker and no evidence either way
@@ -58,15 +53,10 @@ func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
 			opts := Options{Prefix: "unknown:", Logger: quietLogger(), Horizon: horizon}
-			s, err := New(c, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, c, opts)
 			defer s.Close()
 			if tt.record != "" {
-				if err := c.Set(ctx, s.lifetimeKey(), tt.record, 0).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, s.lifetimeKey(), tt.record, 0).Err())
 			}
 			before := time.Now()
 			n, err := s.Provision(ctx)
@@ -120,9 +110,7 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			c.Set(context.Background(), s.tags[5]+":left", "1x", 0)
 		}, ErrConfig, whyPreviousLife},
 		{"a loss in the ledger", func(t *testing.T, s *Store, c *redis.Client) {
-			if err := s.note(context.Background(), ledgerLoss, "test: a loss"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.note(context.Background(), ledgerLoss, "test: a loss"))
 		}, ErrFenced, whyProvisionFenced},
 		{"SWAPDB ran, swapped back", func(t *testing.T, s *Store, c *redis.Client) {
 			c.Do(context.Background(), "SWAPDB", 0, 1)
@@ -136,10 +124,7 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
 			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
-			s, err := New(c, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, c, opts)
 			defer s.Close()
 			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) {
 				t.Fatalf("Provision = %v; want ErrFenced", err)
@@ -179,10 +164,7 @@ func provisionNewRecordsTheOperatorsStatement(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t)
 	var logs syncBuffer
-	s, err := New(srv.client(), Options{Prefix: "new:", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, srv.client(), Options{Prefix: "new:", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer s.Close()
 	if n, err := s.ProvisionNew(ctx); n != Shards || err != nil {
 		t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
@@ -222,10 +204,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			// run beside two CPU-bound processes as "clock behind").
 			opts := Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second}
 			provisionFirst(t, srv.client(), opts)
-			app, err := Open(ctx, srv.client(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			app := mustOpen(t, srv.client(), opts)
 			untils := make(map[string]time.Time, n)
 			for i := range n {
 				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-opts.MaxSkew-100*time.Millisecond)
@@ -239,14 +218,9 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			}
 			app.Close() // no application runs at the restart
 			srv.kill()
-			if err := srv.start(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, srv.start())
 			// The runbook: status, then provision.
-			op, err := New(srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime})
-			if err != nil {
-				t.Fatal(err)
-			}
+			op := mustNew(t, srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
 			st, err := op.Status(ctx)
 			if err != nil {
@@ -265,10 +239,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			if st, err = op.Status(ctx); err != nil || st.Fenced != Shards || st.ReopenSafeAt.Before(end) {
 				t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v", st, err, end)
 			}
-			waiting, err := New(srv.client(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			waiting := mustNew(t, srv.client(), opts)
 			defer waiting.Close()
 			twice, refused, served, lastFenced := replayUntilServed(t, waiting, untils, func() string { return fmt.Sprint("fresh-", time.Now().UnixNano()) }, t0, lifetime+10*time.Second)
 			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, len(twice), refused, served.Round(time.Millisecond), lifetime)
@@ -370,18 +341,12 @@ func provisionNewThatLosesToAFenceReportsIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
-	other, err := New(srv.client(), Options{Prefix: "race:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := mustNew(t, srv.client(), Options{Prefix: "race:", Logger: quietLogger()})
 	defer other.Close()
 	c := srv.client()
 	hook := &provisionBeforeFirstOpen{other: other}
 	c.AddHook(hook)
-	s, err := New(c, Options{Prefix: "race:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: "race:", Logger: quietLogger()})
 	defer s.Close()
 	n, err := s.ProvisionNew(ctx)
 	if !errors.Is(hook.err, ErrFenced) {

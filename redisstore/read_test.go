@@ -91,9 +91,7 @@ func readIsOnePipelineOfReads(t *testing.T) {
 	if err != nil || d.State != replay.LeaseAcquired {
 		t.Fatal(d, err)
 	}
-	if err := s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	for _, tc := range []struct {
 		id   string
 		want replay.LeaseState
@@ -135,13 +133,9 @@ func readAnswersAtMaxmemory(t *testing.T) {
 	if err != nil || d.State != replay.LeaseAcquired {
 		t.Fatal(d, err)
 	}
-	if err := s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), fp, result))
 	// Full: every write command is refused with OOM from now on.
-	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { c.ConfigSet(context.Background(), "maxmemory", "0") })
 	if err := c.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("SET on the full Redis: %v, want OOM", err)
@@ -165,9 +159,7 @@ func readAnswersAtMaxmemory(t *testing.T) {
 	}
 	// The script not cached (a restart, SCRIPT FLUSH) is sent as EVAL,
 	// which a full Redis runs too.
-	if err := c.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ScriptFlush(ctx).Err())
 	if r, err := s.ReadRecord(ctx, "done"); err != nil || r.State != replay.LeaseDone {
 		t.Fatalf("ReadRecord on the full Redis without the script cached = %v, %v; want done", r.State, err)
 	}
@@ -183,9 +175,7 @@ func readRefusesALostShard(t *testing.T) {
 		t.Fatal(first, err)
 	}
 	marker := s.tags[shardOf("a")]
-	if err := c.Del(ctx, marker).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Del(ctx, marker).Err())
 	// A loss not fenced yet: refused, and the read raised no fence.
 	r, err := s.ReadRecord(ctx, "a")
 	if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
@@ -206,19 +196,13 @@ func readRefusesALostShard(t *testing.T) {
 		t.Fatalf("ReadRecord on a fenced shard = %+v, %v; want ErrFenced (%q)", r, err, whyFenced)
 	}
 	// A marker value the store does not know refuses too.
-	if err := c.Set(ctx, marker, "?", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(ctx, marker, "?", 0).Err())
 	if _, err := s.ReadRecord(ctx, "a"); !errors.Is(err, ErrUnavailable) || Reason(err) != whyBadMarker {
 		t.Fatalf("ReadRecord under an unknown marker value: %v; want %q", err, whyBadMarker)
 	}
 	// A fence that has ended reads as open, without being opened.
-	if err := c.Set(ctx, marker, "F1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Del(ctx, marker+"f").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.Set(ctx, marker, "F1", 0).Err())
+	must(t, c.Del(ctx, marker+"f").Err())
 	if r, err := s.ReadRecord(ctx, "a"); err != nil || r.State != replay.LeaseDone {
 		t.Fatalf("ReadRecord after the fence ended = %+v, %v; want done", r, err)
 	}

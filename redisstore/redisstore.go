@@ -254,10 +254,9 @@ type Options struct {
 	// counts, see [Open]). Without it such a store refuses to run
 	// ([ErrConfig]): a failover to a replica that missed acknowledged
 	// writes accepts those IDs again. A split brain (the old primary still
-	// taking writes after a replica was promoted, two primaries coexisting)
-	// accepts every ID claimed on both sides again, for as long as they
-	// coexist: nothing waits for a replica, so nothing refuses (an
-	// independent review measured 28 225 IDs accepted twice in 10 s).
+	// taking writes after a replica was promoted) accepts every ID claimed
+	// on both sides again for as long as the two primaries coexist, since
+	// nothing waits for a replica (docs/faults.md).
 	// With Durability.Replicas instead, every claim waits for WAIT, which
 	// a primary whose replicas are gone answers with too few
 	// acknowledgements: [ErrNotDurable].

@@ -81,13 +81,38 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func provisioned(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
+	s := mustNew(t, c, opts)
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	return s
+}
+
+// must fails t when err is not nil.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustNew is New, failing t when it refuses.
+func mustNew(t testing.TB, c Client, opts Options) *Store {
+	t.Helper()
 	s, err := New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(context.Background()); err != nil {
-		t.Fatalf("Provision: %v", err)
+	return s
+}
+
+// mustOpen is Open, failing t when it refuses.
+func mustOpen(t testing.TB, c Client, opts Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), c, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return s
 }
@@ -177,6 +202,19 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 	}
 }
 
+// subtest is one named case of a Test function's table.
+type subtest struct {
+	name string
+	test func(*testing.T)
+}
+
+// subtests runs each case as a subtest of t.
+func subtests(t *testing.T, tests []subtest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // isMarkerKey reports whether key is a shard marker, <prefix>{NN}.
 func isMarkerKey(key string) bool {
 	n := len(key)
@@ -186,17 +224,12 @@ func isMarkerKey(key string) bool {
 // TestPrefix pins the key prefix: stores under different prefixes never
 // share a key.
 func TestPrefix(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"isolates stores", prefixIsolatesStores},
 		{"zero options use the default", zeroOptionsUseDefaultPrefix},
 		{"braces are refused", prefixWithBracesIsRefused},
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func prefixIsolatesStores(t *testing.T) {
@@ -347,16 +380,11 @@ func argText(t *testing.T, a any) string {
 // TestNew pins [New]: a nil client and invalid options are refused at
 // construction.
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"rejects nil client", newRejectsNilClient},
 		{"refuses invalid options", newRefusesInvalidOptions},
 		{"names every fault at once", newNamesEveryFaultAtOnce},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 func newRejectsNilClient(t *testing.T) {
@@ -431,10 +459,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	c := srv.client()
 	ctx := context.Background()
 	outer := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
-	inner, err := New(c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inner := mustNew(t, c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})
 	t.Cleanup(func() { inner.Close() })
 	t.Run("markers", func(t *testing.T) {
 		if n, err := inner.ProvisionNew(ctx); err != nil || n != Shards {
@@ -456,12 +481,8 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	})
 	t.Run("releases", func(t *testing.T) {
 		for _, id := range ids {
-			if err := outer.Release(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-			if err := outer.Release(ctx, "webhooks:"+id); err != nil {
-				t.Fatal(err)
-			}
+			must(t, outer.Release(ctx, id))
+			must(t, outer.Release(ctx, "webhooks:"+id))
 			if first, err := inner.Claim(ctx, id, until); first || err != nil {
 				t.Fatalf("inner replay of %q after outer's releases = %v, %v; want taken", id, first, err)
 			}

@@ -15,18 +15,13 @@ import (
 // TestRelease pins [Store.Release] and the background releases of acquires
 // whose outcome is unknown.
 func TestRelease(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"rejects invalid IDs", releaseRejectsInvalidIDs},
 		{"fails when redis is down or odd", releaseFailsWhenRedisDownOrOdd},
 		{"timed out acquire released later", timedOutAcquireIsReleasedOnceRedisAnswers},
 		{"before the late acquire leaves a note", releaseBeforeTheLateAcquireLeavesANote},
 		{"background releases are bounded", backgroundReleasesAreBounded},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // An acquire that times out but reaches Redis later would hold the ID for
@@ -162,10 +157,7 @@ func backgroundReleasesAreBounded(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2})
 	t.Cleanup(func() { c.Close() })
 	var ev events
-	s, err := New(c, Options{Timeout: 50 * time.Millisecond, Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Timeout: 50 * time.Millisecond, Observer: ev.observe})
 	for range maxPendingReleases + 5 {
 		s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
 	}
@@ -206,10 +198,7 @@ func releaseRejectsInvalidIDs(t *testing.T) {
 func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{})
 	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
 	}

@@ -18,15 +18,10 @@ import (
 // TestRetryAt pins that a fenced refusal carries the end of its fence, for a
 // shard and for the key space.
 func TestRetryAt(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"fenced shard", fencedShardRefusalCarriesTheFenceEnd},
 		{"fenced key space", keySpaceFencedRefusalCarriesTheFenceEnd},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // A fenced shard's refusal says when the fence opens (replay.RetryAt), and
@@ -42,9 +37,7 @@ func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 	c := srv.client()
 	s := provisioned(t, c, Options{Prefix: "retry-at:", Horizon: horizon, Logger: quietLogger()})
 	for _, m := range s.tags {
-		if err := c.Del(ctx, m).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.Del(ctx, m).Err())
 	}
 	// Redis's clock and this one agree on loopback to well under a second.
 	near := func(t *testing.T, at time.Time, want time.Time) {
@@ -89,9 +82,7 @@ func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 		mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
 		body := []byte(`{"type":"fenced"}`)
 		r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(body))
-		if err := signer.Sign(r.Header, "msg_fenced", body); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(r.Header, "msg_fenced", body))
 		rec := httptest.NewRecorder()
 		mw.ServeHTTP(rec, r)
 		if rec.Code != http.StatusServiceUnavailable || calls != 0 {
@@ -134,10 +125,7 @@ func keySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
 		t.Fatal("fenceAll failed")
 	}
 	s.Close()
-	n, err := New(c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := mustNew(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
 	defer n.Close()
 	first, err := n.Claim(ctx, "any", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrFenced) {

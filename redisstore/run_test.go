@@ -40,15 +40,10 @@ func claimBeforeThePause(t *testing.T, s *Store) {
 // both paths and a cancelled claim returns at once, and only calls with a
 // deadline run on the caller's goroutine.
 func TestRun(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"paused redis fails closed", pausedRedisFailsClaimsClosed},
 		{"direct only with a deadline", directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // pausedRedisFailsClaimsClosed pauses a primary (SIGSTOP) and claims
@@ -157,10 +152,7 @@ func directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: closedAddr(t), ContextTimeoutEnabled: enabled})
 		defer c.Close()
-		s, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustNew(t, c, Options{})
 		for _, tc := range ctxs {
 			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", tc.name, enabled), func(t *testing.T) {
 				if got, want := s.direct(tc.ctx), tc.direct && enabled; got != want {

@@ -46,16 +46,11 @@ func sha1Hex(src string) (digest string, refused bool) {
 // TestRedisClock pins that expiry is judged by Redis's clock, not the
 // instance's.
 func TestRedisClock(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"instance two minutes behind", instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice},
 		{"until past by redis clock", untilPastByRedisClockIsRefusedAsExpired},
 		{"refusal reports the clock the call sent", lagRefusalReportsTheClockTheCallSent},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // An instance whose clock runs 2 minutes behind Redis's would accept a
@@ -73,10 +68,7 @@ func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 		t.Fatalf("Open with a clock 2 minutes behind = %v; want ErrClockSkew", err)
 	}
 	var ev events
-	lag, err := New(c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lag := mustNew(t, c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 
 	// The good instance redeems a token and holds the claim a short while

@@ -190,9 +190,7 @@ func newReplica(t testing.TB, primary *server) *server {
 	host, port, _ := net.SplitHostPort(primary.addr())
 	// Sync at once instead of after the default 5 s of waiting for more
 	// replicas.
-	if err := primary.client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, primary.client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err())
 	r := newServer(t, "--replicaof", host, port)
 	waitReplicas(t, primary, 1)
 	return r
@@ -256,6 +254,13 @@ func (f *fakeServer) set(change func(f *fakeServer)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(f)
+}
+
+// counts reads the fences and ledger entries f holds.
+func (f *fakeServer) counts() (fences, ledger int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fences, len(f.ledger)
 }
 
 func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
@@ -358,10 +363,7 @@ func resetBefore(f *fakeServer) {
 // TestLoss pins evidence of loss on the server: told from conditions,
 // refused until the fence is written, and consumed once, by one store.
 func TestLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"told from conditions", serverChecksTellLossFromConditions},
 		{"refused until the fence is written", lossRefusesUntilTheFenceIsWritten},
 		{"fenced by another store is consumed", lossFencedByAnotherStoreIsConsumed},
@@ -369,9 +371,7 @@ func TestLoss(t *testing.T) {
 		{"allow eviction keeps others' evidence", allowEvictionDoesNotConsumeAnotherStoresEvidence},
 		{"allow eviction hides no new evictions", allowEvictionStoreDoesNotHideANewServersEvictions},
 		{"an entry without reset witnesses consumes no reset", entryWithoutWitnessesConsumesNoReset},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The decisions of the server checks, on a scripted server: what is
@@ -477,9 +477,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			} else {
 				checkErr = s.checkServer(ctx)
 			}
-			f.mu.Lock()
-			fences, ledger := f.fences, len(f.ledger)
-			f.mu.Unlock()
+			fences, ledger := f.counts()
 			switch {
 			case tt.fenced && (fences != Shards || ledger != 1):
 				t.Fatalf("%d fences, %d ledger entries; want %d and 1", fences, ledger, Shards)
@@ -519,10 +517,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) {
 		f.evicted, f.fenceErr = 1, errors.New("OOM command not allowed when used memory > 'maxmemory'")
 	})
@@ -603,10 +598,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	f := newFake()
 	var stores []*Store
 	for range 2 {
-		s, err := Open(ctx, f, Options{Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustOpen(t, f, Options{Logger: quietLogger()})
 		stores = append(stores, s)
 	}
 	f.set(func(f *fakeServer) { f.evicted += 10 })
@@ -629,10 +621,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	s, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, f, Options{Logger: quietLogger()})
 	defer s.Close()
 	f.set(func(f *fakeServer) {
 		f.resetStat(28)
@@ -654,14 +643,8 @@ func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	a, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustOpen(t, f, Options{Logger: quietLogger()})
+	b := mustOpen(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
 	a.checkServer(ctx)
 	if err := a.refusal(); !errors.Is(err, ErrFenced) {
@@ -669,17 +652,13 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	}
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	b.checkServer(ctx)
-	f.mu.Lock()
-	fences, ledger := f.fences, len(f.ledger)
-	f.mu.Unlock()
+	fences, ledger := f.counts()
 	if fences != Shards || ledger != 1 {
 		t.Fatalf("%d fences, %d ledger entries after the other store's check; want %d and 1", fences, ledger, Shards)
 	}
 	// An operator reopens here; then the first store checks again.
 	a.checkServer(ctx)
-	f.mu.Lock()
-	fences, ledger = f.fences, len(f.ledger)
-	f.mu.Unlock()
+	fences, ledger = f.counts()
 	if err := a.refusal(); err != nil || fences != Shards || ledger != 1 {
 		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
 	}
@@ -691,14 +670,8 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	strict, err := Open(ctx, f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lax, err := Open(ctx, f, Options{Logger: quietLogger(), AllowEviction: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	strict := mustOpen(t, f, Options{Logger: quietLogger()})
+	lax := mustOpen(t, f, Options{Logger: quietLogger(), AllowEviction: true})
 	f.set(func(f *fakeServer) { f.evicted += 5 })
 	lax.checkServer(ctx)
 	if f.fences != 0 {
@@ -706,10 +679,7 @@ func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	}
 	// A new strict store (an app restart) compares with the shared
 	// baseline, as does the running one.
-	restarted, err := New(f, Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restarted := mustNew(t, f, Options{Logger: quietLogger()})
 	restarted.checkServer(ctx)
 	strict.checkServer(ctx)
 	if f.fences != Shards || len(f.ledger) != 1 {
@@ -799,16 +769,10 @@ func allowEvictionStoreDoesNotHideANewServersEvictions(t *testing.T) {
 				return c
 			}
 			if tt.first {
-				ae, err := New(client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour, AllowEviction: true})
-				if err != nil {
-					t.Fatal(err)
-				}
+				ae := mustNew(t, client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour, AllowEviction: true})
 				ae.Claim(ctx, "x", until)
 			}
-			s, err := New(client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustNew(t, client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour})
 			first, err := s.Claim(ctx, "y", until)
 			s.cancels.wg.Wait()
 			mu.Lock()

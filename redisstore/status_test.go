@@ -17,15 +17,10 @@ import (
 // TestStatus pins [Store.Status]: shards, ledger, server and the provisioned
 // horizon.
 func TestStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"shards, ledger and server", statusReportsShardsLedgerAndServer},
 		{"provisioned horizon", statusReportsTheProvisionedHorizon},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Status reports the shards by marker, the latest fence end, the ledger
@@ -101,10 +96,7 @@ func statusReportsTheProvisionedHorizon(t *testing.T) {
 			if tt.provisionHorizon == 0 {
 				c.Del(ctx, prefix+"ledger")
 			}
-			asker, err := New(c, Options{Prefix: prefix, Horizon: tt.askHorizon, Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			asker := mustNew(t, c, Options{Prefix: prefix, Horizon: tt.askHorizon, Logger: quietLogger()})
 			defer asker.Close()
 			st, err := asker.Status(ctx)
 			if err != nil {
@@ -120,16 +112,11 @@ func statusReportsTheProvisionedHorizon(t *testing.T) {
 // TestReopen pins [Store.Reopen]: it names who accepted the risk and why,
 // and refuses a server Open refuses.
 func TestReopen(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"refuses without who and why", reopenRefusesWithoutWhoAndWhy},
 		{"opens and records who accepted", reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk},
 		{"refuses a server open refuses", reopenRefusesAServerOpenRefuses},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // Reopen refuses, before talking to Redis, without who accepts the risk
@@ -184,10 +171,7 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 	}
 	var ev events
 	var logs syncBuffer
-	op, err := New(c, Options{Prefix: "app:", Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	op := mustNew(t, c, Options{Prefix: "app:", Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	n, err := op.Reopen(ctx, "alice (on call)", "INC-42: Redis restarted without persistence")
 	if n != Shards || err != nil {
 		t.Fatalf("Reopen = %d, %v; want %d, nil", n, err, Shards)
@@ -232,10 +216,7 @@ func reopenRefusesAServerOpenRefuses(t *testing.T) {
 	srv := newServer(t, "--maxmemory-policy", "allkeys-lru")
 	c := srv.client()
 	ctx := context.Background()
-	s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	if n, err := s.Reopen(ctx, "alice", "INC-43"); n != 0 || !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "maxmemory-policy") {
 		t.Fatalf("Reopen on an evicting server = %d, %v; want 0, ErrConfig naming maxmemory-policy", n, err)
 	}

@@ -21,15 +21,10 @@ import (
 // lease for the delivery's retry, and a Redis that is down processes
 // nothing.
 func TestWebhook(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"busy redis, late lease released", webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed},
 		{"redis down refuses", webhookRedisDownRefusesWithoutProcessing},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // The busy-Redis case: Redis is busy for 600 ms, the store's
@@ -91,10 +86,7 @@ func webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed(t *testing.T) {
 func webhookRedisDownRefusesWithoutProcessing(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
-	store, err := New(c, Options{Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := mustNew(t, c, Options{Timeout: 200 * time.Millisecond})
 	var seen error
 	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint",
 		OnReject: func(_ *http.Request, err error) { seen = err }})

@@ -321,7 +321,10 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 }
 
 // A password comes from CTOKEN_REDIS_PASSWORD or -password-file, and is
-// never printed, also when it is wrong.
+// never printed, also when it is wrong. One on the command line is refused
+// before any server is asked (exit 2), naming where it goes instead: a
+// -url that carries one, whatever its scheme or user, and a password given
+// twice or a -password-file that is not one password.
 func TestPasswordIsNeverPrinted(t *testing.T) {
 	const pw = "s3cret-pw-123"
 	srv := startRedis(t, "--requirepass", pw)
@@ -334,70 +337,36 @@ func TestPasswordIsNeverPrinted(t *testing.T) {
 		return p
 	}
 	tests := []struct {
-		name string
-		env  string
-		args []string
-		want int
-	}{
-		{"from the environment", pw, []string{"status", "-addr", srv.addr}, 0},
-		{"from the environment, with a URL naming the user", pw, []string{"status", "-url", "redis://default@" + srv.addr + "/0"}, 0},
-		{"from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw", pw)}, 0},
-		{"from a file ending in a newline", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-nl", pw+"\n")}, 0},
-		{"from a file ending in CRLF", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-crlf", pw+"\r\n")}, 0},
-		{"wrong, from the environment", pw + "-wrong", []string{"status", "-addr", srv.addr}, 1},
-		{"wrong, from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-wrong", pw+"-wrong\n")}, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(passwordEnv, tt.env)
-			code, stdout, stderr := ctokenStore(tt.args...)
-			if code != tt.want {
-				t.Fatalf("= %d (%s); want %d", code, stderr, tt.want)
-			}
-			if strings.Contains(stdout+stderr, pw) {
-				t.Fatalf("the output shows the password:\n%s\n%s", stdout, stderr)
-			}
-		})
-	}
-}
-
-// A password on the command line is refused before any server is asked
-// (exit 2), naming where it goes instead and without echoing it: a -url
-// that carries one, whatever its scheme or user, and a password given
-// twice or a -password-file that is not one password.
-func TestPasswordOnTheCommandLineIsRefused(t *testing.T) {
-	const pw = "hunter2-on-the-cmdline"
-	dir := t.TempDir()
-	file := func(name, content string) string {
-		p := dir + "/" + name
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tests := []struct {
 		name  string
 		env   string
 		args  []string
-		names string // what the error must name
+		want  int
+		names string // what a refusal must name
 	}{
-		{"redis:// with a password", "", []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1/0"}, passwordEnv},
-		{"redis:// with a user and a password", "", []string{"status", "-url", "redis://alice:" + pw + "@127.0.0.1:1"}, "-password-file"},
-		{"rediss:// with a password", "", []string{"provision", "-url", "rediss://:" + pw + "@127.0.0.1:1"}, passwordEnv},
-		{"unix:// with a password", "", []string{"reopen", "-url", "unix://:" + pw + "@/tmp/redis.sock", "-accepted-by", "a", "-reason", "r"}, passwordEnv},
-		{"a URL with a password and the environment too", pw, []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1"}, passwordEnv},
-		{"the environment and a file both", pw, []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("both", pw)}, "not both"},
-		{"an empty file", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("empty", "\n")}, "empty"},
-		{"a file of two lines", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("two", pw+"\n"+pw+"\n")}, "more than one line"},
-		{"a file too large", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("large", strings.Repeat(pw, 400))}, "over 4096 bytes"},
-		{"a file that does not exist", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", dir + "/absent"}, "no such file"},
+		{"from the environment", pw, []string{"status", "-addr", srv.addr}, 0, ""},
+		{"from the environment, with a URL naming the user", pw, []string{"status", "-url", "redis://default@" + srv.addr + "/0"}, 0, ""},
+		{"from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw", pw)}, 0, ""},
+		{"from a file ending in a newline", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-nl", pw+"\n")}, 0, ""},
+		{"from a file ending in CRLF", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-crlf", pw+"\r\n")}, 0, ""},
+		{"wrong, from the environment", pw + "-wrong", []string{"status", "-addr", srv.addr}, 1, ""},
+		{"wrong, from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-wrong", pw+"-wrong\n")}, 1, ""},
+		{"redis:// with a password", "", []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1/0"}, 2, passwordEnv},
+		{"redis:// with a user and a password", "", []string{"status", "-url", "redis://alice:" + pw + "@127.0.0.1:1"}, 2, "-password-file"},
+		{"rediss:// with a password", "", []string{"provision", "-url", "rediss://:" + pw + "@127.0.0.1:1"}, 2, passwordEnv},
+		{"unix:// with a password", "", []string{"reopen", "-url", "unix://:" + pw + "@/tmp/redis.sock", "-accepted-by", "a", "-reason", "r"}, 2, passwordEnv},
+		{"a URL with a password and the environment too", pw, []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1"}, 2, passwordEnv},
+		{"the environment and a file both", pw, []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("both", pw)}, 2, "not both"},
+		{"an empty file", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("empty", "\n")}, 2, "empty"},
+		{"a file of two lines", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("two", pw+"\n"+pw+"\n")}, 2, "more than one line"},
+		{"a file too large", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("large", strings.Repeat(pw, 400))}, 2, "over 4096 bytes"},
+		{"a file that does not exist", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", dir + "/absent"}, 2, "no such file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(passwordEnv, tt.env)
 			code, stdout, stderr := ctokenStore(tt.args...)
-			if code != 2 || !strings.Contains(stderr, tt.names) {
-				t.Fatalf("= %d, %q; want 2 naming %q", code, stderr, tt.names)
+			if code != tt.want || !strings.Contains(stderr, tt.names) {
+				t.Fatalf("= %d, %q; want %d naming %q", code, stderr, tt.want, tt.names)
 			}
 			if strings.Contains(stdout+stderr, pw) {
 				t.Fatalf("the output shows the password:\n%s\n%s", stdout, stderr)
