@@ -9,7 +9,8 @@ import (
 )
 
 // TestTransactionalContractOnTxStore runs the contract on the memory
-// double of a store whose work runs in a transaction.
+// double of a store whose work runs in a transaction. (Not webhooktest's:
+// the double refuses the empty record a delivery commits.)
 func TestTransactionalContractOnTxStore(t *testing.T) {
 	idempotencytest.RunTransactionalContract(t, func(*testing.T) (replaytest.WorkStore, replaytest.Effects) {
 		s := replaytest.NewTxStore()
