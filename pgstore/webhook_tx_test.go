@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,150 +59,15 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	return got
 }
 
-// TestWebhook pins webhook deliveries through the store: one row per
-// delivery in the transactional mode, the lease steps a receiver begins
-// with, and a receiver killed before its commit keeps nothing.
+// TestWebhook pins webhook deliveries through the store: the lease steps
+// a receiver begins with, and a receiver killed before its commit keeps
+// nothing (one row per delivery in the transactional mode: webhooktest's
+// transactional contract, in TestStore).
 func TestWebhook(t *testing.T) {
 	subtests(t, []subtest{
-		{"transactional keeps one row per delivery", webhookTransactionalKeepsOneRowPerDelivery},
 		{"lease begin", webhookLeaseBeginOnPostgreSQL},
 		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
 	})
-}
-
-// webhookTransactionalKeepsOneRowPerDelivery delivers each of several
-// deliveries as concurrent copies to three instances (each its own Store
-// and pool, one table), over HTTP on 127.0.0.1, each copy retried until it
-// is acknowledged; the handler inserts the consumer's row in the
-// delivery's transaction, and its first attempt at every delivery waits,
-// ignoring its context, until a copy has taken the delivery over (the
-// handler runs again for it) before answering 201. Every delivery ends
-// with exactly one row. The test waits on that event, not on the clock:
-// the lease is generous (its Confirm gets a quarter of it, which a loaded
-// machine's commit must fit in), and the first attempt outlives it only
-// because it waits for the take-over.
-func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
-	const (
-		deliveries = 8
-		copies     = 4
-		lease      = 4 * time.Second
-	)
-	p := needServer(t)
-	stores := fleetStores(t, p, 15*time.Second)
-	table := runsTable(t, stores[0].pool)
-	var attempts, lost atomic.Int32
-	var takenOver sync.Map // delivery ID → *takeover, closed when a second attempt runs the handler
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, _ := webhook.DeliveryFrom(r.Context())
-		tx, err := TxFrom(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		n := attempts.Add(1)
-		if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, $2)", d.ID, n); err != nil {
-			http.Error(w, "insert failed", http.StatusServiceUnavailable)
-			return
-		}
-		over := &takeover{ch: make(chan struct{})}
-		if first, seen := takenOver.LoadOrStore(d.ID, over); seen {
-			first.(*takeover).once.Do(func() { close(first.(*takeover).ch) })
-		} else {
-			select { // ignores its context: outlives its lease
-			case <-over.ch:
-			case <-time.After(30 * time.Second):
-				t.Errorf("%s: no copy took the delivery over within 30 s", d.ID)
-			}
-		}
-		w.WriteHeader(http.StatusCreated)
-	})
-	var servers []*httptest.Server
-	for _, s := range stores {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: s, Namespace: "runs", Lease: lease, Transactional: true,
-			OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) {
-				// A handler that outlives its lease loses it: as a lost
-				// fence (ErrLeaseLost) or, the lease being the work's
-				// transaction, as the session the store ended once idle
-				// in it that long (ErrRolledBack). Nothing kept either way.
-				if errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) {
-					lost.Add(1)
-				} else {
-					t.Errorf("OnLeaseError: %v", err)
-				}
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(v.Middleware(handler))
-		t.Cleanup(srv.Close)
-		servers = append(servers, srv)
-	}
-	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, deliveries*copies)
-	for i := range deliveries {
-		id := fmt.Sprintf("msg_run_%d", i)
-		body := `{"run":"` + id + `"}`
-		for c := range copies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; ; k++ {
-					srv := servers[(c+k)%len(servers)]
-					req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
-					if err != nil {
-						errs <- err
-						return
-					}
-					if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
-						errs <- err
-						return
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						errs <- fmt.Errorf("%s: %w", id, err)
-						return
-					}
-					resp.Body.Close()
-					switch {
-					case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
-						return
-					case resp.StatusCode != http.StatusServiceUnavailable:
-						errs <- fmt.Errorf("%s: status %d", id, resp.StatusCode)
-						return
-					case time.Now().After(deadline):
-						errs <- fmt.Errorf("%s: still 503 after %d attempts", id, k+1)
-						return
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	got := rowsPerDelivery(t, stores[0].pool, table)
-	for i := range deliveries {
-		if id := fmt.Sprintf("msg_run_%d", i); got[id] != 1 {
-			t.Errorf("%s: %d rows, want exactly 1", id, got[id])
-		}
-	}
-	if len(got) != deliveries {
-		t.Errorf("rows for %d deliveries, want %d: %v", len(got), deliveries, got)
-	}
-	if lost.Load() == 0 || int(attempts.Load()) <= deliveries {
-		t.Errorf("%d attempts, %d leases lost: the test did not exercise a handler outliving its lease", attempts.Load(), lost.Load())
-	}
-	t.Logf("%d deliveries × %d copies: %d handler runs, %d commits refused for a lost lease", deliveries, copies, attempts.Load(), lost.Load())
 }
 
 // webhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
@@ -601,10 +465,4 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 			w.WriteHeader(http.StatusCreated)
 		})))
 	})
-}
-
-// takeover is closed once another attempt at a delivery runs its handler.
-type takeover struct {
-	once sync.Once
-	ch   chan struct{}
 }
