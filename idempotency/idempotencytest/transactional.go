@@ -73,6 +73,7 @@ func (a *txApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.hook != nil && !a.hook(n, w, r) {
 		return
 	}
+	w.Header().Set("Content-Type", "application/json") // recorded and replayed
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"run":%d,"id":%q}`, n, rand.Text())
 }
