@@ -321,15 +321,12 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 // BenchmarkWebhookTransactional is a new delivery through the webhook
 // middleware in its transactional mode (verify, the lease, the handler's
 // insert in the delivery's transaction, the fence and the commit), served
-// in process, beside its floors in the same run: the same insert in the
+// in process, beside its floor in the same run: the same insert in the
 // handler's own transaction (BEGIN, INSERT, COMMIT) without the
-// middleware ("floor"), and as one autocommit statement ("autocommit");
-// and beside the middleware without Transactional in front of the
-// handler's own transaction, and the two-commit path (a committed lease,
-// then Lease.Begin: "lease-then-work"). Signing each delivery is inside
-// the loop of all five. Each reports the durable commits, the WAL bytes and the
-// client's and the server's CPU per delivery (walPerOp, cpuPerOp): the
-// loop must be the server's only writer.
+// middleware ("floor"). Signing each delivery is inside the loop of both.
+// Each reports the durable commits, the WAL bytes and the client's and
+// the server's CPU per delivery (walPerOp, cpuPerOp): the loop must be
+// the server's only writer.
 func BenchmarkWebhookTransactional(b *testing.B) {
 	p := needServer(b)
 	pool := p.pool(b)
@@ -383,68 +380,6 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	b.Run("floor", func(b *testing.B) { serve(b, own) })
-	b.Run("autocommit", func(b *testing.B) {
-		serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := pool.Exec(r.Context(), "insert into "+table+" values ($1, 1)", r.Header.Get("webhook-id")); err != nil {
-				b.Error(err)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		}))
-	})
-	// The middleware without Transactional, the handler in its own
-	// transaction: the lease, the handler's commit and the confirmation
-	// are three commits.
-	b.Run("middleware-own-tx", func(b *testing.B) {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: store, Namespace: "bench-own", Lease: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		serve(b, v.Middleware(own))
-	})
-	// The two-commit path the middleware took before its lease was the
-	// work's transaction: a committed lease (Acquire on a Verifier without
-	// Transactional), then Lease.Begin, the same insert, Confirm.
-	b.Run("lease-then-work", func(b *testing.B) {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: store, Namespace: "bench-begin", Lease: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			d, err := v.Verify(r.Header, []byte(body))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			l, err := v.Acquire(r.Context(), d)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer l.Release(context.Background())
-			ctx, err := l.Begin(r.Context())
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			tx, err := TxFrom(ctx)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", d.ID); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Confirm(context.Background()); err != nil {
-				b.Error(err)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		}))
-	})
 	b.Run("middleware", func(b *testing.B) {
 		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
 			Replay: store, Namespace: "bench", Lease: time.Minute, Transactional: true})
