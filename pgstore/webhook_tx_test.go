@@ -10,8 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -59,125 +56,14 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	return got
 }
 
-// TestWebhook pins webhook deliveries through the store: the lease steps
-// a receiver begins with, and a receiver killed before its commit keeps
-// nothing (one row per delivery in the transactional mode: webhooktest's
+// TestWebhook pins webhook deliveries through the store: a receiver
+// killed before its commit keeps nothing (one row per delivery in the
+// transactional mode, and each outcome of Lease.Begin: webhooktest's
 // transactional contract, in TestStore).
 func TestWebhook(t *testing.T) {
 	subtests(t, []subtest{
-		{"lease begin", webhookLeaseBeginOnPostgreSQL},
 		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
 	})
-}
-
-// webhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
-// outcome a real PostgreSQL can give: Confirm commits the consumer's row
-// with the record (a copy is a duplicate); Release rolls it back (a copy
-// is processed); a Confirm after the lease ran out is refused with
-// replay.ErrLeaseLost and keeps nothing, whether another attempt took the
-// delivery or not; and a write after the lease ended is refused.
-func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
-	// A late Confirm gives up a quarter of the lease after it is called
-	// (webhook's confirmDeadline): 250 ms, so a loaded machine's slow
-	// commit statement is not mistaken for a store failure (at 300 ms, 75
-	// ms was, once, under a parallel CI run).
-	const lease = time.Second
-	tests := []struct {
-		name    string
-		between func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) // after the write, before finishing
-		finish  func(l *webhook.Lease, ctx context.Context) error
-		lost    bool
-		rows    int
-		next    error // a copy's Acquire afterwards; nil: acquired
-	}{
-		{name: "confirm commits the row with the record", finish: (*webhook.Lease).Confirm, rows: 1, next: webhook.ErrDuplicate},
-		{name: "release rolls the row back", finish: (*webhook.Lease).Release, rows: 0},
-		{
-			name: "a lease that ran out keeps nothing",
-			between: func(*testing.T, *webhook.Verifier, webhook.Delivery, string) {
-				time.Sleep(lease + 100*time.Millisecond)
-			},
-			finish: (*webhook.Lease).Confirm, lost: true, rows: 0,
-		},
-		{
-			name: "a lease taken over keeps only the other attempt's row",
-			between: func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) {
-				time.Sleep(lease + 100*time.Millisecond)
-				other, err := v.Acquire(context.Background(), d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx, err := other.Begin(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				tx, err := TxFrom(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 2)", d.ID); err != nil {
-					t.Fatal(err)
-				}
-				must(t, other.Confirm(context.Background()))
-			},
-			finish: (*webhook.Lease).Confirm, lost: true, rows: 1, next: webhook.ErrDuplicate,
-		},
-	}
-	p := needServer(t)
-	store := storeOn(t, p.pool(t))
-	table := runsTable(t, store.pool)
-	cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "runs", Lease: lease}
-	v, err := webhook.NewVerifier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			bg := context.Background()
-			id := fmt.Sprintf("msg_lease_%d", i)
-			h := http.Header{}
-			must(t, signer.Sign(h, id, []byte("{}")))
-			d, err := v.Verify(h, []byte("{}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := v.Acquire(bg, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, err := l.Begin(bg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tx, err := TxFrom(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", id); err != nil {
-				t.Fatal(err)
-			}
-			if tc.between != nil {
-				tc.between(t, v, d, table)
-			}
-			err = tc.finish(l, bg)
-			if lost := errors.Is(err, replay.ErrLeaseLost) && errors.Is(err, webhook.ErrReplayStore); lost != tc.lost || (!tc.lost && err != nil) {
-				t.Fatalf("finish = %v, want lease lost: %v", err, tc.lost)
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 3)", id); err == nil {
-				t.Fatal("a write after the lease ended was accepted")
-			}
-			if n := rowsPerDelivery(t, store.pool, table)[id]; n != tc.rows {
-				t.Fatalf("%d rows, want %d", n, tc.rows)
-			}
-			if _, err := v.Acquire(bg, d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
-				t.Fatalf("a copy's Acquire = %v, want %v", err, tc.next)
-			}
-		})
-	}
 }
 
 // webhookTransactionalReceiverKilledBeforeCommitKeepsNothing runs a
