@@ -3,13 +3,11 @@ package pgstore
 // The property of issue 45, end to end: the idempotency middleware in its
 // transactional mode on a real PostgreSQL, in front of a handler that
 // charges by inserting one row per execution through the middleware's
-// transaction (TxFrom). Whatever goes wrong — the handler outlives its
-// lease, the client leaves after the charge, two instances serve one key,
-// an http.TimeoutHandler answers before the handler returns, the app
-// process is SIGKILLed between the insert and the commit, PostgreSQL is
-// SIGKILLed mid-load — every key ends with exactly one charge row, and
-// every client's final response is the one recorded with that charge, byte
-// for byte.
+// transaction (TxFrom). Whatever goes wrong on the engine's side — the
+// app process is SIGKILLed between the insert and the commit, PostgreSQL
+// is SIGKILLed mid-load, the backend is terminated — every key ends with
+// exactly one charge row, and every client's final response is the one
+// recorded with that charge, byte for byte.
 
 import (
 	"bufio"
@@ -193,22 +191,19 @@ func serve(t testing.TB, h http.Handler) string {
 }
 
 // TestTransactional pins the transactional idempotency mode end to end (a
-// charge as the handler's effect): one charge per key through leases
-// outlived, clients leaving, two instances, timeouts, killed processes and
-// servers, terminated backends and escapes; single-use tokens consumed only
-// with their work.
+// charge as the handler's effect) through PostgreSQL's own faults: one
+// charge per key through killed processes and servers, terminated
+// backends, failed statements and escapes, one commit per first request;
+// single-use tokens consumed only with their work. (Leases outlived,
+// clients leaving, two instances and timeouts: idempotencytest's
+// transactional contract, in TestStore.)
 func TestTransactional(t *testing.T) {
 	subtests(t, []subtest{
-		{"handler outliving its lease", transactionalHandlerOutlivingItsLeaseChargesOnce},
-		{"client leaving after the charge", transactionalClientLeavingAfterTheChargeChargesOnce},
-		{"two instances", transactionalTwoInstancesChargeOnce},
-		{"inside a timeout handler", transactionalTimeoutHandlerInsideChargesOnce},
 		{"app killed before commit", transactionalAppKilledBeforeCommitChargesOnce},
 		{"killed server", transactionalChargesOnceThroughAKilledServer},
 		{"handler escape", transactionalHandlerEscapeChargesOnce},
 		{"backend terminated mid-handler", transactionalTerminatedBackendMidHandlerChargesOnce},
 		{"failed statement releases the key", transactionalFailedStatementReleasesTheKey},
-		{"plain instances agree while it runs", transactionalAndPlainInstancesAgreeWhileTheFirstRuns},
 		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
 		{"one durable commit per first request", transactionalFirstRequestCommitsOnce},
 	})
@@ -255,130 +250,6 @@ func transactionalFirstRequestCommitsOnce(t *testing.T) {
 			t.Fatalf("%s: %d charges, want 1", k, len(bodies))
 		}
 	}
-}
-
-func transactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	s := storeOn(t, pool)
-	h := &chargeHandler{table: newChargeTable(t, pool)}
-	const lease = 400 * time.Millisecond
-	// The first execution charges, then stalls past its lease (a lock
-	// wait, a GC pause) and answers 201 as if nothing happened.
-	h.after = func(http.ResponseWriter, *http.Request) bool {
-		if h.runs.Load() == 1 {
-			time.Sleep(2 * lease)
-		}
-		return true
-	}
-	url := serve(t, txMiddleware(t, s, lease).Wrap(h))
-	client := &http.Client{Timeout: 10 * time.Second}
-	first := make(chan []byte, 1)
-	go func() {
-		_, body, _ := postCharge(client, url, "k1")
-		first <- body
-	}()
-	time.Sleep(lease + 100*time.Millisecond) // the first lease has ended
-	retry := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
-	late := <-first
-	got := charges(t, pool, h.table)
-	exactlyOneCharge(t, got, "k1", retry)
-	if bytes.Equal(late, got["k1"][0]) {
-		t.Errorf("the stalled execution's response %q was sent although its charge was rolled back", late)
-	}
-	if final := chargeUntilCreated(t, client, url, "k1", 5*time.Second); !bytes.Equal(final, retry) {
-		t.Errorf("a later retry got %q, want the recorded %q", final, retry)
-	}
-	if n := h.runs.Load(); n != 2 {
-		t.Errorf("the handler ran %d times, want 2 (the stalled one, rolled back, and the retry)", n)
-	}
-}
-
-func transactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	s := storeOn(t, pool)
-	h := &chargeHandler{table: newChargeTable(t, pool)}
-	// After the charge, one more context-bound step (a receipt), then an
-	// ordinary error answer if the context ended: the client's timeout
-	// must not end it.
-	h.after = func(w http.ResponseWriter, r *http.Request) bool {
-		select {
-		case <-r.Context().Done():
-			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
-			return false
-		case <-time.After(300 * time.Millisecond):
-			return true
-		}
-	}
-	url := serve(t, txMiddleware(t, s, 5*time.Second).Wrap(h))
-	impatient := &http.Client{Timeout: 100 * time.Millisecond}
-	if _, _, err := postCharge(impatient, url, "k1"); err == nil {
-		t.Fatal("the impatient client got an answer within 100 ms; the test needs it to give up")
-	}
-	body := chargeUntilCreated(t, &http.Client{Timeout: 10 * time.Second}, url, "k1", 10*time.Second)
-	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
-}
-
-func transactionalTwoInstancesChargeOnce(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	prefix := uniquePrefix()
-	table := newChargeTable(t, pool)
-	var urls []string
-	for range 2 {
-		s := storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix })
-		h := &chargeHandler{table: table, after: func(http.ResponseWriter, *http.Request) bool {
-			time.Sleep(20 * time.Millisecond)
-			return true
-		}}
-		urls = append(urls, serve(t, txMiddleware(t, s, 5*time.Second).Wrap(h)))
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	const keys, copies = 8, 8
-	var mu sync.Mutex
-	finals := map[string][][]byte{}
-	var wg sync.WaitGroup
-	for k := range keys {
-		for c := range copies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				key := fmt.Sprintf("k%d", k)
-				body := chargeUntilCreated(t, client, urls[c%2], key, 20*time.Second)
-				mu.Lock()
-				finals[key] = append(finals[key], body)
-				mu.Unlock()
-			}()
-		}
-	}
-	wg.Wait()
-	got := charges(t, pool, table)
-	for k := range keys {
-		key := fmt.Sprintf("k%d", k)
-		exactlyOneCharge(t, got, key, finals[key]...)
-	}
-}
-
-func transactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	s := storeOn(t, pool)
-	h := &chargeHandler{table: newChargeTable(t, pool)}
-	// The first execution charges, then takes longer than the
-	// TimeoutHandler's 50 ms: it answers 503 while the handler runs on.
-	h.after = func(http.ResponseWriter, *http.Request) bool {
-		if h.runs.Load() == 1 {
-			time.Sleep(300 * time.Millisecond)
-		}
-		return true
-	}
-	mw := txMiddleware(t, s, 5*time.Second)
-	url := serve(t, mw.Wrap(http.TimeoutHandler(h, 50*time.Millisecond, "timeout")))
-	client := &http.Client{Timeout: 10 * time.Second}
-	body := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
-	time.Sleep(400 * time.Millisecond) // the first execution has returned
-	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
 }
 
 // effectChild is the environment variable that makes the test binary the
@@ -726,142 +597,6 @@ func transactionalHandlerEscapeChargesOnce(t *testing.T) {
 			exactlyOneCharge(t, charges(t, pool, h.table), key, body, replayed)
 			if n := h.runs.Load(); n != 2 {
 				t.Errorf("the handler ran %d times, want 2", n)
-			}
-		})
-	}
-}
-
-// plainMiddleware is the idempotency middleware on s without the
-// transactional mode (a lease committed before the handler, its record
-// after), with lease.
-func plainMiddleware(t testing.TB, s *Store, lease time.Duration) *idempotency.Middleware {
-	t.Helper()
-	mw, err := idempotency.New(idempotency.Config{
-		Store:    s,
-		Keys:     effectKeys(),
-		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
-		Required: true,
-		Lease:    lease,
-		Logger:   slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw
-}
-
-// postBody sends one attempt with key and body to url.
-func postBody(t *testing.T, url, key, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
-}
-
-// transactionalAndPlainInstancesAgreeWhileTheFirstRuns: two instances
-// on one table, one with the transactional mode (whose lease is its
-// uncommitted transaction's lock) and one without (whose lease is a
-// committed row): while either runs a key's first request, both answer
-// the same request 409 and a changed one 422; once it is done, both
-// replay its response, and the key has one charge.
-func transactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	prefix := uniquePrefix()
-	table := newChargeTable(t, pool)
-	same := func(o *Options) { o.Prefix = prefix }
-	const request, changed = `{"amount": 1999, "currency": "eur"}`, `{"amount": 2999, "currency": "eur"}`
-	started, release := make(chan struct{}, 1), make(chan struct{}, 1)
-	block := func(http.ResponseWriter, *http.Request) bool {
-		started <- struct{}{}
-		<-release
-		return true
-	}
-	txH := &chargeHandler{table: table, after: block}
-	txURL := serve(t, txMiddleware(t, storeOn(t, p.pool(t), same), 10*time.Second).Wrap(txH))
-	plainURL := serve(t, plainMiddleware(t, storeOn(t, p.pool(t), same), 10*time.Second).Wrap(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// The plain instance's handler charges in its own autocommit
-			// statement, before its record.
-			key := r.Header.Get("Idempotency-Key")
-			body := []byte(`{"key":"` + key + `","charge":"plain"}`)
-			if _, err := pool.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, key, body); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			block(w, r)
-			w.WriteHeader(http.StatusCreated)
-			w.Write(body)
-		})))
-	tests := []struct {
-		name  string
-		first string // the instance running the first request
-	}{
-		{"transactional-first", txURL},
-		{"plain-first", plainURL},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			key := tt.name
-			type answer struct {
-				status int
-				body   []byte
-			}
-			first := make(chan answer, 1)
-			go func() {
-				req, _ := http.NewRequest(http.MethodPost, tt.first, strings.NewReader(request))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", key)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					first <- answer{}
-					return
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				first <- answer{resp.StatusCode, b}
-			}()
-			select {
-			case <-started:
-			case a := <-first:
-				t.Fatalf("the first request ended before its handler ran: %d %s", a.status, a.body)
-			}
-			for _, url := range []string{txURL, plainURL} {
-				if status, body := postBody(t, url, key, request); status != http.StatusConflict {
-					t.Errorf("the same request while the first runs: %d %s; want 409", status, body)
-				}
-				if status, body := postBody(t, url, key, changed); status != http.StatusUnprocessableEntity {
-					t.Errorf("a changed request while the first runs: %d %s; want 422", status, body)
-				}
-			}
-			release <- struct{}{}
-			got := <-first
-			if got.status != http.StatusCreated {
-				t.Fatalf("first request: %d %s; want 201", got.status, got.body)
-			}
-			for _, url := range []string{txURL, plainURL} {
-				if status, body := postBody(t, url, key, request); status != http.StatusCreated || !bytes.Equal(body, got.body) {
-					t.Errorf("the same request after the first: %d %s; want 201 with the first's response", status, body)
-				}
-				if status, body := postBody(t, url, key, changed); status != http.StatusUnprocessableEntity {
-					t.Errorf("a changed request after the first: %d %s; want 422", status, body)
-				}
-			}
-			if rows := charges(t, pool, table)[key]; len(rows) != 1 {
-				t.Fatalf("%d charges; want exactly 1", len(rows))
 			}
 		})
 	}

@@ -10,8 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,12 +17,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -60,260 +56,14 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	return got
 }
 
-// TestWebhook pins webhook deliveries through the store: one row per
-// delivery in the transactional mode, the lease steps a receiver begins
-// with, and a receiver killed before its commit keeps nothing.
+// TestWebhook pins webhook deliveries through the store: a receiver
+// killed before its commit keeps nothing (one row per delivery in the
+// transactional mode, and each outcome of Lease.Begin: webhooktest's
+// transactional contract, in TestStore).
 func TestWebhook(t *testing.T) {
 	subtests(t, []subtest{
-		{"transactional keeps one row per delivery", webhookTransactionalKeepsOneRowPerDelivery},
-		{"lease begin", webhookLeaseBeginOnPostgreSQL},
 		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
 	})
-}
-
-// webhookTransactionalKeepsOneRowPerDelivery delivers each of several
-// deliveries as concurrent copies to three instances (each its own Store
-// and pool, one table), over HTTP on 127.0.0.1, each copy retried until it
-// is acknowledged; the handler inserts the consumer's row in the
-// delivery's transaction, and its first attempt at every delivery waits,
-// ignoring its context, until a copy has taken the delivery over (the
-// handler runs again for it) before answering 201. Every delivery ends
-// with exactly one row. The test waits on that event, not on the clock:
-// the lease is generous (its Confirm gets a quarter of it, which a loaded
-// machine's commit must fit in), and the first attempt outlives it only
-// because it waits for the take-over.
-func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
-	const (
-		deliveries = 8
-		copies     = 4
-		lease      = 4 * time.Second
-	)
-	p := needServer(t)
-	stores := fleetStores(t, p, 15*time.Second)
-	table := runsTable(t, stores[0].pool)
-	var attempts, lost atomic.Int32
-	var takenOver sync.Map // delivery ID → *takeover, closed when a second attempt runs the handler
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, _ := webhook.DeliveryFrom(r.Context())
-		tx, err := TxFrom(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		n := attempts.Add(1)
-		if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, $2)", d.ID, n); err != nil {
-			http.Error(w, "insert failed", http.StatusServiceUnavailable)
-			return
-		}
-		over := &takeover{ch: make(chan struct{})}
-		if first, seen := takenOver.LoadOrStore(d.ID, over); seen {
-			first.(*takeover).once.Do(func() { close(first.(*takeover).ch) })
-		} else {
-			select { // ignores its context: outlives its lease
-			case <-over.ch:
-			case <-time.After(30 * time.Second):
-				t.Errorf("%s: no copy took the delivery over within 30 s", d.ID)
-			}
-		}
-		w.WriteHeader(http.StatusCreated)
-	})
-	var servers []*httptest.Server
-	for _, s := range stores {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: s, Namespace: "runs", Lease: lease, Transactional: true,
-			OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) {
-				// A handler that outlives its lease loses it: as a lost
-				// fence (ErrLeaseLost) or, the lease being the work's
-				// transaction, as the session the store ended once idle
-				// in it that long (ErrRolledBack). Nothing kept either way.
-				if errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) {
-					lost.Add(1)
-				} else {
-					t.Errorf("OnLeaseError: %v", err)
-				}
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(v.Middleware(handler))
-		t.Cleanup(srv.Close)
-		servers = append(servers, srv)
-	}
-	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, deliveries*copies)
-	for i := range deliveries {
-		id := fmt.Sprintf("msg_run_%d", i)
-		body := `{"run":"` + id + `"}`
-		for c := range copies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; ; k++ {
-					srv := servers[(c+k)%len(servers)]
-					req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
-					if err != nil {
-						errs <- err
-						return
-					}
-					if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
-						errs <- err
-						return
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						errs <- fmt.Errorf("%s: %w", id, err)
-						return
-					}
-					resp.Body.Close()
-					switch {
-					case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
-						return
-					case resp.StatusCode != http.StatusServiceUnavailable:
-						errs <- fmt.Errorf("%s: status %d", id, resp.StatusCode)
-						return
-					case time.Now().After(deadline):
-						errs <- fmt.Errorf("%s: still 503 after %d attempts", id, k+1)
-						return
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	got := rowsPerDelivery(t, stores[0].pool, table)
-	for i := range deliveries {
-		if id := fmt.Sprintf("msg_run_%d", i); got[id] != 1 {
-			t.Errorf("%s: %d rows, want exactly 1", id, got[id])
-		}
-	}
-	if len(got) != deliveries {
-		t.Errorf("rows for %d deliveries, want %d: %v", len(got), deliveries, got)
-	}
-	if lost.Load() == 0 || int(attempts.Load()) <= deliveries {
-		t.Errorf("%d attempts, %d leases lost: the test did not exercise a handler outliving its lease", attempts.Load(), lost.Load())
-	}
-	t.Logf("%d deliveries × %d copies: %d handler runs, %d commits refused for a lost lease", deliveries, copies, attempts.Load(), lost.Load())
-}
-
-// webhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
-// outcome a real PostgreSQL can give: Confirm commits the consumer's row
-// with the record (a copy is a duplicate); Release rolls it back (a copy
-// is processed); a Confirm after the lease ran out is refused with
-// replay.ErrLeaseLost and keeps nothing, whether another attempt took the
-// delivery or not; and a write after the lease ended is refused.
-func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
-	// A late Confirm gives up a quarter of the lease after it is called
-	// (webhook's confirmDeadline): 250 ms, so a loaded machine's slow
-	// commit statement is not mistaken for a store failure (at 300 ms, 75
-	// ms was, once, under a parallel CI run).
-	const lease = time.Second
-	tests := []struct {
-		name    string
-		between func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) // after the write, before finishing
-		finish  func(l *webhook.Lease, ctx context.Context) error
-		lost    bool
-		rows    int
-		next    error // a copy's Acquire afterwards; nil: acquired
-	}{
-		{name: "confirm commits the row with the record", finish: (*webhook.Lease).Confirm, rows: 1, next: webhook.ErrDuplicate},
-		{name: "release rolls the row back", finish: (*webhook.Lease).Release, rows: 0},
-		{
-			name: "a lease that ran out keeps nothing",
-			between: func(*testing.T, *webhook.Verifier, webhook.Delivery, string) {
-				time.Sleep(lease + 100*time.Millisecond)
-			},
-			finish: (*webhook.Lease).Confirm, lost: true, rows: 0,
-		},
-		{
-			name: "a lease taken over keeps only the other attempt's row",
-			between: func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) {
-				time.Sleep(lease + 100*time.Millisecond)
-				other, err := v.Acquire(context.Background(), d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctx, err := other.Begin(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				tx, err := TxFrom(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 2)", d.ID); err != nil {
-					t.Fatal(err)
-				}
-				must(t, other.Confirm(context.Background()))
-			},
-			finish: (*webhook.Lease).Confirm, lost: true, rows: 1, next: webhook.ErrDuplicate,
-		},
-	}
-	p := needServer(t)
-	store := storeOn(t, p.pool(t))
-	table := runsTable(t, store.pool)
-	cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "runs", Lease: lease}
-	v, err := webhook.NewVerifier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			bg := context.Background()
-			id := fmt.Sprintf("msg_lease_%d", i)
-			h := http.Header{}
-			must(t, signer.Sign(h, id, []byte("{}")))
-			d, err := v.Verify(h, []byte("{}"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := v.Acquire(bg, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, err := l.Begin(bg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tx, err := TxFrom(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", id); err != nil {
-				t.Fatal(err)
-			}
-			if tc.between != nil {
-				tc.between(t, v, d, table)
-			}
-			err = tc.finish(l, bg)
-			if lost := errors.Is(err, replay.ErrLeaseLost) && errors.Is(err, webhook.ErrReplayStore); lost != tc.lost || (!tc.lost && err != nil) {
-				t.Fatalf("finish = %v, want lease lost: %v", err, tc.lost)
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 3)", id); err == nil {
-				t.Fatal("a write after the lease ended was accepted")
-			}
-			if n := rowsPerDelivery(t, store.pool, table)[id]; n != tc.rows {
-				t.Fatalf("%d rows, want %d", n, tc.rows)
-			}
-			if _, err := v.Acquire(bg, d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
-				t.Fatalf("a copy's Acquire = %v, want %v", err, tc.next)
-			}
-		})
-	}
 }
 
 // webhookTransactionalReceiverKilledBeforeCommitKeepsNothing runs a
@@ -457,15 +207,12 @@ func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 // BenchmarkWebhookTransactional is a new delivery through the webhook
 // middleware in its transactional mode (verify, the lease, the handler's
 // insert in the delivery's transaction, the fence and the commit), served
-// in process, beside its floors in the same run: the same insert in the
+// in process, beside its floor in the same run: the same insert in the
 // handler's own transaction (BEGIN, INSERT, COMMIT) without the
-// middleware ("floor"), and as one autocommit statement ("autocommit");
-// and beside the middleware without Transactional in front of the
-// handler's own transaction, and the two-commit path (a committed lease,
-// then Lease.Begin: "lease-then-work"). Signing each delivery is inside
-// the loop of all five. Each reports the durable commits, the WAL bytes and the
-// client's and the server's CPU per delivery (walPerOp, cpuPerOp): the
-// loop must be the server's only writer.
+// middleware ("floor"). Signing each delivery is inside the loop of both.
+// Each reports the durable commits, the WAL bytes and the client's and
+// the server's CPU per delivery (walPerOp, cpuPerOp): the loop must be
+// the server's only writer.
 func BenchmarkWebhookTransactional(b *testing.B) {
 	p := needServer(b)
 	pool := p.pool(b)
@@ -519,68 +266,6 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	b.Run("floor", func(b *testing.B) { serve(b, own) })
-	b.Run("autocommit", func(b *testing.B) {
-		serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := pool.Exec(r.Context(), "insert into "+table+" values ($1, 1)", r.Header.Get("webhook-id")); err != nil {
-				b.Error(err)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		}))
-	})
-	// The middleware without Transactional, the handler in its own
-	// transaction: the lease, the handler's commit and the confirmation
-	// are three commits.
-	b.Run("middleware-own-tx", func(b *testing.B) {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: store, Namespace: "bench-own", Lease: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		serve(b, v.Middleware(own))
-	})
-	// The two-commit path the middleware took before its lease was the
-	// work's transaction: a committed lease (Acquire on a Verifier without
-	// Transactional), then Lease.Begin, the same insert, Confirm.
-	b.Run("lease-then-work", func(b *testing.B) {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: store, Namespace: "bench-begin", Lease: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			d, err := v.Verify(r.Header, []byte(body))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			l, err := v.Acquire(r.Context(), d)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer l.Release(context.Background())
-			ctx, err := l.Begin(r.Context())
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			tx, err := TxFrom(ctx)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", d.ID); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Confirm(context.Background()); err != nil {
-				b.Error(err)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		}))
-	})
 	b.Run("middleware", func(b *testing.B) {
 		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
 			Replay: store, Namespace: "bench", Lease: time.Minute, Transactional: true})
@@ -601,10 +286,4 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 			w.WriteHeader(http.StatusCreated)
 		})))
 	})
-}
-
-// takeover is closed once another attempt at a delivery runs its handler.
-type takeover struct {
-	once sync.Once
-	ch   chan struct{}
 }

@@ -42,9 +42,9 @@ type Harness struct {
 // [replay.Store]; leases ([replay.Leaser]); records, idempotent HTTP
 // requests, idempotent MCP tool calls and durable MCP tasks
 // ([replay.Recorder]); renewals ([replay.Renewer]); reads
-// ([replay.Reader]); work in the store's transactions
-// ([replay.Transactor]), and Transactional MCP tasks unless its Work holds
-// the only writer ([replay.OneWriter]); webhook deliveries and token
+// ([replay.Reader]); work in the store's transactions, idempotent HTTP
+// requests and webhook deliveries in them ([replay.Transactor]), and Transactional MCP tasks
+// unless its Work holds the only writer ([replay.OneWriter]); webhook deliveries and token
 // exchanges on two instances. A harness that cannot make what the store
 // calls for fails the test.
 func Exercise(t *testing.T, h Harness) {
@@ -90,6 +90,8 @@ func Exercise(t *testing.T, h Harness) {
 		{"mcp idempotency", implements[replay.Recorder](probe), func(t *testing.T) { mcptokentest.RunContract(t, recorders) }},
 		{"mcp tasks", implements[replay.Recorder](probe), func(t *testing.T) { mcptokentest.RunTasksContract(t, recorders) }},
 		{"work", h.NewWork != nil, func(t *testing.T) { replaytest.RunWorkContract(t, h.NewWork) }},
+		{"idempotency transactional", h.NewWork != nil, func(t *testing.T) { idempotencytest.RunTransactionalContract(t, h.NewWork) }},
+		{"webhook transactional", h.NewWork != nil, func(t *testing.T) { webhooktest.RunTransactionalContract(t, h.NewWork) }},
 		{"mcp tasks work", h.NewWork != nil && !holdsWriter(probe), func(t *testing.T) { mcptokentest.RunTasksWorkContract(t, h.NewWork) }},
 	}
 	for _, k := range kits {

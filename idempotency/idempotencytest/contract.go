@@ -1,8 +1,10 @@
 // Package idempotencytest checks a replay store under the idempotency
 // middleware as a fleet uses it: [RunContract] serves one app from two
-// instances, each with its own store value on one backend. Every store of
-// this repository runs it; the author of another store can too
-// (ExampleRunContract shows the call from a test).
+// instances, each with its own store value on one backend;
+// [RunTransactionalContract] checks a store's transactions under the
+// middleware's transactional mode. Every store of this repository runs
+// them; the author of another store can too (ExampleRunContract shows the
+// call from a test).
 package idempotencytest
 
 import (

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,8 +87,6 @@ type chargeApp struct {
 	approvals *ctoken.OneTimeIssuer
 	runs      atomic.Int32
 	failNext  atomic.Bool
-	// hold, if set, runs before the insert: the execution waits in it.
-	hold func()
 }
 
 func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -109,9 +106,6 @@ func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fail && !a.tx {
 		http.Error(w, "charge failed", http.StatusServiceUnavailable)
 		return
-	}
-	if a.hold != nil {
-		a.hold()
 	}
 	var id [8]byte
 	rand.Read(id[:])
@@ -197,8 +191,7 @@ func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
 	return answer{resp.StatusCode, string(b), resp.Header.Get(idempotency.ReplayedHeader) == "true"}
 }
 
-// idempotencyFront: POST /charges behind the idempotency middleware, with
-// Wait, so concurrent retries wait for the first instead of getting 409.
+// idempotencyFront: POST /charges behind the idempotency middleware.
 func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) func(string, http.Header) answer {
 	mw, err := idempotency.New(idempotency.Config{
 		Store:         s,
@@ -206,7 +199,6 @@ func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handle
 		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required:      true,
 		Lease:         20 * time.Second,
-		Wait:          15 * time.Second,
 		Transactional: tx,
 		Logger:        slog.New(slog.DiscardHandler),
 	})
@@ -273,14 +265,15 @@ var middlewareModes = []struct {
 }{{"plain", false}, {"transactional", true}}
 
 // TestMiddlewares pins the idempotency middleware and the webhook
-// verifier on the store: both modes, TxFrom in the plain mode, and the
-// commits of a request in the transactional mode.
+// verifier on the store: a one-time token redeemed in the handler in both
+// modes, TxFrom in the plain mode, and the commits of a request in the
+// transactional mode.
 func TestMiddlewares(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"both modes", middlewaresOnSQLite},
+		{"a one-time token in the handler", middlewaresOnSQLite},
 		{"TxFrom in plain mode is ErrNoTx", txFromInPlainModeIsErrNoTx},
 		{"transactional request commits once", transactionalRequestCommitsOnce},
 	} {
@@ -288,110 +281,20 @@ func TestMiddlewares(t *testing.T) {
 	}
 }
 
-// middlewaresOnSQLite runs both middlewares on the store, on the test
-// binary's driver: every case in the transactional mode, the one-time
-// token in the plain mode too (the plain mode's concurrent retries and
-// failed attempts: idempotencytest.RunContract and webhooktest.RunContract,
-// in TestStore).
+// middlewaresOnSQLite runs oneTimeTokenInHandler for both middlewares in
+// both modes, on the test binary's driver (their retries and failed
+// attempts: the idempotencytest and webhooktest kits, in TestStore).
 func middlewaresOnSQLite(t *testing.T) {
-	tests := []struct {
-		name  string
-		fn    func(t *testing.T, d Driver, f front, tx bool)
-		plain bool // run in the plain mode too
-	}{
-		{"concurrent retries of one operation charge once", concurrentRetriesChargeOnce, false},
-		{"a failed attempt keeps no charge and the retry charges once", failedAttemptKeepsNothing, false},
-		{"a one-time token redeemed in the handler", oneTimeTokenInHandler, true},
-	}
 	eachDriver(t, func(t *testing.T, d Driver) {
 		for _, f := range fronts {
-			t.Run(f.name, func(t *testing.T) {
-				t.Parallel()
-				for _, m := range middlewareModes {
-					t.Run(m.name, func(t *testing.T) {
-						t.Parallel()
-						for _, tc := range tests {
-							if !m.tx && !tc.plain {
-								continue
-							}
-							t.Run(tc.name, func(t *testing.T) {
-								t.Parallel()
-								tc.fn(t, d, f, m.tx)
-							})
-						}
-					})
-				}
-			})
+			for _, m := range middlewareModes {
+				t.Run(f.name+"/"+m.name, func(t *testing.T) {
+					t.Parallel()
+					oneTimeTokenInHandler(t, d, f, m.tx)
+				})
+			}
 		}
 	})
-}
-
-// concurrentRetriesChargeOnce sends 16 copies of one operation at once,
-// each retried while the middleware answers 503 (a webhook copy of a
-// delivery in progress); the execution waits until every copy has
-// reached the server, so all of them meet it running (inside its
-// transaction, in the transactional mode): one execution, one charge. Every idempotency
-// response is the first one, byte for byte, all but one replayed; every
-// webhook copy but the first is acknowledged as a duplicate (200).
-func concurrentRetriesChargeOnce(t *testing.T, d Driver, f front, tx bool) {
-	const copies = 16
-	s, db := chargeStore(t, d)
-	var arrivals atomic.Int32
-	all := make(chan struct{})
-	arrived := func() {
-		if arrivals.Add(1) == copies {
-			close(all)
-		}
-	}
-	app := &chargeApp{db: db, tx: tx, hold: func() {
-		select {
-		case <-all:
-		case <-time.After(10 * time.Second):
-			t.Errorf("only %d of %d copies reached the server while the first ran", arrivals.Load(), copies)
-		}
-	}}
-	send := f.wrap(t, s, tx, app, arrived)
-	start := make(chan struct{})
-	answers := make([]answer, copies)
-	var wg sync.WaitGroup
-	for i := range copies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				a := send("ref_concurrent", nil)
-				if a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-					answers[i] = a
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	got := charges(t, db)["ref_concurrent"]
-	if len(got) != 1 || app.runs.Load() != 1 {
-		t.Fatalf("%d charges, %d executions; want exactly 1 of each", len(got), app.runs.Load())
-	}
-	firsts, replays, duplicates := 0, 0, 0
-	for i, a := range answers {
-		switch {
-		case a.status == http.StatusCreated && a.body == got[0] && !a.replayed:
-			firsts++
-		case a.status == http.StatusCreated && a.body == got[0] && a.replayed && f.name == "idempotency":
-			replays++
-		case a.status == http.StatusOK && f.name == "webhook":
-			duplicates++
-		default:
-			t.Errorf("copy %d: %d %q (replayed %v); want 201 with the charge %q", i, a.status, a.body, a.replayed, got[0])
-		}
-	}
-	if firsts != 1 || replays+duplicates != copies-1 {
-		t.Errorf("%d first responses, %d replays, %d duplicates; want 1 and %d", firsts, replays, duplicates, copies-1)
-	}
 }
 
 // failStatus is the status of chargeApp's failed execution.
@@ -400,37 +303,6 @@ func failStatus(tx bool) int {
 		return http.StatusInternalServerError
 	}
 	return http.StatusServiceUnavailable
-}
-
-// failedAttemptKeepsNothing: the first execution answers 500 (after its
-// insert in the transactional mode, which the rollback undoes; before it
-// otherwise). No charge is kept, and the retry executes once more and
-// charges once; a further retry is answered without an execution.
-func failedAttemptKeepsNothing(t *testing.T, d Driver, f front, tx bool) {
-	s, db := chargeStore(t, d)
-	app := &chargeApp{db: db, tx: tx}
-	app.failNext.Store(true)
-	send := f.wrap(t, s, tx, app, nil)
-	if a := send("ref_failed", nil); a.status != failStatus(tx) {
-		t.Fatalf("the failing attempt: %d %q; want %d", a.status, a.body, failStatus(tx))
-	}
-	if n := len(charges(t, db)["ref_failed"]); n != 0 {
-		t.Fatalf("%d charges kept after the failed attempt; want 0", n)
-	}
-	retry := send("ref_failed", nil)
-	got := charges(t, db)["ref_failed"]
-	if retry.status != http.StatusCreated || retry.replayed || len(got) != 1 || retry.body != got[0] || app.runs.Load() != 2 {
-		t.Fatalf("the retry: %d %q (replayed %v), charges %q, %d executions; want 201 with the one charge, 2 executions",
-			retry.status, retry.body, retry.replayed, got, app.runs.Load())
-	}
-	again := send("ref_failed", nil)
-	want := answer{http.StatusCreated, retry.body, true}
-	if f.name == "webhook" {
-		want = answer{status: http.StatusOK, body: again.body}
-	}
-	if again != want || app.runs.Load() != 2 || len(charges(t, db)["ref_failed"]) != 1 {
-		t.Fatalf("a further retry: %+v, %d executions; want %+v and no execution", again, app.runs.Load(), want)
-	}
 }
 
 // oneTimeTokenInHandler: the handler redeems a one-time token, with the

@@ -1,8 +1,10 @@
 // Package webhooktest checks a replay store under the webhook verifier as
 // a fleet uses it: [RunContract] receives one sender's deliveries on two
-// instances, each with its own store value on one backend. Every store of
-// this repository runs it; the author of another store can too
-// (ExampleRunContract shows the call from a test).
+// instances, each with its own store value on one backend;
+// [RunTransactionalContract] checks a store's transactions under the
+// verifier's transactional mode. Every store of this repository runs
+// them; the author of another store can too (ExampleRunContract shows the
+// call from a test).
 package webhooktest
 
 import (
