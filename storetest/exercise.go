@@ -42,11 +42,12 @@ type Harness struct {
 // [replay.Store]; leases ([replay.Leaser]); records, idempotent HTTP
 // requests, idempotent MCP tool calls and durable MCP tasks
 // ([replay.Recorder]); renewals ([replay.Renewer]); reads
-// ([replay.Reader]); work in the store's transactions, idempotent HTTP
-// requests and webhook deliveries in them ([replay.Transactor]), and Transactional MCP tasks
-// unless its Work holds the only writer ([replay.OneWriter]); webhook deliveries and token
-// exchanges on two instances. A harness that cannot make what the store
-// calls for fails the test.
+// ([replay.Reader]); work in the store's transactions, and idempotent
+// HTTP requests and webhook deliveries in them ([replay.Transactor]), and
+// Transactional MCP tasks unless its Work holds the only writer
+// ([replay.OneWriter]); webhook deliveries and token exchanges on two
+// instances. A harness that cannot make what the store calls for fails
+// the test.
 func Exercise(t *testing.T, h Harness) {
 	t.Helper()
 	var probe replay.Store
