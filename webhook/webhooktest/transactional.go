@@ -27,8 +27,8 @@ import (
 // answered 503, as a lost lease). Through [webhook.Lease.Begin], Confirm
 // commits the effect with the record, Release rolls it back, a Confirm
 // past the lease keeps nothing (replay.ErrLeaseLost) whether or not
-// another attempt took the delivery, and no write follows the end. A store that is a [replay.Transactor]
-// runs it (storetest.Exercise does).
+// another attempt took the delivery, and no write follows the end. A
+// store that is a [replay.Transactor] runs it (storetest.Exercise does).
 func RunTransactionalContract(t *testing.T, newWork func(t *testing.T) (replaytest.WorkStore, replaytest.Effects)) {
 	tests := []struct {
 		name             string
@@ -38,7 +38,8 @@ func RunTransactionalContract(t *testing.T, newWork func(t *testing.T) (replayte
 		{"CopiesOnTwoInstancesCommitOnce", txCopiesCommitOnce, false},
 		{"FailedRunKeepsNothing", txFailedRunKeepsNothing, false},
 		{"HandlerOutlivingItsLeaseKeepsNothing", txOutlivingItsLease, true},
-		{"LeaseBeginEachOutcome", txLeaseBegin, false},
+		{"LeaseBeginConfirmOrRelease", txLeaseBegin(false), false},
+		{"LeaseBeginPastItsLease", txLeaseBegin(true), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,93 +210,91 @@ func txOutlivingItsLease(t *testing.T, s replaytest.WorkStore, e replaytest.Effe
 	txHandledOnce(t, e, a, -1, h, send)
 }
 
-// txLeaseBegin drives webhook.Lease.Begin through each outcome: finish
-// after the effect (and between, if set), then a copy's Acquire gets
-// next (nil: acquired).
-func txLeaseBegin(t *testing.T, s replaytest.WorkStore, e replaytest.Effects) {
-	const lease = time.Second // a late Confirm has a quarter of it
-	cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{txSecret}}
-	signer, err := webhook.NewSigner(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Replay, cfg.Namespace, cfg.Lease = s, "begin", lease
-	v, err := webhook.NewVerifier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	// begin acquires d, begins its work and makes the effect of id in it.
-	begin := func(t *testing.T, d webhook.Delivery, id string) (*webhook.Lease, context.Context) {
-		t.Helper()
-		l, err := v.Acquire(ctx, d)
+// txLeaseBegin drives webhook.Lease.Begin through each outcome whose
+// lease is lost or not, as lost says: finish after the effect (and
+// between, if set), then a copy's Acquire gets next (nil: acquired).
+func txLeaseBegin(lost bool) func(t *testing.T, s replaytest.WorkStore, e replaytest.Effects) {
+	return func(t *testing.T, s replaytest.WorkStore, e replaytest.Effects) {
+		const lease = time.Second // a late Confirm has a quarter of it
+		cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{txSecret}}
+		signer, err := webhook.NewSigner(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wctx, err := l.Begin(ctx)
+		cfg.Replay, cfg.Namespace, cfg.Lease = s, "begin", lease
+		v, err := webhook.NewVerifier(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.Write(wctx, id); err != nil {
-			t.Fatal(err)
-		}
-		return l, wctx
-	}
-	past := func(*testing.T, webhook.Delivery, string) { time.Sleep(lease + 100*time.Millisecond) }
-	tests := []struct {
-		name    string
-		between func(t *testing.T, d webhook.Delivery, id string)
-		finish  func(l *webhook.Lease, ctx context.Context) error
-		lost    bool // needs a writer beside an open Work
-		effects int
-		next    error
-	}{
-		{"confirm commits the effect with the record", nil, (*webhook.Lease).Confirm, false, 1, webhook.ErrDuplicate},
-		{"release rolls the effect back", nil, (*webhook.Lease).Release, false, 0, nil},
-		{"a lease that ran out keeps nothing", past, (*webhook.Lease).Confirm, true, 0, nil},
-		{"a lease taken over keeps only the other attempt's", func(t *testing.T, d webhook.Delivery, id string) {
-			past(t, d, id)
-			other, _ := begin(t, d, id)
-			if err := other.Confirm(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}, (*webhook.Lease).Confirm, true, 1, webhook.ErrDuplicate},
-	}
-	oneWriter := false
-	if w, ok := s.(replay.OneWriter); ok {
-		oneWriter = w.WorkHoldsWriter()
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.lost && oneWriter {
-				t.Skip("a Work holds the store's only writer")
-			}
-			id := fmt.Sprint("msg_begin_", i)
-			h := http.Header{}
-			if err := signer.Sign(h, id, []byte("{}")); err != nil {
-				t.Fatal(err)
-			}
-			d, err := v.Verify(h, []byte("{}"))
+		ctx := context.Background()
+		// begin acquires d, begins its work and makes the effect of id in it.
+		begin := func(t *testing.T, d webhook.Delivery, id string) (*webhook.Lease, context.Context) {
+			t.Helper()
+			l, err := v.Acquire(ctx, d)
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, wctx := begin(t, d, id)
-			if tc.between != nil {
-				tc.between(t, d, id)
+			wctx, err := l.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			err = tc.finish(l, ctx)
-			if lost := errors.Is(err, replay.ErrLeaseLost) && errors.Is(err, webhook.ErrReplayStore); lost != tc.lost || (!tc.lost && err != nil) {
-				t.Fatalf("finish = %v; want the lease lost: %v", err, tc.lost)
+			if err := e.Write(wctx, id); err != nil {
+				t.Fatal(err)
 			}
-			if err := e.Write(wctx, id); err == nil {
-				t.Fatal("a write after the lease ended was accepted")
+			return l, wctx
+		}
+		past := func(*testing.T, webhook.Delivery, string) { time.Sleep(lease + 100*time.Millisecond) }
+		tests := []struct {
+			name    string
+			between func(t *testing.T, d webhook.Delivery, id string)
+			finish  func(l *webhook.Lease, ctx context.Context) error
+			lost    bool
+			effects int
+			next    error
+		}{
+			{"confirm commits the effect with the record", nil, (*webhook.Lease).Confirm, false, 1, webhook.ErrDuplicate},
+			{"release rolls the effect back", nil, (*webhook.Lease).Release, false, 0, nil},
+			{"a lease that ran out keeps nothing", past, (*webhook.Lease).Confirm, true, 0, nil},
+			{"a lease taken over keeps only the other attempt's", func(t *testing.T, d webhook.Delivery, id string) {
+				past(t, d, id)
+				other, _ := begin(t, d, id)
+				if err := other.Confirm(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}, (*webhook.Lease).Confirm, true, 1, webhook.ErrDuplicate},
+		}
+		for i, tc := range tests {
+			if tc.lost != lost {
+				continue
 			}
-			if n := e.Count(t, id); n != tc.effects {
-				t.Fatalf("%d effects committed; want %d", n, tc.effects)
-			}
-			if _, err := v.Acquire(ctx, d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
-				t.Fatalf("a copy's Acquire = %v; want %v", err, tc.next)
-			}
-		})
+			t.Run(tc.name, func(t *testing.T) {
+				id := fmt.Sprint("msg_begin_", i)
+				h := http.Header{}
+				if err := signer.Sign(h, id, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+				d, err := v.Verify(h, []byte("{}"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, wctx := begin(t, d, id)
+				if tc.between != nil {
+					tc.between(t, d, id)
+				}
+				err = tc.finish(l, ctx)
+				if lost := errors.Is(err, replay.ErrLeaseLost) && errors.Is(err, webhook.ErrReplayStore); lost != tc.lost || (!tc.lost && err != nil) {
+					t.Fatalf("finish = %v; want the lease lost: %v", err, tc.lost)
+				}
+				if err := e.Write(wctx, id); err == nil {
+					t.Fatal("a write after the lease ended was accepted")
+				}
+				if n := e.Count(t, id); n != tc.effects {
+					t.Fatalf("%d effects committed; want %d", n, tc.effects)
+				}
+				if _, err := v.Acquire(ctx, d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
+					t.Fatalf("a copy's Acquire = %v; want %v", err, tc.next)
+				}
+			})
+		}
 	}
 }
