@@ -99,7 +99,7 @@ func idleStoreChecksByItself(t *testing.T) {
 			s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 			defer s.Close()
 			f.set(tt.change)
-			waitFor(t, "the idle store to fence every shard", func() bool {
+			waitFor(t, 10*time.Second, "the idle store to fence every shard", func() bool {
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				return f.fences == Shards && len(f.ledger) == 1
@@ -113,7 +113,7 @@ func closeEndsTheWatch(t *testing.T) {
 	f := newFake()
 	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	s.Close()
-	waitFor(t, "the watch to end", func() bool {
+	waitFor(t, 10*time.Second, "the watch to end", func() bool {
 		select {
 		case <-s.watched:
 			return true
@@ -138,7 +138,7 @@ func waitDropped(t *testing.T, s **Store) {
 	t.Helper()
 	watched := (*s).watched
 	*s = nil
-	waitFor(t, "the watch of a dropped store to end", func() bool {
+	waitFor(t, 10*time.Second, "the watch of a dropped store to end", func() bool {
 		runtime.GC()
 		select {
 		case <-watched:
@@ -192,17 +192,17 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 // zero) at any tick while Wait runs, a misuse the race detector reports.
 func waitChecks(t *testing.T, s *Store) {
 	t.Helper()
-	waitFor(t, "the server checks and background releases to end", func() bool {
+	waitFor(t, 10*time.Second, "the server checks and background releases to end", func() bool {
 		return !s.srv.running.Load() && len(s.cancels.sem) == 0
 	})
 }
 
-// waitFor polls cond until it holds; 10 s is a failsafe, not a timing.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor polls cond until it holds; limit is a failsafe, not a timing.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
+			t.Fatalf("waited %v for %s", limit, what)
 		}
 	}
 }
@@ -1108,7 +1108,7 @@ func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
 	at.Store(&b)
 	c.ReloadState(ctx)
 	marker, _, _ := s.keys("moved")
-	waitFor(t, "the client to route to the new master", func() bool {
+	waitFor(t, 10*time.Second, "the client to route to the new master", func() bool {
 		m, err := c.MasterForKey(ctx, marker)
 		// go-redis names a loopback node by its port alone.
 		return err == nil && strings.HasSuffix(m.Options().Addr, ":"+srvB.port)

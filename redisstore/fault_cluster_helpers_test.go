@@ -204,8 +204,8 @@ func (tc *testCluster) kill(t *testing.T, addr string) {
 	// A killed process's main thread can show as a zombie while its other
 	// threads still exit, holding the listening socket: a start then fails
 	// with "Address already in use". Wait until the port refuses too.
-	waitWithin(t, 10*time.Second, 10*time.Millisecond, func() bool { return !processAlive(pid) && !listening(addr) },
-		"node %s (pid %d) still alive or listening 10 s after SIGKILL", addr, pid)
+	waitFor(t, 10*time.Second, fmt.Sprintf("node %s (pid %d) to die and stop listening after SIGKILL", addr, pid),
+		func() bool { return !processAlive(pid) && !listening(addr) })
 }
 
 // listening reports whether something still accepts connections at addr:

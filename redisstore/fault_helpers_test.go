@@ -304,17 +304,6 @@ func inParallel[T any](items []T, n int, do func(T)) (wait func()) {
 	return wg.Wait
 }
 
-// waitWithin polls cond, every every, until it holds; past limit it fails
-// the test with the message format and args make.
-func waitWithin(t *testing.T, limit, every time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(every) {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-	}
-}
-
 // latencies collects durations per operation.
 type latencies struct {
 	mu sync.Mutex

@@ -119,8 +119,8 @@ func cutReplication(t *testing.T, primary, replica string) {
 	t.Helper()
 	mustDo(t, primary, "ACL", "SETUSER", "repl", "off")
 	mustDo(t, primary, "CLIENT", "KILL", "USER", "repl")
-	waitWithin(t, 5*time.Second, 5*time.Millisecond, func() bool { return infoField(replica, "replication", "master_link_status") == "down" },
-		"replica %s still reports its link up 5 s after the cut", replica)
+	waitFor(t, 5*time.Second, "replica "+replica+" to report its link down after the cut",
+		func() bool { return infoField(replica, "replication", "master_link_status") == "down" })
 }
 
 // promote makes the replica at addr a primary (REPLICAOF NO ONE).
@@ -348,9 +348,9 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 		mustDo(t, all[0].addr(), "CLUSTER", "MEET", "127.0.0.1", p.port)
 	}
 	// Every node must know every other before a replica can follow its master.
-	waitWithin(t, 20*time.Second, 50*time.Millisecond, func() bool {
+	waitFor(t, 20*time.Second, "the cluster nodes to meet", func() bool {
 		return !slices.ContainsFunc(all, func(p *server) bool { return infoField(p.addr(), "cluster", "cluster_known_nodes") != "6" })
-	}, "cluster nodes did not meet within 20 s")
+	})
 	for i, r := range rc.replicas {
 		mustDo(t, r.addr(), "CLUSTER", "REPLICATE", rc.ids[rc.masters[i]])
 	}
@@ -430,8 +430,8 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 	m, r := rc.masters[i], rc.replicas[i]
 	m.stop(syscall.SIGKILL)
 	mustDo(t, r.addr(), "CLUSTER", "FAILOVER", "TAKEOVER")
-	waitWithin(t, 20*time.Second, 10*time.Millisecond, func() bool { return infoField(r.addr(), "replication", "role") == "master" },
-		"replica %s not a master 20 s after TAKEOVER", r.addr())
+	waitFor(t, 20*time.Second, "replica "+r.addr()+" to be a master after TAKEOVER",
+		func() bool { return infoField(r.addr(), "replication", "role") == "master" })
 	rc.masters[i], rc.replicas[i] = r, m
 	rc.waitOK(t, m)
 	if !rejoin {
@@ -440,8 +440,8 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 	if err := m.start(); err != nil {
 		t.Fatalf("restarting the old master: %v", err)
 	}
-	waitWithin(t, 20*time.Second, 20*time.Millisecond, func() bool { return infoField(m.addr(), "replication", "role") == "slave" },
-		"old master %s did not rejoin as a replica within 20 s", m.addr())
+	waitFor(t, 20*time.Second, "old master "+m.addr()+" to rejoin as a replica",
+		func() bool { return infoField(m.addr(), "replication", "role") == "slave" })
 	rc.waitOK(t)
 	waitInSync(t, r.addr(), 1)
 }
