@@ -2,11 +2,12 @@ package drivertest
 
 // Idempotent tools (ctokenmcp.Idempotency.Wrap, ctokenmcpgo.Idempotency.Wrap)
 // served over streamable HTTP on 127.0.0.1 and driven by go-sdk's and
-// mcp-go's own clients, on the memory store, Redis and PostgreSQL (and
-// PostgreSQL in the transactional mode, where the tool's write goes
-// through pgstore.TxFrom). The client's HTTP transport loses the first
-// tools/call response after the server sent it; the client's retry gets
-// the first result, and the tool's effect happened once.
+// mcp-go's own clients, on the memory store, Redis, PostgreSQL and SQLite
+// (and PostgreSQL and SQLite in the transactional mode, where the tool's
+// write goes through the store's TxFrom). The client's HTTP transport
+// loses the first tools/call response after the server sent it; the
+// client's retry gets the first result, and the tool's effect happened
+// once.
 
 import (
 	"bytes"
@@ -31,6 +32,7 @@ import (
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/pgstore"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
 	mcpgoclient "github.com/mark3labs/mcp-go/client"
 	mcpgotransport "github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -59,8 +61,8 @@ type backend struct {
 	effects func() int
 }
 
-// backends are the stores: memory, Redis, PostgreSQL, and PostgreSQL with
-// the tool's write in the store's transaction.
+// backends are the stores: memory, Redis, PostgreSQL and SQLite, and
+// PostgreSQL and SQLite with the tool's write in the store's transaction.
 var backends = []struct {
 	name string
 	make func(t testing.TB) backend
@@ -68,6 +70,7 @@ var backends = []struct {
 	{"memory", func(t testing.TB) backend { return counting(replay.NewMemoryStore(1 << 16)) }},
 	{"redis", func(t testing.TB) backend { return counting(redisStore(t)) }},
 	{"postgres", func(t testing.TB) backend { return counting(pgStore(t, pgPool(t))) }},
+	{"sqlite", func(t testing.TB) backend { return counting(sqliteStore(t, sqliteDB(t))) }},
 	{"postgres transactional", func(t testing.TB) backend {
 		pool := pgPool(t)
 		b := make([]byte, 6)
@@ -89,6 +92,29 @@ var backends = []struct {
 			effects: func() int {
 				var n int
 				if err := pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			},
+		}
+	}},
+	{"sqlite transactional", func(t testing.TB) backend {
+		db := sqliteDB(t)
+		if _, err := db.Exec("CREATE TABLE payments (amount INTEGER NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		return backend{
+			store: sqliteStore(t, db), transactional: true,
+			effect: func(ctx context.Context) error {
+				tx, err := sqlitestore.TxFrom(ctx)
+				if err == nil {
+					_, err = tx.ExecContext(ctx, "INSERT INTO payments (amount) VALUES (5)")
+				}
+				return err
+			},
+			effects: func() int {
+				var n int
+				if err := db.QueryRow("SELECT count(*) FROM payments").Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n
@@ -177,6 +203,9 @@ func goSDKServer(t testing.TB, b backend, wait time.Duration, g *gate) string {
 			if err := b.effect(ctx); err != nil {
 				return nil, err
 			}
+			if bytes.Contains(req.Params.Arguments, []byte(`"amount":0`)) {
+				return nil, errors.New("the tool failed after its effect")
+			}
 			n := runs.Add(1)
 			return &mcp.CallToolResult{
 				Content:           []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("payment %d", n)}},
@@ -253,6 +282,19 @@ func TestGoSDKIdempotentToolOnEveryStore(t *testing.T) {
 				res, err := goSDKPay(bob, "pay-1", 5)
 				if err != nil || res.IsError || b.effects() != 2 {
 					t.Fatalf("%v, %+v; %d effects", err, res, b.effects())
+				}
+			})
+			if !b.transactional {
+				return
+			}
+			t.Run("a tool failing after its write keeps neither the write nor a record", func(t *testing.T) {
+				if _, err := goSDKPay(alice, "pay-2", 0); err == nil || b.effects() != 2 {
+					t.Fatalf("the failing call: %v; %d effects, want the failure and 2", err, b.effects())
+				}
+				// Other arguments under the key: a kept record would
+				// refuse them (KeyReused).
+				if res, err := goSDKPay(alice, "pay-2", 5); err != nil || res.IsError || b.effects() != 3 {
+					t.Fatalf("the released key: %v, %+v; %d effects, want 3", err, res, b.effects())
 				}
 			})
 		})

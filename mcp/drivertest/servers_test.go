@@ -3,11 +3,13 @@ package drivertest
 // The PostgreSQL server of the tests, started by TestMain on a free
 // loopback port with a temporary data directory (as pgstore's tests start
 // theirs; under root it runs as the "postgres" user, which Debian's
-// package creates), and the Redis of CTOKEN_REDIS_ADDR.
+// package creates), the Redis of CTOKEN_REDIS_ADDR, and SQLite files
+// (modernc.org/sqlite) in the test's temporary directory.
 
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,9 +26,11 @@ import (
 
 	"github.com/ctoken/ctoken/pgstore"
 	"github.com/ctoken/ctoken/redisstore"
+	"github.com/ctoken/ctoken/sqlitestore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	_ "modernc.org/sqlite"
 )
 
 var (
@@ -228,4 +232,31 @@ func redisFleet(t testing.TB, n int) []*redisstore.Store {
 		fleet = append(fleet, s)
 	}
 	return fleet
+}
+
+// sqliteDB returns a pool on a new migrated SQLite file with the settings
+// sqlitestore requires (WAL, synchronous=FULL), closed when t ends.
+func sqliteDB(t testing.TB) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "replay.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := sqlitestore.Migrate(context.Background(), db, ""); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// sqliteStore returns a sqlitestore.Store on db.
+func sqliteStore(t testing.TB, db *sql.DB) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{SweepInterval: -1, Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

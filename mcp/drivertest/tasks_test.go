@@ -29,6 +29,7 @@ var taskStores = []struct {
 	{"memory", func(*testing.T) replay.Recorder { return replay.NewMemoryStore(0) }},
 	{"redis", func(t *testing.T) replay.Recorder { return redisStore(t) }},
 	{"postgres", func(t *testing.T) replay.Recorder { return pgStore(t, pgPool(t)) }},
+	{"sqlite", func(t *testing.T) replay.Recorder { return sqliteStore(t, sqliteDB(t)) }},
 }
 
 func newTasks(t *testing.T, store replay.Recorder) *mcptoken.Tasks {
