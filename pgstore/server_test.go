@@ -255,8 +255,16 @@ func (p *pgServer) start() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := pgx.Connect(ctx, p.url())
 		if err == nil {
+			// Another test's server may hold the port (this one then
+			// fails to bind): only this data directory's answer counts.
+			var dir string
+			err = c.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
 			c.Close(ctx)
 			cancel()
+			if err != nil || dir != p.dir {
+				p.kill()
+				return fmt.Errorf("port %s is another server's (data directory %q, %v)", p.port, dir, err)
+			}
 			return nil
 		}
 		cancel()

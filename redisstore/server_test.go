@@ -100,6 +100,16 @@ func (s *server) start() error {
 		s.kill()
 		return fmt.Errorf("%w\n%s", err, out.String())
 	}
+	// The PING may have been answered by another test's server that took
+	// the port first (this one then fails to bind): only this process's
+	// answer counts.
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil || !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+		s.kill()
+		return fmt.Errorf("port %s is another server's (%v)\n%s", s.port, err, out.String())
+	}
 	return nil
 }
 

@@ -132,8 +132,17 @@ func startPostgres() (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := pgx.Connect(ctx, url)
 		if err == nil {
+			// Another process's server may hold the port (this one
+			// then fails to bind): only this data directory's answer
+			// counts.
+			var got string
+			err = c.QueryRow(ctx, "SHOW data_directory").Scan(&got)
 			c.Close(ctx)
 			cancel()
+			if err != nil || got != dir {
+				stop()
+				return nil, fmt.Errorf("port %s is another server's (data directory %q, %v)", port, got, err)
+			}
 			pool, err := pgxpool.New(context.Background(), url)
 			if err == nil {
 				err = pgstore.Migrate(context.Background(), pool, "")
