@@ -94,15 +94,14 @@ func closeGivesTheConnectionBack(t *testing.T) {
 }
 
 // newRefuses: New refuses, with ErrConfig naming each fault with its
-// fix: every connection setting that loses acknowledged claims or cannot
-// work (set in the DSN as a user would), a pool of one connection, a nil
-// database, an invalid table name, a Prefix over MaxPrefixBytes,
-// negative durations, a table Migrate has not made, and several faults
-// at once in one error.
+// fix: connection settings that lose acknowledged claims or cannot work
+// (set in the DSN as a user would; each setting alone is
+// TestSettingsCheck's, in package sqlitestore), an in-memory or a nil
+// database, table names, a table Migrate has not made, and several
+// faults at once in one error: settings two by two, and options beside a
+// setting (a pool of one connection, a Prefix over MaxPrefixBytes,
+// negative durations, a table name that is not an identifier).
 func newRefuses(t *testing.T) {
-	deleteSync := func(sync string) []Pragma {
-		return []Pragma{{"journal_mode", "DELETE"}, {"synchronous", sync}, {"busy_timeout", "5000"}}
-	}
 	tests := []struct {
 		name    string
 		file    string   // "" a migrated file, "memory", "nil" (no database) or "unmigrated"
@@ -112,21 +111,10 @@ func newRefuses(t *testing.T) {
 		want    []string
 	}{
 		{"in-memory database", "memory", nil, 0, sqlitestore.Options{}, []string{"open a file"}},
-		{"journal_mode MEMORY", "", With("journal_mode", "MEMORY"), 0, sqlitestore.Options{}, []string{"use WAL"}},
-		{"journal_mode OFF", "", With("journal_mode", "OFF"), 0, sqlitestore.Options{}, []string{"use WAL"}},
-		{"synchronous OFF", "", With("synchronous", "OFF"), 0, sqlitestore.Options{}, []string{"use FULL"}},
-		{"synchronous NORMAL with journal_mode DELETE", "", deleteSync("NORMAL"), 0, sqlitestore.Options{}, []string{"use FULL"}},
-		{"synchronous FULL with journal_mode DELETE", "", deleteSync("FULL"), 0, sqlitestore.Options{}, []string{"synchronous=EXTRA"}},
-		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), 0, sqlitestore.Options{}, []string{"AllowNormalSync"}},
-		{"busy_timeout 0", "", With("busy_timeout", "0"), 0, sqlitestore.Options{}, []string{"busy_timeout"}},
-		{"query_only", "", With("query_only", "1"), 0, sqlitestore.Options{}, []string{"query_only"}},
-		{"pool of one connection", "", nil, 1, sqlitestore.Options{}, []string{"set 0 or at least 2"}},
+		{"synchronous FULL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}}, 0, sqlitestore.Options{}, []string{"synchronous=EXTRA"}},
 		{"nil database", "nil", nil, 0, sqlitestore.Options{}, []string{"nil *sql.DB"}},
 		{"table name not an identifier", "", nil, 0, sqlitestore.Options{Table: "Replay-Table"}, []string{"lower-case identifier"}},
 		{"table name reserved", "", nil, 0, sqlitestore.Options{Table: "sqlite_replay"}, []string{"reserved"}},
-		{"Prefix over MaxPrefixBytes", "", nil, 0, sqlitestore.Options{Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1)}, []string{"Prefix"}},
-		{"negative Horizon", "", nil, 0, sqlitestore.Options{Horizon: -time.Second}, []string{"negative Horizon"}},
-		{"negative RecheckInterval", "", nil, 0, sqlitestore.Options{RecheckInterval: -time.Second}, []string{"negative RecheckInterval"}},
 		{"table missing", "unmigrated", nil, 0, sqlitestore.Options{}, []string{"run Migrate"}},
 		{"named table missing", "unmigrated", nil, 0, sqlitestore.Options{Table: "other_replay"}, []string{"run Migrate"}},
 		{"synchronous OFF, busy_timeout 0", "", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},

@@ -41,59 +41,6 @@ func files(t *testing.T, path string) (db, wal []byte) {
 	return db, wal
 }
 
-// TestReadRecordWritesNothing: ReadRecord of a free ID, of a live lease
-// and of a done entry with its record leaves the database file and its
-// WAL byte for byte as they were (no frame appended, none rewritten),
-// and reads what AcquireRecord then finds.
-func TestReadRecordWritesNothing(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
-		s, _, path := readStore(t, d)
-		fp, result := []byte("fingerprint"), bytes.Repeat([]byte("r"), 10_000)
-		l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatal(l.Lease, err)
-		}
-		dn, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
-		if err != nil || dn.State != replay.LeaseAcquired {
-			t.Fatal(dn.Lease, err)
-		}
-		if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
-		for _, tc := range []struct {
-			id     string
-			want   replay.LeaseState
-			result []byte
-		}{
-			{"free", replay.LeaseFree, nil},
-			{"leased", replay.LeaseBusy, nil},
-			{"done", replay.LeaseDone, result},
-		} {
-			t.Run(tc.id, func(t *testing.T) {
-				dbBefore, walBefore := files(t, path)
-				for range 100 {
-					r, err := s.ReadRecord(ctx, tc.id)
-					if err != nil || r.State != tc.want || !bytes.Equal(r.Result, tc.result) {
-						t.Fatalf("ReadRecord(%q) = %v with %d result bytes, %v; want %v with %d", tc.id, r.State, len(r.Result), err, tc.want, len(tc.result))
-					}
-				}
-				dbAfter, walAfter := files(t, path)
-				if !bytes.Equal(walBefore, walAfter) {
-					t.Errorf("the WAL changed over 100 reads of %s: %d bytes before, %d after", tc.id, len(walBefore), len(walAfter))
-				}
-				if !bytes.Equal(dbBefore, dbAfter) {
-					t.Errorf("the database file changed over 100 reads of %s", tc.id)
-				}
-			})
-		}
-		// The lease is still its holder's.
-		if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
-			t.Fatalf("RenewLease after the reads: %v", err)
-		}
-	})
-}
-
 // pollCaller is the caller pollTasks's tasks are bound to.
 const pollCaller = "alice"
 
@@ -174,29 +121,76 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 	return polls
 }
 
-// TestTaskPollWritesNothing: 100 polls (Tasks.Get) of a working task, on
-// the instance running it and on another, and of a completed one leave
-// the database file and its WAL byte for byte as they were.
-func TestTaskPollWritesNothing(t *testing.T) {
+// TestReadsWriteNothing: 100 reads leave the database file and its WAL
+// byte for byte as they were (no frame appended, none rewritten):
+// ReadRecord of a free ID, of a live lease and of a done entry with its
+// record, reading what AcquireRecord then finds (and the lease is still
+// its holder's), and polls (Tasks.Get) of a working task, on the
+// instance running it and on another, and of a completed one.
+func TestReadsWriteNothing(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		s, _, path := readStore(t, d)
+		fp, result := []byte("fingerprint"), bytes.Repeat([]byte("r"), 10_000)
+		l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l.Lease, err)
+		}
+		dn, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
+		if err != nil || dn.State != replay.LeaseAcquired {
+			t.Fatal(dn.Lease, err)
+		}
+		if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+		type read struct {
+			name string
+			read func() error
+		}
+		var reads []read
+		for _, tc := range []struct {
+			id     string
+			want   replay.LeaseState
+			result []byte
+		}{
+			{"free", replay.LeaseFree, nil},
+			{"leased", replay.LeaseBusy, nil},
+			{"done", replay.LeaseDone, result},
+		} {
+			reads = append(reads, read{"ReadRecord of " + tc.id, func() error {
+				if r, err := s.ReadRecord(ctx, tc.id); err != nil || r.State != tc.want || !bytes.Equal(r.Result, tc.result) {
+					return fmt.Errorf("ReadRecord(%q) = %v with %d result bytes, %v; want %v with %d", tc.id, r.State, len(r.Result), err, tc.want, len(tc.result))
+				}
+				return nil
+			}})
+		}
 		for _, p := range pollTasks(t, s) {
-			t.Run(p.name, func(t *testing.T) {
+			reads = append(reads, read{"poll of " + p.name, func() error {
+				if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
+					return fmt.Errorf("Get = %q, %v; want %s", st.Status, err, p.status)
+				}
+				return nil
+			}})
+		}
+		for _, r := range reads {
+			t.Run(r.name, func(t *testing.T) {
 				dbBefore, walBefore := files(t, path)
 				for range 100 {
-					if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
-						t.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
+					if err := r.read(); err != nil {
+						t.Fatal(err)
 					}
 				}
 				dbAfter, walAfter := files(t, path)
 				if !bytes.Equal(walBefore, walAfter) {
-					t.Errorf("the WAL changed over 100 polls (%s): %d bytes before, %d after", p.name, len(walBefore), len(walAfter))
+					t.Errorf("the WAL changed over 100 reads (%s): %d bytes before, %d after", r.name, len(walBefore), len(walAfter))
 				}
 				if !bytes.Equal(dbBefore, dbAfter) {
-					t.Errorf("the database file changed over 100 polls (%s)", p.name)
+					t.Errorf("the database file changed over 100 reads (%s)", r.name)
 				}
 			})
+		}
+		if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
+			t.Fatalf("RenewLease after the reads: %v", err)
 		}
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -86,7 +85,6 @@ func TestWork(t *testing.T) {
 		{"handler's COMMIT is an error and the ID is never run again", workEscapedCommit},
 		{"TxFrom without a work is ErrNoTx", txFromPlainContext},
 		{"Tx refuses every statement after the work ends", txAfterEnd},
-		{"concurrent works and claims", workConcurrent},
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, false) }},
 		{"handler's wal_autocheckpoint does not outlive its work", workAutocheckpoint},
 	})
@@ -485,67 +483,5 @@ func txAfterEnd(t *testing.T, d Driver) {
 				t.Errorf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
 			}
 		})
-	}
-}
-
-func workConcurrent(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{Timeout: 20 * time.Second})
-	const n = 16
-	until := time.Now().Add(time.Hour)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*n)
-	for i := range n {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprint("job-", i)
-			l, err := s.AcquireLease(ctx, id, time.Minute)
-			if err != nil || l.State != replay.LeaseAcquired {
-				errs <- fmt.Errorf("AcquireLease(%s) = %+v, %v", id, l, err)
-				return
-			}
-			w, err := s.BeginWork(ctx, id, l.Token)
-			if err != nil {
-				errs <- fmt.Errorf("BeginWork(%s) = %v", id, err)
-				return
-			}
-			tx, err := sqlitestore.TxFrom(w.Context(ctx))
-			if err == nil {
-				_, err = tx.ExecContext(ctx, `INSERT INTO app (id) VALUES (?)`, id)
-			}
-			if err != nil {
-				w.Rollback(ctx)
-				errs <- fmt.Errorf("the work of %s: %v", id, err)
-				return
-			}
-			if err := w.Commit(ctx, until, nil, nil); err != nil {
-				errs <- fmt.Errorf("Commit(%s) = %v", id, err)
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprint("claim-", i)
-			if first, err := s.Claim(ctx, id, until); !first || err != nil {
-				errs <- fmt.Errorf("Claim(%s) = %v, %v", id, first, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if total := countRows(t, db, `SELECT count(*) FROM app`); total != n {
-		t.Fatalf("app rows = %d; want %d", total, n)
-	}
-	for i := range n {
-		if c := appRows(t, db, fmt.Sprint("job-", i)); c != 1 {
-			t.Fatalf("app rows of job-%d = %d; want 1", i, c)
-		}
-		wantLease(t, s, fmt.Sprint("job-", i), replay.LeaseDone)
-		if first, err := s.Claim(ctx, fmt.Sprint("claim-", i), until); first || err != nil {
-			t.Fatalf("second Claim(claim-%d) = %v, %v; want not first", i, first, err)
-		}
 	}
 }
