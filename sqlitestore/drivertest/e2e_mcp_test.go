@@ -11,12 +11,10 @@ package drivertest
 // server on a new listener), and the client replays the used state.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -49,31 +47,6 @@ var idemKeys = func() *ctoken.Keyring {
 	}
 	return kr
 }()
-
-// losesAnswers is an http.RoundTripper that lets the tools/call POSTs
-// numbered in lose (from 1) reach the server, reads the whole answer, and
-// reports a broken connection instead, as a network that fails after the
-// server answered.
-type losesAnswers struct {
-	calls, lost atomic.Int32
-	lose        map[int]bool
-}
-
-func (l *losesAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		body, _ = io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) || !l.lose[int(l.calls.Add(1))] {
-		return resp, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	l.lost.Add(1)
-	return nil, errors.New("connection reset after the server answered")
-}
 
 // mcpServer is one run of the tool server.
 type mcpServer struct {

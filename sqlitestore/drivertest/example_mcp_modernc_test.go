@@ -3,10 +3,12 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -143,4 +145,29 @@ func Example_mcpServer() {
 	// deploy: deployed (plan: api)
 	// 5 tools/call sent, 2 answers lost
 	// 1 payment, 1 deploy; asked 1 time
+}
+
+// losesAnswers is an http.RoundTripper that lets the tools/call POSTs
+// numbered in lose (from 1) reach the server, reads the whole answer, and
+// reports a broken connection instead, as a network that fails after the
+// server answered.
+type losesAnswers struct {
+	calls, lost atomic.Int32
+	lose        map[int]bool
+}
+
+func (l *losesAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) || !l.lose[int(l.calls.Add(1))] {
+		return resp, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	l.lost.Add(1)
+	return nil, errors.New("connection reset after the server answered")
 }
