@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # .ci/pg.sh — the pgstore module's tests against real PostgreSQL servers.
 #
-#   .ci/pg.sh          # go test -race: the replaytest contract, the fleet
-#                      # tests, and the faults (crash mid-load, killed
+#   .ci/pg.sh          # go test -race: the contract kits (two instances
+#                      # on one table), and the faults (crash mid-load, killed
 #                      # backend, lost replies, paused server, standbys (also
 #                      # one stopped after New, or away with its slot), settings
 #                      # weakened after New (refused within ~1 s), key layout 1
