@@ -32,7 +32,7 @@ for mode in ${FIPS_MODES:-only on}; do
 	# (9.5 s against 63 s for the whole suite, whose fault tests add no
 	# cryptography).
 	CI=true bash .ci/redis.sh sh -c "cd redisstore && GODEBUG=fips140=$mode go test -count=1 -run '^(TestStore|Test[A-Za-z]*Contract|TestFleet[A-Za-z]*|TestScriptDigestsAreSHA1)\$' ."
-	(cd pgstore && CI=true GODEBUG=fips140=$mode go test -count=1 -run '^TestStore$/^lease$' . && CI=true GODEBUG=fips140=$mode go test -count=1 -run '^TestFleet' .)
+	(cd pgstore && CI=true GODEBUG=fips140=$mode go test -count=1 -run '^TestStore$/^(lease|request_state|webhook|exchange)$' .)
 	(cd sqlitestore && GODEBUG=fips140=$mode go test -count=1 ./...)
 	(cd sqlitestore/drivertest && GODEBUG=fips140=$mode go test -count=1 -run '^TestStore$' .)
 done

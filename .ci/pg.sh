@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # .ci/pg.sh — the pgstore module's tests against real PostgreSQL servers.
 #
-#   .ci/pg.sh          # go test -race: the replaytest contract, the fleet
-#                      # tests, and the faults (crash mid-load, killed
+#   .ci/pg.sh          # go test -race: the contract kits (two instances
+#                      # on one table), and the faults (crash mid-load, killed
 #                      # backend, lost replies, paused server, standbys (also
 #                      # one stopped after New, or away with its slot), settings
 #                      # weakened after New (refused within ~1 s), key layout 1
 #                      # upgraded by Migrate, and a
 #                      # 64-client load with a server restart, 10 s; the
-#                      # Recorder's contract, and 64 clients retrying
-#                      # requests through the idempotency middleware while
-#                      # the server is SIGKILLed and restarted and handlers
-#                      # crash, 10-16 s)
+#                      # Recorder's contract, and effects once through the
+#                      # transactional middlewares while the server is
+#                      # SIGKILLed and restarted)
 #   .ci/pg.sh load     # the load test alone, without -race, so that its
 #                      # throughput and latency figures mean something
 #   .ci/pg.sh install  # install PostgreSQL when missing, and nothing else

@@ -61,8 +61,9 @@ func twoInstances(t *testing.T, pool *pgxpool.Pool) (*Store, *Store) {
 
 // TestForgetContract: the table loses everything (TRUNCATE, DELETE, or
 // dropped); no ID claimed, confirmed or leased before is accepted again.
-// For PostgreSQL a crash does not forget (TestLoad/crash mid-load loses
-// no acknowledged claim); these are an operator's acts.
+// For PostgreSQL a crash does not forget (TestLoad/server restart loses
+// nothing; .ci/powerloss, TestPostgresPowerLoss); these are an operator's
+// acts.
 func TestForgetContract(t *testing.T) {
 	for _, forget := range []string{"TRUNCATE", "DELETE FROM", "DROP TABLE"} {
 		t.Run(forget, func(t *testing.T) {

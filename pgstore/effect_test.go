@@ -192,15 +192,15 @@ func serve(t testing.TB, h http.Handler) string {
 
 // TestTransactional pins the transactional idempotency mode end to end (a
 // charge as the handler's effect) through PostgreSQL's own faults: one
-// charge per key through killed processes and servers, terminated
-// backends, failed statements and escapes, one commit per first request;
+// charge per key through a killed app process, terminated backends,
+// failed statements and escapes, one commit per first request;
 // single-use tokens consumed only with their work. (Leases outlived,
 // clients leaving, two instances and timeouts: idempotencytest's
-// transactional contract, in TestStore.)
+// transactional contract, in TestStore; a killed server:
+// TestEffectsOnce/server kill.)
 func TestTransactional(t *testing.T) {
 	subtests(t, []subtest{
 		{"app killed before commit", transactionalAppKilledBeforeCommitChargesOnce},
-		{"killed server", transactionalChargesOnceThroughAKilledServer},
 		{"handler escape", transactionalHandlerEscapeChargesOnce},
 		{"backend terminated mid-handler", transactionalTerminatedBackendMidHandlerChargesOnce},
 		{"failed statement releases the key", transactionalFailedStatementReleasesTheKey},
@@ -320,56 +320,6 @@ func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	url2 := serve(t, txMiddleware(t, s, effectChildLease).Wrap(&chargeHandler{table: table}))
 	body := chargeUntilCreated(t, &http.Client{Timeout: 10 * time.Second}, url2, "k1", effectChildLease+10*time.Second)
 	exactlyOneCharge(t, charges(t, pool, table), "k1", body)
-}
-
-// transactionalChargesOnceThroughAKilledServer: the load of
-// runExactlyOnceThroughAKill (64 clients, a SIGKILL and crash recovery of
-// PostgreSQL mid-load, the first attempt of every odd key panicking) with
-// the charge made through the middleware's transaction: every key has
-// exactly one committed charge, and every client's final response is that
-// charge's.
-func transactionalChargesOnceThroughAKilledServer(t *testing.T) {
-	t.Parallel() // a server of its own
-	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
-	pool := p.pool(t)
-	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
-	table := newChargeTable(t, pool)
-	ops := newOpLog()
-	// What counts is what committed: the opLog's in-memory view of
-	// executions is replaced by the charge table once the load is over.
-	ops.settle = func() {
-		got := charges(t, pool, table)
-		ops.mu.Lock()
-		defer ops.mu.Unlock()
-		clear(ops.completed)
-		clear(ops.first)
-		for key, rows := range got {
-			ops.completed[key] = len(rows)
-			ops.first[key] = rows[0]
-		}
-	}
-	mw := txMiddleware(t, s, faultLease)
-	url := serve(t, mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, err := TxFrom(r.Context())
-		if err != nil {
-			http.Error(w, "no transaction", http.StatusInternalServerError)
-			return
-		}
-		key := strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
-		body := ops.run(key)
-		if _, err := tx.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, key, body); err != nil {
-			http.Error(w, "charge failed", http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})))
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	t.Cleanup(client.CloseIdleConnections)
-	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
-		return postCharge(client, url, `"`+key+`"`)
-	})
 }
 
 func init() {

@@ -3,24 +3,17 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
-	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -152,8 +145,8 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 
 // TestRecord pins the record steps ([Store.AcquireRecord] and the record's
 // confirmation): refusals write nothing, another holder's record is never
-// reported, resends and a killed server run a request once, and an edited
-// record is refused (a forgotten, fenced or rechecking table:
+// reported, a resend after a lost reply is safe, and an edited record is
+// refused (a forgotten, fenced or rechecking table:
 // TestRenewLease/held steps refuse a forgotten, fenced or refusing table).
 func TestRecord(t *testing.T) {
 	subtests(t, []subtest{
@@ -161,7 +154,6 @@ func TestRecord(t *testing.T) {
 		{"earlier holder's record never reported", recordOfAnEarlierHolderIsNeverReported},
 		{"edited in the table is refused", recordEditedInTheTableIsRefused},
 		{"resend after lost reply is safe", recordResendAfterLostReplyIsSafe},
-		{"requests run once through a killed server", idempotentRequestsRunOnceThroughAKilledServer},
 	})
 }
 
@@ -381,269 +373,6 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 		t.Fatalf("ConfirmRecord resent with other bytes: %v; want nil", err)
 	}
 	wantRecord(t, r, "confirm", replay.LeaseDone, []byte("fp"), []byte("first result"))
-}
-
-// opLog is the operation behind an idempotent request in the fault tests:
-// each completed execution is counted per key and returns a body unique to
-// it; the first execution attempt of every odd-numbered key panics
-// instead.
-type opLog struct {
-	mu        sync.Mutex
-	attempts  map[string]int       // executions started, per key
-	completed map[string]int       // executions completed, per key
-	first     map[string][]byte    // the body of the key's first completed execution
-	firstAt   map[string]time.Time // when it completed
-	panics    int
-	// settle, if set, is called once the load is over, before the
-	// checks: it may replace completed and first with what an outside
-	// record (a table of committed effects) holds.
-	settle func()
-}
-
-func newOpLog() *opLog {
-	return &opLog{attempts: map[string]int{}, completed: map[string]int{}, first: map[string][]byte{}, firstAt: map[string]time.Time{}}
-}
-
-// panicky reports whether key's first execution attempt panics: keys
-// whose number is odd.
-func panicky(key string) bool { return strings.ContainsAny(key[len(key)-1:], "13579") }
-
-// run executes the operation of key once (or panics, on the first attempt
-// of a panicky key) and returns its body.
-func (o *opLog) run(key string) []byte {
-	o.mu.Lock()
-	o.attempts[key]++
-	crash := o.attempts[key] == 1 && panicky(key)
-	if crash {
-		o.panics++
-	}
-	o.mu.Unlock()
-	if crash {
-		panic("the operation crashes on its first attempt")
-	}
-	time.Sleep(2 * time.Millisecond) // the work
-	var id [12]byte
-	rand.Read(id[:])
-	body := []byte(`{"key":"` + key + `","payment":"pay_` + hex.EncodeToString(id[:]) + `"}`)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.completed[key]++
-	if o.first[key] == nil {
-		o.first[key], o.firstAt[key] = body, time.Now()
-	}
-	return body
-}
-
-// idemAttempt sends one attempt of the request with key and returns the
-// status and body it got, or an error when no response came (a crashed
-// handler's aborted connection).
-type idemAttempt func(key string) (status int, body []byte, err error)
-
-// faultLease is the lease of the fault tests: longer than the server
-// takes to be killed and restarted (2-9 s measured on a 2-core machine at
-// load 10, 15 s at load 40; the test fails when it takes longer), so a
-// confirmation retried through the restart still finds its lease. A lease
-// whose holder never heard back (an acquire whose reply was lost in the
-// kill, a release that failed) keeps its key busy until it ends, which
-// the clients' deadline allows for.
-const faultLease = 30 * time.Second
-
-// runExactlyOnceThroughAKill drives 64 clients in 16 groups of four: each
-// group works through its keys one after the other, all four clients of a
-// group sending the same key concurrently and retrying it until they get
-// a 2xx (after a 409 at once, after a 503 or an aborted attempt with a
-// backoff from 50 to 400 ms). Once 16 keys are done the server is
-// SIGKILLed and restarted (crash recovery); new keys start until 1.5 s
-// after it is back. It then checks that every key's operation completed
-// exactly once, and that every client's final response is the first
-// execution's: 201 with its body, byte for byte.
-func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt idemAttempt) {
-	const groups, clients = 16, 4
-	start := time.Now()
-	var (
-		mu          sync.Mutex
-		finals      = map[string][][]byte{} // every client's final body, per key
-		unavailable int                     // attempts answered 503 or aborted
-		wg          sync.WaitGroup
-		// newKeysUntil and hardDeadline are Unix nanoseconds, set when
-		// the server is back.
-		newKeysUntil, hardDeadline atomic.Int64
-	)
-	newKeysUntil.Store(start.Add(5 * time.Minute).UnixNano())
-	hardDeadline.Store(start.Add(5 * time.Minute).UnixNano())
-	for c := range groups * clients {
-		g := c / clients
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := 0; time.Now().UnixNano() < newKeysUntil.Load(); k++ {
-				key := fmt.Sprintf("g%d-k%d", g, k)
-				backoff := 50 * time.Millisecond
-				for {
-					if time.Now().UnixNano() > hardDeadline.Load() {
-						t.Errorf("%s: no 2xx by the deadline", key)
-						return
-					}
-					status, body, err := attempt(key)
-					switch {
-					case err != nil || status == http.StatusServiceUnavailable:
-						mu.Lock()
-						unavailable++
-						mu.Unlock()
-						time.Sleep(backoff)
-						backoff = min(2*backoff, 400*time.Millisecond)
-						continue
-					case status == http.StatusConflict:
-						time.Sleep(25 * time.Millisecond)
-						continue
-					case status != http.StatusCreated:
-						t.Errorf("%s: status %d, body %q; want 201, the first response's", key, status, body)
-						return
-					}
-					mu.Lock()
-					finals[key] = append(finals[key], body)
-					mu.Unlock()
-					break
-				}
-			}
-		}()
-	}
-	for deadline := start.Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		ops.mu.Lock()
-		done := len(ops.first)
-		ops.mu.Unlock()
-		if done >= groups {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d keys done in a minute before the kill", done)
-		}
-	}
-	killed := time.Now()
-	must(t, p.restart())
-	back := time.Now()
-	newKeysUntil.Store(back.Add(1500 * time.Millisecond).UnixNano())
-	hardDeadline.Store(back.Add(faultLease + 5*time.Second).UnixNano())
-	restarted := back.Sub(killed)
-	wg.Wait()
-	if ops.settle != nil {
-		ops.settle()
-	}
-	if restarted >= faultLease {
-		t.Errorf("the server took %v to restart, longer than the lease (%v): a confirmation could not outlast it", restarted, faultLease)
-	}
-
-	ops.mu.Lock()
-	defer ops.mu.Unlock()
-	after, responses := 0, 0
-	for key, bodies := range finals {
-		if n := ops.completed[key]; n != 1 {
-			t.Errorf("%s: the operation completed %d times, want once", key, n)
-		}
-		for i, b := range bodies {
-			if !bytes.Equal(b, ops.first[key]) {
-				t.Errorf("%s: client %d's final response %q is not the first response %q", key, i, b, ops.first[key])
-			}
-		}
-		if ops.firstAt[key].After(killed) {
-			after++
-		}
-		responses += len(bodies)
-	}
-	for key := range ops.completed {
-		if len(finals[key]) == 0 {
-			t.Errorf("%s: completed, but no client got its response", key)
-		}
-	}
-	if ops.panics == 0 || unavailable == 0 || after == 0 {
-		t.Errorf("%d crashed attempts, %d unavailable answers, %d keys done after the kill: the faults did not hit the load", ops.panics, unavailable, after)
-	}
-	t.Logf("%d keys (%d done after the kill), %d final responses, %d crashed attempts, %d unavailable answers; the server was killed after %v and back %v later; %v in all",
-		len(finals), after, responses, ops.panics, unavailable, killed.Sub(start).Round(time.Millisecond), restarted.Round(time.Millisecond),
-		time.Since(start).Round(time.Millisecond))
-}
-
-// idempotentRequestsRunOnceThroughAKilledServer: the idempotency
-// middleware on a Store, behind a loopback HTTP server, with the handler
-// of opLog (201 with a body unique to each execution; the first attempt of
-// every odd-numbered key panics), through a SIGKILL and restart of PostgreSQL; see
-// runExactlyOnceThroughAKill. The middleware runs each key's handler
-// once, records its response with ConfirmRecord (retried through the
-// restart within the lease), releases the key when the handler panics,
-// and answers every retry with the recorded response.
-func idempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
-	t.Parallel() // a server of its own
-	// syncfs: after a crash, the server syncs its data directory before
-	// recovery; one syncfs is much quicker than an fsync per file on a
-	// busy machine (1.3 s measured), and the lease must outlast the
-	// restart.
-	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
-	// A timeout well above a commit's time on a loaded machine: a step
-	// that commits but times out (a lease taken that nobody heard of)
-	// keeps its key busy until the lease ends.
-	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 5 * time.Second })
-	var outcomesMu sync.Mutex
-	outcomes := map[observe.Outcome]int64{}
-	count := func(o observe.Outcome) int64 {
-		outcomesMu.Lock()
-		defer outcomesMu.Unlock()
-		return outcomes[o]
-	}
-	mw, err := idempotency.New(idempotency.Config{
-		Store:    s,
-		Keys:     testKeys(t),
-		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
-		Required: true,
-		Lease:    faultLease,
-		Observer: observe.ObserverFunc(func(e observe.Event) {
-			outcomesMu.Lock()
-			outcomes[e.Outcome]++
-			outcomesMu.Unlock()
-		}),
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := newOpLog()
-	mux := http.NewServeMux()
-	mux.Handle("POST /payments", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body := ops.run(strings.Trim(r.Header.Get("Idempotency-Key"), `"`))
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		w.Write(body)
-	})))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
-	srv.Start()
-	t.Cleanup(srv.Close)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	t.Cleanup(client.CloseIdleConnections)
-
-	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount": 1999, "currency": "eur"}`))
-		if err != nil {
-			return 0, nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", `"`+key+`"`)
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err // the handler panicked: the connection was aborted
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, nil, err
-		}
-		if resp.StatusCode == http.StatusCreated && resp.Header.Get("Content-Type") != "application/json" {
-			return 0, nil, fmt.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
-		}
-		return resp.StatusCode, body, nil
-	})
-	t.Logf("middleware outcomes: processed %d, duplicate %d, in progress %d, released %d, store failure %d, refused %d",
-		count(observe.OutcomeProcessed), count(observe.OutcomeDuplicate), count(observe.OutcomeInProgress),
-		count(observe.OutcomeReleased), count(observe.OutcomeStoreFailure), count(observe.OutcomeRefused))
 }
 
 // testKeys is a fresh keyring that seals a test middleware's records.
