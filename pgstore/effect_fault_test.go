@@ -514,6 +514,11 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
 				t.Error(err)
 			}
+			// pg_terminate_backend only signals: the backend ends at its
+			// next interrupt check, which a loaded machine can put after
+			// the COMMIT was sent (an outcome truly unknown). Mid-handler
+			// means gone before the handler returns.
+			waitSessionEnded(t, admin, pid, 30*time.Second)
 			return true // and answers 201 as if nothing happened
 		}},
 		{name: "pg_terminate_backend mid-commit", slow: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
