@@ -182,7 +182,8 @@ func invalidArgumentsNeverReachRedis(t *testing.T) {
 			step{"lease: acquire" + n, acquire(id, time.Minute), invalid, nil, ""},
 			step{"lease: confirm" + n, func() error { return s.ConfirmLease(ctx, id, tok, now.Add(time.Hour)) }, invalid, nil, ""},
 			step{"lease: release" + n, func() error { return s.ReleaseLease(ctx, id, tok) }, invalid, nil, ""},
-			step{"lease: renew" + n, func() error { return s.RenewLease(ctx, id, tok, time.Minute) }, invalid, nil, ""})
+			step{"lease: renew" + n, func() error { return s.RenewLease(ctx, id, tok, time.Minute) }, invalid, nil, ""},
+			step{"claim: Release" + n, func() error { return s.Release(ctx, id) }, invalid, nil, ""})
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
 		renew, notExpired := expired, error(nil)
