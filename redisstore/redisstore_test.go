@@ -225,28 +225,9 @@ func isMarkerKey(key string) bool {
 // share a key.
 func TestPrefix(t *testing.T) {
 	subtests(t, []subtest{
-		{"isolates stores", prefixIsolatesStores},
 		{"zero options use the default", zeroOptionsUseDefaultPrefix},
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
 	})
-}
-
-func prefixIsolatesStores(t *testing.T) {
-	c := newTestClient(t)
-	a := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	b := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	ctx := context.Background()
-	until := time.Now().Add(time.Minute)
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(ctx, "same-id", until); err != nil || !first {
-			t.Fatalf("prefix %q: first = %v, err = %v; want true, nil", s.Prefix(), first, err)
-		}
-	}
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(ctx, "same-id", until); err != nil || first {
-			t.Fatalf("prefix %q replay: first = %v, err = %v; want false, nil", s.Prefix(), first, err)
-		}
-	}
 }
 
 func zeroOptionsUseDefaultPrefix(t *testing.T) {
