@@ -225,29 +225,9 @@ func isMarkerKey(key string) bool {
 // share a key.
 func TestPrefix(t *testing.T) {
 	subtests(t, []subtest{
-		{"isolates stores", prefixIsolatesStores},
 		{"zero options use the default", zeroOptionsUseDefaultPrefix},
-		{"braces are refused", prefixWithBracesIsRefused},
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
 	})
-}
-
-func prefixIsolatesStores(t *testing.T) {
-	c := newTestClient(t)
-	a := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	b := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
-	ctx := context.Background()
-	until := time.Now().Add(time.Minute)
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(ctx, "same-id", until); err != nil || !first {
-			t.Fatalf("prefix %q: first = %v, err = %v; want true, nil", s.Prefix(), first, err)
-		}
-	}
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(ctx, "same-id", until); err != nil || first {
-			t.Fatalf("prefix %q replay: first = %v, err = %v; want false, nil", s.Prefix(), first, err)
-		}
-	}
 }
 
 func zeroOptionsUseDefaultPrefix(t *testing.T) {
@@ -381,21 +361,15 @@ func argText(t *testing.T, a any) string {
 // construction.
 func TestNew(t *testing.T) {
 	subtests(t, []subtest{
-		{"rejects nil client", newRejectsNilClient},
-		{"refuses invalid options", newRefusesInvalidOptions},
 		{"names every fault at once", newNamesEveryFaultAtOnce},
 	})
 }
 
-func newRejectsNilClient(t *testing.T) {
-	if _, err := New(nil, Options{}); err == nil {
-		t.Fatal("New(nil) succeeded")
-	}
-}
-
-// newNamesEveryFaultAtOnce: Options with several faults are refused with
-// one ErrConfig whose Reason names each with its fix (the user who fixes
-// Horizon does not meet MaxSkew next).
+// newNamesEveryFaultAtOnce: invalid Options are refused with one
+// ErrConfig whose Reason names each fault with its fix (the user who
+// fixes Horizon does not meet MaxSkew next). A prefix holding a brace is
+// among them: with braces refused, the first '{' of every key ends its
+// prefix, so two stores whose prefixes nest never share a key.
 func newNamesEveryFaultAtOnce(t *testing.T) {
 	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
 	for _, tc := range []struct {
@@ -415,6 +389,25 @@ func newNamesEveryFaultAtOnce(t *testing.T) {
 			[]string{"2 configuration faults", "Durability needs a *redis.Client", "Durability.Timeout not shorter than Options.Timeout (lower"}},
 		{"durability timeout alone, with a brace", ok, Options{Prefix: "}", Durability: Durability{Timeout: time.Second}},
 			[]string{"2 configuration faults", "Prefix holds", "Durability.Timeout without anything to wait for (set"}},
+		{"nil client", nil, Options{}, []string{"nil client (pass"}},
+		{"negative Horizon", ok, Options{Horizon: -time.Second}, []string{"negative Horizon (set"}},
+		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}, []string{"Horizon under a millisecond (set"}},
+		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}, []string{"negative MaxSkew (set"}},
+		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}, []string{"negative RecheckInterval (set"}},
+		{"RecheckInterval under a millisecond", ok, Options{RecheckInterval: time.Microsecond}, []string{"RecheckInterval under a millisecond"}},
+		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}, []string{"MaxSkew over replay.SkewMargin"}},
+		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}, []string{"negative Durability replica count"}},
+		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}, []string{"negative Durability replica count"}},
+		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}, []string{"negative Durability.Timeout"}},
+		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}, []string{"Durability.Timeout without anything to wait for"}},
+		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}, []string{"Durability.Timeout not shorter than Options.Timeout"}},
+		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}, []string{"Durability.Timeout under a millisecond"}},
+		{"a replica to wait for on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}, []string{"Durability needs a *redis.Client"}},
+		{"Prefix app{02}:", ok, Options{Prefix: "app{02}:"}, []string{"Prefix holds '{' or '}'"}},
+		{"Prefix app}", ok, Options{Prefix: "app}"}, []string{"Prefix holds '{' or '}'"}},
+		{"Prefix {", ok, Options{Prefix: "{"}, []string{"Prefix holds '{' or '}'"}},
+		{"Prefix a{b}:", ok, Options{Prefix: "a{b}:"}, []string{"Prefix holds '{' or '}'"}},
+		{"Prefix }{", ok, Options{Prefix: "}{"}, []string{"Prefix holds '{' or '}'"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(tc.client, tc.opts)
@@ -437,19 +430,6 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
-
-// A prefix holding a brace is refused: with braces refused, the first '{'
-// of every key ends its prefix, so two stores whose prefixes nest never
-// share a key.
-func prefixWithBracesIsRefused(t *testing.T) {
-	for _, p := range []string{"app{02}:", "app}", "{", "a{b}:", "}{"} {
-		t.Run(p, func(t *testing.T) {
-			if _, err := New(clientFunc(nil), Options{Prefix: p}); !errors.Is(err, ErrConfig) || Reason(err) == "" {
-				t.Fatalf("New(Prefix %q) = %v; want ErrConfig with a reason", p, err)
-			}
-		})
-	}
-}
 
 // Two stores whose prefixes nest ("<p>" and "<p>webhooks:") on one real
 // redis-server never see each other's claims, releases or fence markers.
@@ -520,38 +500,6 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 			}
 		}
 	})
-}
-
-func newRefusesInvalidOptions(t *testing.T) {
-	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
-	tests := []struct {
-		name   string
-		client Client
-		opts   Options
-	}{
-		{"nil client", nil, Options{}},
-		{"negative Horizon", ok, Options{Horizon: -time.Second}},
-		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
-		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
-		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
-		{"RecheckInterval under a millisecond", ok, Options{RecheckInterval: time.Microsecond}},
-		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
-		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
-		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
-		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}},
-		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}},
-		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}},
-		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}},
-		{"durability on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(tt.client, tt.opts)
-			if s != nil || !errors.Is(err, ErrConfig) || Reason(err) == "" {
-				t.Fatalf("New = %v, %v; want ErrConfig with a reason", s, err)
-			}
-		})
-	}
 }
 
 // belowEphemeral returns a loopback TCP port nothing listened on a moment
