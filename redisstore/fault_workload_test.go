@@ -75,9 +75,10 @@ type wlDelivery struct {
 
 // wlEvent is one redeem reply, for the timeline of refusals.
 type wlEvent struct {
-	at     time.Time
-	status int
-	fenced bool // a 503 for ErrFenced
+	sent, at time.Time
+	status   int
+	fenced   bool      // a 503 for ErrFenced
+	fenceEnd time.Time // for ErrFenced, when its fence opens (replay.RetryAt)
 }
 
 // workload drives the nodes. Start it with start, end it with stop, then
@@ -304,15 +305,16 @@ func (wl *workload) sendHTTP(ctx context.Context, hook http.Handler, id string) 
 	return rec.Code
 }
 
-// record notes one redeem reply of tok.
-func (wl *workload) record(tk *wlToken, status int, err error) {
+// record notes one redeem reply of tok, for a request sent at sent.
+func (wl *workload) record(tk *wlToken, sent time.Time, status int, err error) {
 	wl.redeems.Add(1)
 	if status == http.StatusOK {
 		tk.accepted.Add(1)
 		wl.accepts.Add(1)
 	}
 	wl.mu.Lock()
-	wl.events = append(wl.events, wlEvent{time.Now(), status, errors.Is(err, ErrFenced)})
+	end, _ := replay.RetryAt(err)
+	wl.events = append(wl.events, wlEvent{sent, time.Now(), status, errors.Is(err, ErrFenced), end})
 	if status == http.StatusServiceUnavailable {
 		wl.reasons[refusalKind(err)]++
 	}
@@ -378,8 +380,9 @@ func (wl *workload) start() {
 					pair.Add(2)
 					go func() {
 						defer pair.Done()
+						sent := time.Now()
 						st, err := wl.redeem(wl.nodes[n], tok)
-						wl.record(tk, st, err)
+						wl.record(tk, sent, st, err)
 						if st != http.StatusServiceUnavailable {
 							decided.Store(true)
 						}
@@ -495,8 +498,9 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 			before := tk.accepted.Load()
 			for _, n := range wl.nodes {
 				untilDecided(func() bool {
+					sent := time.Now()
 					st, err := wl.redeem(n, tk.tok)
-					wl.record(tk, st, err)
+					wl.record(tk, sent, st, err)
 					if st == http.StatusBadRequest {
 						expired.Add(1)
 					}
@@ -594,6 +598,33 @@ func (wl *workload) fenceWindow(from time.Time) (first, last, backAt time.Time) 
 		}
 	}
 	return first, last, backAt
+}
+
+// fenceSpan is what the redeems refused by one fence saw: the reply to
+// the first, and the latest time one of them was sent.
+type fenceSpan struct{ firstReply, lastSent time.Time }
+
+// fenceSpans groups the redeems refused as fenced at or after from by
+// their fence's end (each shard's fence has its own). A refusal while the
+// store is still fencing a loss it found has no end yet and is left out.
+func (wl *workload) fenceSpans(from time.Time) map[time.Time]fenceSpan {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	spans := map[time.Time]fenceSpan{}
+	for _, e := range wl.events {
+		if !e.fenced || e.fenceEnd.IsZero() || e.at.Before(from) {
+			continue
+		}
+		sp, ok := spans[e.fenceEnd]
+		if !ok || e.at.Before(sp.firstReply) {
+			sp.firstReply = e.at
+		}
+		if e.sent.After(sp.lastSent) {
+			sp.lastSent = e.sent
+		}
+		spans[e.fenceEnd] = sp
+	}
+	return spans
 }
 
 // refusedBefore counts the redeems refused (503) before t.
