@@ -16,8 +16,8 @@ import (
 )
 
 // TestAnswersTheRetryOfALostRound: three instances of a server, each with
-// a Store of its own on one key space (the memory store: one store shared
-// by the three), answer the retry of a round whose response was lost
+// a Store of its own on one key space (one SQLite file; the memory store:
+// one store shared by the three), answer the retry of a round whose response was lost
 // (mcptoken.States with AnswerRetries, the engine of both MCP
 // integrations).
 func TestAnswersTheRetryOfALostRound(t *testing.T) {
@@ -43,6 +43,10 @@ func TestAnswersTheRetryOfALostRound(t *testing.T) {
 		{"postgres", func(t *testing.T) []replay.Store {
 			pool, prefix := pgPool(t), uniquePrefix()
 			return []replay.Store{pgStoreAt(t, pool, prefix), pgStoreAt(t, pool, prefix), pgStoreAt(t, pool, prefix)}
+		}},
+		{"sqlite", func(t *testing.T) []replay.Store {
+			db := sqliteDB(t)
+			return []replay.Store{sqliteStore(t, db), sqliteStore(t, db), sqliteStore(t, db)}
 		}},
 	}
 	for _, f := range fleets {
