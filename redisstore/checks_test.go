@@ -65,7 +65,6 @@ func TestChecks(t *testing.T) {
 		{"refuse what does not fit", serverChecksRefuseWhatDoesNotFit},
 		{"acked refuses too few acks", ackedRefusesTooFewAcknowledgements},
 		{"persistence that can roll back", openRefusesPersistenceThatCanRollBack},
-		{"snapshots turned on later", snapshotsTurnedOnLaterAreFoundByTheRecheck},
 		{"allow options report their risk", allowOptionsReportTheRiskTheyAccept},
 		{"persistence weakened after open", persistenceWeakenedAfterOpenIsRefusedAndFenced},
 		{"replicas durability does not cover", replicasDurabilityDoesNotCoverAreRefused},
@@ -333,21 +332,6 @@ func openRefusesPersistenceThatCanRollBack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Snapshots turned on after the store started are found by the periodic
-// recheck: from then on every call refuses.
-func snapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
-	s := provisioned(t, c, Options{Prefix: "rdb-later:", Logger: quietLogger()})
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim without persistence = %v, %v", first, err)
-	}
-	must(t, c.ConfigSet(ctx, "save", "60 1").Err())
-	awaitRecheckRefusal(t, s, "snapshots were turned on")
 }
 
 // awaitRecheckRefusal runs the periodic recheck at once (as if
