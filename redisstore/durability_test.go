@@ -45,7 +45,6 @@ func TestDurabilityContract(t *testing.T) {
 func TestDurability(t *testing.T) {
 	subtests(t, []subtest{
 		{"steps with a stopped replica", stepsWithAStoppedReplicaAreNotDurable},
-		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
 		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
@@ -225,20 +224,6 @@ func openFailsWhenRedisIsDown(t *testing.T) {
 	if _, err := Open(context.Background(), cl, Options{}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConfig) {
 		t.Fatalf("Open with Redis down = %v; want ErrUnavailable", err)
 	}
-}
-
-// A replica attached after the store started without a durability setting
-// is found by the periodic recheck: from then on every call refuses.
-func replicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
-	t.Parallel()
-	primary := newServer(t)
-	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim without replicas = %v, %v", first, err)
-	}
-	newReplica(t, primary)
-	awaitRecheckRefusal(t, s, "a replica was attached")
 }
 
 // A resent acquire (go-redis retrying the script on another connection
