@@ -65,11 +65,9 @@ func TestChecks(t *testing.T) {
 		{"refuse what does not fit", serverChecksRefuseWhatDoesNotFit},
 		{"acked refuses too few acks", ackedRefusesTooFewAcknowledgements},
 		{"persistence that can roll back", openRefusesPersistenceThatCanRollBack},
-		{"snapshots turned on later", snapshotsTurnedOnLaterAreFoundByTheRecheck},
 		{"allow options report their risk", allowOptionsReportTheRiskTheyAccept},
 		{"persistence weakened after open", persistenceWeakenedAfterOpenIsRefusedAndFenced},
 		{"replicas durability does not cover", replicasDurabilityDoesNotCoverAreRefused},
-		{"loss while no store ran", lossWhileNoStoreRanIsFencedAtOpen},
 		{"refusal ends with its condition", refusalForAConditionEndsWithIt},
 		{"missing marker checks at once", missingMarkerChecksTheServerAtOnce},
 		{"run under the documented ACL", checksRunUnderTheDocumentedACL},
@@ -333,21 +331,6 @@ func openRefusesPersistenceThatCanRollBack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// Snapshots turned on after the store started are found by the periodic
-// recheck: from then on every call refuses.
-func snapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
-	s := provisioned(t, c, Options{Prefix: "rdb-later:", Logger: quietLogger()})
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim without persistence = %v, %v", first, err)
-	}
-	must(t, c.ConfigSet(ctx, "save", "60 1").Err())
-	awaitRecheckRefusal(t, s, "snapshots were turned on")
 }
 
 // awaitRecheckRefusal runs the periodic recheck at once (as if
@@ -718,73 +701,6 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		waitReplicas(t, primary, 2)
 		awaitRecheckRefusal(t, s, "a second replica attached")
 	})
-}
-
-// Loss while no store ran (between an app's stop and its next start) is
-// found by the next Open, on a real redis-server: it compares the server
-// with the baseline the last store kept in <prefix>servers, fences the
-// key space and notes the loss; with nothing in between, it serves.
-func lossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tests := []struct {
-		name   string
-		change func(t *testing.T, c *redis.Client)
-		fenced bool
-	}{
-		{"nothing happened", func(t *testing.T, c *redis.Client) {}, false},
-		{"SWAPDB of two other databases", func(t *testing.T, c *redis.Client) {
-			must(t, c.Do(ctx, "SWAPDB", "1", "2").Err())
-		}, true},
-		{"eviction of the claims (volatile-ttl) switched on and off", func(t *testing.T, c *redis.Client) {
-			// Only keys with an expiry are evicted: every claim, no
-			// marker, nothing the checks keep.
-			for _, kv := range [][2]string{{"maxmemory-policy", "volatile-ttl"}, {"maxmemory", "1"}} {
-				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
-			}
-			c.Get(ctx, "any") // evicts
-			if n, _ := c.Exists(ctx, "restart:{"+fmt.Sprintf("%02d", shardOf("before"))+"}:before").Result(); n != 0 {
-				t.Fatal("the claim was not evicted")
-			}
-			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
-				must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
-			}
-		}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			c := srv.client()
-			opts := Options{Prefix: "restart:", Logger: quietLogger()}
-			s := provisioned(t, c, opts)
-			if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim = %v, %v", first, err)
-			}
-			s.Close()
-			tt.change(t, c)
-			var ev events
-			opts.Observer = ev.observe
-			s2, err := Open(ctx, c, opts)
-			if err != nil && !errors.Is(err, ErrFenced) {
-				t.Fatalf("Open after the app restart = %v", err)
-			}
-			if s2 == nil {
-				s2, _ = New(c, opts)
-			}
-			defer s2.Close()
-			first, err := s2.Claim(ctx, "after", time.Now().Add(time.Minute))
-			switch {
-			case tt.fenced && (first || !errors.Is(err, ErrFenced) || ev.count(replay.EventFenceRaised) != Shards || !lossNoted(t, s2)):
-				t.Fatalf("claim after the loss = %v, %v (%d fences raised); want ErrFenced, every shard fenced, a loss in the ledger", first, err, ev.count(replay.EventFenceRaised))
-			case !tt.fenced && (!first || err != nil || ev.count(replay.EventFenceRaised) != 0):
-				t.Fatalf("claim with nothing lost = %v, %v (%d fences raised); want first", first, err, ev.count(replay.EventFenceRaised))
-			}
-			if first, _ := s2.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
-				t.Fatal("the ID claimed before the restart was accepted again")
-			}
-		})
-	}
 }
 
 // lossNoted reports whether the key space's ledger holds a loss entry.

@@ -45,7 +45,6 @@ func TestDurabilityContract(t *testing.T) {
 func TestDurability(t *testing.T) {
 	subtests(t, []subtest{
 		{"steps with a stopped replica", stepsWithAStoppedReplicaAreNotDurable},
-		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
 		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
@@ -125,14 +124,15 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 	}
 }
 
-// TestOpen pins [Open]'s refusals: replicas without durability, a replica,
-// WAITAOF without server support, eviction policies, and Redis down.
+// TestOpen pins [Open]'s refusals on a real server: replicas without
+// durability, WAITAOF without server support, and Redis down. (A replica
+// and an evicting policy: TestChecks/"refuse what does not fit"; on a real
+// server, TestReopen/"refuses a server open refuses" and TestChecks/"allow
+// options report their risk".)
 func TestOpen(t *testing.T) {
 	subtests(t, []subtest{
 		{"replicas without durability", openRefusesReplicasWithoutDurability},
-		{"a replica", openRefusesAReplica},
 		{"WAITAOF without server support", openRefusesWAITAOFWithoutServerSupport},
-		{"eviction policies", openRefusesEvictionPolicies},
 		{"redis down", openFailsWhenRedisIsDown},
 	})
 }
@@ -167,14 +167,6 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 		if _, err := Open(ctx, c, opts); err != nil {
 			t.Fatalf("Open with %+v: %v", opts, err)
 		}
-	}
-}
-
-func openRefusesAReplica(t *testing.T) {
-	primary := newServer(t)
-	replica := newReplica(t, primary)
-	if _, err := Open(context.Background(), replica.client(), Options{}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Open on a replica = %v; want ErrConfig", err)
 	}
 }
 
@@ -225,33 +217,6 @@ func versionAtLeast(info string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-func openRefusesEvictionPolicies(t *testing.T) {
-	srv := newServer(t)
-	c := srv.client()
-	ctx := context.Background()
-	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
-		t.Run(policy, func(t *testing.T) {
-			must(t, c.ConfigSet(ctx, "maxmemory-policy", policy).Err())
-			if policy == "noeviction" {
-				provisionFirst(t, c, Options{})
-			}
-			_, err := Open(ctx, c, Options{})
-			if policy == "noeviction" {
-				if err != nil {
-					t.Fatalf("Open with noeviction: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "maxmemory-policy") {
-				t.Fatalf("Open with %s = %v; want ErrConfig", policy, err)
-			}
-			if _, err := Open(ctx, c, Options{AllowEviction: true}); err != nil {
-				t.Fatalf("Open with %s and AllowEviction: %v", policy, err)
-			}
-		})
-	}
-}
-
 func openFailsWhenRedisIsDown(t *testing.T) {
 	c := newServer(t)
 	cl := c.client()
@@ -259,20 +224,6 @@ func openFailsWhenRedisIsDown(t *testing.T) {
 	if _, err := Open(context.Background(), cl, Options{}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConfig) {
 		t.Fatalf("Open with Redis down = %v; want ErrUnavailable", err)
 	}
-}
-
-// A replica attached after the store started without a durability setting
-// is found by the periodic recheck: from then on every call refuses.
-func replicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
-	t.Parallel()
-	primary := newServer(t)
-	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
-	ctx := context.Background()
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim without replicas = %v, %v", first, err)
-	}
-	newReplica(t, primary)
-	awaitRecheckRefusal(t, s, "a replica was attached")
 }
 
 // A resent acquire (go-redis retrying the script on another connection

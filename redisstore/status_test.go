@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,11 +14,12 @@ import (
 )
 
 // TestStatus pins [Store.Status]: shards, ledger, server and the provisioned
-// horizon.
+// horizon (a Horizon other than the asker's, or none recorded:
+// TestLedger/"horizon is the newest recorded" and cmd/ctoken-store's
+// TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault).
 func TestStatus(t *testing.T) {
 	subtests(t, []subtest{
 		{"shards, ledger and server", statusReportsShardsLedgerAndServer},
-		{"provisioned horizon", statusReportsTheProvisionedHorizon},
 	})
 }
 
@@ -68,44 +68,6 @@ func statusReportsShardsLedgerAndServer(t *testing.T) {
 	}
 	if after, _ := c.MGet(ctx, s.tags[:]...).Result(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatal("Status changed the markers")
-	}
-}
-
-// Status reports the key space's own horizon, as provisioned, beside the
-// Horizon of the store that asks: a store with another Horizon (ctoken-store
-// without -horizon) does not pass its own off as the key space's.
-func statusReportsTheProvisionedHorizon(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
-	ctx := context.Background()
-	tests := []struct {
-		name             string
-		provisionHorizon time.Duration // 0: the ledger loses its entry
-		askHorizon       time.Duration
-		wantProvisioned  time.Duration
-	}{
-		{"provisioned with 10 minutes, asked with the default", 10 * time.Minute, DefaultHorizon, 10 * time.Minute},
-		{"provisioned with the default, asked with 1 minute", DefaultHorizon, time.Minute, DefaultHorizon},
-		{"the ledger lost: unknown", 0, DefaultHorizon, 0},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			prefix := fmt.Sprintf("h%d:", i)
-			provisioned(t, c, Options{Prefix: prefix, Horizon: cmp.Or(tt.provisionHorizon, time.Hour), Logger: quietLogger()})
-			if tt.provisionHorizon == 0 {
-				c.Del(ctx, prefix+"ledger")
-			}
-			asker := mustNew(t, c, Options{Prefix: prefix, Horizon: tt.askHorizon, Logger: quietLogger()})
-			defer asker.Close()
-			st, err := asker.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Horizon != tt.askHorizon || st.ProvisionedHorizon != tt.wantProvisioned {
-				t.Fatalf("Horizon %v, ProvisionedHorizon %v; want %v, %v", st.Horizon, st.ProvisionedHorizon, tt.askHorizon, tt.wantProvisioned)
-			}
-		})
 	}
 }
 

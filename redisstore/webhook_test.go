@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,12 +17,13 @@ import (
 // TestWebhook pins what Redis adds to the webhook contract
 // (TestStore: copies across instances handled once, a failed
 // delivery handled again on the other): a busy Redis releases the late
-// lease for the delivery's retry, and a Redis that is down processes
-// nothing.
+// lease for the delivery's retry. (A Redis that is down or stopped
+// processes nothing: TestLease/"fail closed", the webhook package's
+// TestAcquireStoreFailureHasReasonAndWrapsStoreError, and the fault
+// suite's TestPausedRedisFailsClosedWithinTimeout.)
 func TestWebhook(t *testing.T) {
 	subtests(t, []subtest{
 		{"busy redis, late lease released", webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed},
-		{"redis down refuses", webhookRedisDownRefusesWithoutProcessing},
 	})
 }
 
@@ -78,29 +78,6 @@ func webhookBusyRedisLateLeaseIsReleasedAndRetryProcessed(t *testing.T) {
 		if code, _ := f.send(0, id); code != http.StatusOK || next.processed(id) != 1 {
 			t.Fatalf("round %d: copy after processing: status %d, processed %d", round, code, next.processed(id))
 		}
-	}
-}
-
-// A Redis that is down refuses every delivery with 503 and never calls the
-// handler.
-func webhookRedisDownRefusesWithoutProcessing(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	store := mustNew(t, c, Options{Timeout: 200 * time.Millisecond})
-	var seen error
-	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint",
-		OnReject: func(_ *http.Request, err error) { seen = err }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := &countingHandler{}
-	f := &whFleet{t: t, mws: []http.Handler{v.Middleware(next)}}
-	f.signer, _ = webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if code, _ := f.send(0, "down-1"); code != http.StatusServiceUnavailable || next.processed("down-1") != 0 {
-		t.Fatalf("status %d, processed %d; want 503 and not processed", code, next.processed("down-1"))
-	}
-	if !errors.Is(seen, webhook.ErrReplayStore) || !errors.Is(seen, ErrUnavailable) {
-		t.Fatalf("OnReject saw %v, want ErrReplayStore and ErrUnavailable", seen)
 	}
 }
 
