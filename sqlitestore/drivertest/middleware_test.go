@@ -42,71 +42,22 @@ func chargeStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB) {
 	return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), db
 }
 
-// charges returns the committed charges' bodies by reference.
-func charges(t testing.TB, db *sql.DB) map[string][]string {
-	t.Helper()
-	rows, err := db.QueryContext(context.Background(), `SELECT ref, body FROM charges`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string][]string{}
-	for rows.Next() {
-		var ref, body string
-		if err := rows.Scan(&ref, &body); err != nil {
-			t.Fatal(err)
-		}
-		out[ref] = append(out[ref], body)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+// refHeader names the charge a request makes.
+const refHeader = "Charge-Ref"
 
-// refHeader names the charge a request makes; approvalHeader carries a
-// one-time token the handler redeems before it charges.
-const (
-	refHeader      = "Charge-Ref"
-	approvalHeader = "Approval"
-)
-
-// approvalClaims are the claims of every approval token.
-var approvalClaims = map[string]string{"tenant": "tenant-1"}
-
-// chargeApp is the handler: it redeems the request's approval (if
-// approvals is set), inserts one charge (through the request's
+// chargeApp is the handler: it inserts one charge (through the request's
 // transaction when tx, else through the pool), and answers 201 with a
-// body unique to this execution. failNext makes the next execution fail:
-// with 500 after its insert when tx (the rollback must undo it), with 503
-// before it otherwise (a plain handler's 500 is recorded, as Stripe
-// records it; 503 says it did not process the request).
+// body unique to this execution.
 type chargeApp struct {
-	db        *sql.DB
-	tx        bool
-	approvals *ctoken.OneTimeIssuer
-	runs      atomic.Int32
-	failNext  atomic.Bool
+	db   *sql.DB
+	tx   bool
+	runs atomic.Int32
 }
 
 func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.runs.Add(1)
 	ctx := r.Context()
 	ref := r.Header.Get(refHeader)
-	if a.approvals != nil {
-		if _, err := a.approvals.Redeem(ctx, r.Header.Get(approvalHeader), approvalClaims); errors.Is(err, ctoken.ErrOneTimeRedeemed) {
-			http.Error(w, "approval already used", http.StatusConflict)
-			return
-		} else if err != nil {
-			http.Error(w, "approval: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-	}
-	fail := a.failNext.CompareAndSwap(true, false)
-	if fail && !a.tx {
-		http.Error(w, "charge failed", http.StatusServiceUnavailable)
-		return
-	}
 	var id [8]byte
 	rand.Read(id[:])
 	body := fmt.Sprintf(`{"charge":%q,"id":"ch_%x"}`, ref, id)
@@ -121,10 +72,6 @@ func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := insert(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
 		http.Error(w, "insert: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	if fail {
-		http.Error(w, "charge failed", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -259,98 +206,21 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, a
 	}
 }
 
-var middlewareModes = []struct {
-	name string
-	tx   bool
-}{{"plain", false}, {"transactional", true}}
-
 // TestMiddlewares pins the idempotency middleware and the webhook
-// verifier on the store: a one-time token redeemed in the handler in both
-// modes, TxFrom in the plain mode, and the commits of a request in the
-// transactional mode.
+// verifier on the store: TxFrom in the plain mode, and the commits of a
+// request in the transactional mode. (Their retries, failed attempts and
+// a failed run's writes, rolled back: the idempotencytest and webhooktest
+// kits, in TestStore; a claim with a Work's context, as a one-time token
+// redeemed in the handler makes: TestWork.)
 func TestMiddlewares(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"a one-time token in the handler", middlewaresOnSQLite},
 		{"TxFrom in plain mode is ErrNoTx", txFromInPlainModeIsErrNoTx},
 		{"transactional request commits once", transactionalRequestCommitsOnce},
 	} {
 		t.Run(tc.name, tc.test)
-	}
-}
-
-// middlewaresOnSQLite runs oneTimeTokenInHandler for both middlewares in
-// both modes, on the test binary's driver (their retries and failed
-// attempts: the idempotencytest and webhooktest kits, in TestStore).
-func middlewaresOnSQLite(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, f := range fronts {
-			for _, m := range middlewareModes {
-				t.Run(f.name+"/"+m.name, func(t *testing.T) {
-					t.Parallel()
-					oneTimeTokenInHandler(t, d, f, m.tx)
-				})
-			}
-		}
-	})
-}
-
-// failStatus is the status of chargeApp's failed execution.
-func failStatus(tx bool) int {
-	if tx {
-		return http.StatusInternalServerError
-	}
-	return http.StatusServiceUnavailable
-}
-
-// oneTimeTokenInHandler: the handler redeems a one-time token, with the
-// request's context, before it charges, and its first execution fails
-// (500). In the transactional mode the redemption is rolled back with the
-// charge: the retry redeems the same token and charges, and that
-// redemption commits with it, so the token is refused afterwards, to
-// another operation and to a direct Redeem. In the plain mode the failed
-// execution's redemption stays: the retry is refused (409), nothing is
-// charged.
-func oneTimeTokenInHandler(t *testing.T, d Driver, f front, tx bool) {
-	s, db := chargeStore(t, d)
-	issuer, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: middlewareKeys, Purpose: "charge-approval", Replay: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := &chargeApp{db: db, tx: tx, approvals: issuer}
-	app.failNext.Store(true)
-	send := f.wrap(t, s, tx, app, nil)
-	tok, err := issuer.Mint(approvalClaims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	approval := http.Header{approvalHeader: {tok}}
-	if a := send("ref_approved", approval); a.status != failStatus(tx) {
-		t.Fatalf("the failing attempt: %d %q; want %d", a.status, a.body, failStatus(tx))
-	}
-	retry := send("ref_approved", approval)
-	got := charges(t, db)["ref_approved"]
-	if !tx {
-		if retry.status != http.StatusConflict || len(got) != 0 {
-			t.Fatalf("the retry: %d %q, %d charges; want 409 (the failed execution's redemption stayed) and none", retry.status, retry.body, len(got))
-		}
-		return
-	}
-	if retry.status != http.StatusCreated || len(got) != 1 || retry.body != got[0] {
-		t.Fatalf("the retry: %d %q, charges %q; want 201 with the one charge (the failed execution's redemption rolled back)", retry.status, retry.body, got)
-	}
-	// The same token for another operation: the handler runs, and its
-	// redemption is refused.
-	if a := send("ref_approved_again", approval); a.status != http.StatusConflict {
-		t.Fatalf("the token for another operation: %d %q; want 409 (already used)", a.status, a.body)
-	}
-	if _, err := issuer.Redeem(context.Background(), tok, approvalClaims); !errors.Is(err, ctoken.ErrOneTimeRedeemed) {
-		t.Fatalf("Redeem after the committed execution = %v; want ErrOneTimeRedeemed", err)
-	}
-	if n := len(charges(t, db)); n != 1 || app.runs.Load() != 3 {
-		t.Fatalf("charges for %d refs, %d executions; want 1 and 3", n, app.runs.Load())
 	}
 }
 

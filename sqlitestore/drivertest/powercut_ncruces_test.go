@@ -1601,6 +1601,28 @@ func commitFsyncFailureOverMCP(t *testing.T) {
 	}
 }
 
+// charges returns the committed charges' bodies by reference.
+func charges(t testing.TB, db *sql.DB) map[string][]string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT ref, body FROM charges`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var ref, body string
+		if err := rows.Scan(&ref, &body); err != nil {
+			t.Fatal(err)
+		}
+		out[ref] = append(out[ref], body)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // problemType returns the type of an RFC 9457 problem body, or "".
 func problemType(body string) string {
 	var doc struct{ Type string }
