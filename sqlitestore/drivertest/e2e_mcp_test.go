@@ -136,7 +136,7 @@ func startMCP(t *testing.T, d Driver, path string, keys *ctoken.Keyring, answer 
 		}
 		w.WriteHeader(rec.Code)
 		w.Write(body)
-	}), nil)
+	}))
 	t.Cleanup(m.stop)
 	return m
 }

@@ -88,11 +88,10 @@ type answer struct {
 
 // front is one middleware in front of a chargeApp, served on 127.0.0.1:
 // send makes one attempt of the operation ref (an idempotency key, a
-// webhook delivery ID) with the extra header h. arrived, if set, is
-// called by the server with every request, before the middleware sees it.
+// webhook delivery ID).
 type front struct {
 	name string
-	wrap func(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) (send func(ref string, h http.Header) answer)
+	wrap func(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) (send func(ref string) answer)
 }
 
 var fronts = []front{
@@ -108,16 +107,10 @@ var middlewareKeys = func() *ctoken.Keyring {
 	return k
 }()
 
-// loopback serves h on 127.0.0.1 until t ends, calling arrived (if set)
-// with every request first.
-func loopback(t *testing.T, h http.Handler, arrived func()) *httptest.Server {
+// loopback serves h on 127.0.0.1 until t ends.
+func loopback(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if arrived != nil {
-			arrived()
-		}
-		h.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -139,7 +132,7 @@ func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
 }
 
 // idempotencyFront: POST /charges behind the idempotency middleware.
-func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) func(string, http.Header) answer {
+func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
 	mw, err := idempotency.New(idempotency.Config{
 		Store:         s,
 		Keys:          middlewareKeys,
@@ -154,14 +147,11 @@ func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handle
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", mw.Wrap(h))
-	srv := loopback(t, mux, arrived)
-	return func(ref string, extra http.Header) answer {
+	srv := loopback(t, mux)
+	return func(ref string) answer {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":1999,"currency":"eur"}`))
 		if err != nil {
 			t.Fatal(err)
-		}
-		for k, v := range extra {
-			req.Header[k] = v
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", ref)
@@ -174,7 +164,7 @@ const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // webhookFront: POST /hook behind a Standard Webhooks verifier; ref is
 // the delivery's ID.
-func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) func(string, http.Header) answer {
+func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
 	v, err := webhook.NewVerifier(webhook.Config{
 		Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret},
 		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: tx,
@@ -187,15 +177,12 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := loopback(t, v.Middleware(h), arrived)
-	return func(ref string, extra http.Header) answer {
+	srv := loopback(t, v.Middleware(h))
+	return func(ref string) answer {
 		body := `{"type":"charge.requested","charge":"` + ref + `"}`
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
-		}
-		for k, v := range extra {
-			req.Header[k] = v
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(refHeader, ref)
@@ -238,8 +225,8 @@ func txFromInPlainModeIsErrNoTx(t *testing.T) {
 				send := f.wrap(t, s, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					_, got = sqlitestore.TxFrom(r.Context())
 					w.WriteHeader(http.StatusNoContent)
-				}), nil)
-				if a := send("ref_plain", nil); a.status != http.StatusNoContent {
+				}))
+				if a := send("ref_plain"); a.status != http.StatusNoContent {
 					t.Fatalf("status %d %q; want 204", a.status, a.body)
 				}
 				if !errors.Is(got, sqlitestore.ErrNoTx) {

@@ -66,8 +66,7 @@ func pcKindOf(i int64, http bool) pcKind {
 // file), served on 127.0.0.1; send makes one request with ref as its
 // Idempotency-Key.
 func pcFront(t *testing.T, s *sqlitestore.Store, db *sql.DB) func(ref string) answer {
-	send := idempotencyFront(t, s, true, &chargeApp{db: db, tx: true}, nil)
-	return func(ref string) answer { return send(ref, nil) }
+	return idempotencyFront(t, s, true, &chargeApp{db: db, tx: true})
 }
 
 // pcOptions are the stores' options: frequent checks, so the marker's
@@ -1463,15 +1462,15 @@ func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
 			t.Cleanup(func() { db.Close() })
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 			app := &chargeApp{db: db, tx: true}
-			send := idempotencyFront(t, s, true, app, nil)
-			if a := send("warm-up", nil); a.status != http.StatusCreated {
+			send := idempotencyFront(t, s, true, app)
+			if a := send("warm-up"); a.status != http.StatusCreated {
 				t.Fatalf("warm-up: %d %s", a.status, a.body)
 			}
 			refs := []string{"charge-1", "charge-2"}[:tc.after+1]
 			v.ArmSyncFailure("-wal", tc.after, 0)
 			var unknown []string
 			for _, ref := range refs {
-				a := send(ref, nil)
+				a := send(ref)
 				switch {
 				case a.status == http.StatusServiceUnavailable && problemType(a.body) == idempotency.ProblemOutcomeUnknown:
 					unknown = append(unknown, ref)
@@ -1485,7 +1484,7 @@ func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
 			ref := unknown[0]
 			var last answer
 			for deadline := time.Now().Add(30 * time.Second); ; {
-				if last = send(ref, nil); last.status != http.StatusServiceUnavailable && last.status != http.StatusConflict {
+				if last = send(ref); last.status != http.StatusServiceUnavailable && last.status != http.StatusConflict {
 					break
 				}
 				if time.Now().After(deadline) {
