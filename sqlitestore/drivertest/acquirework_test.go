@@ -373,8 +373,8 @@ func transactionalRequestCommitsOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				send := f.wrap(t, s, true, &chargeApp{db: db, tx: true}, nil)
-				send("ref_warm", nil) // the writer's connection opened, its statements prepared
+				send := f.wrap(t, s, true, &chargeApp{db: db, tx: true})
+				send("ref_warm") // the writer's connection opened, its statements prepared
 				for _, tc := range []struct {
 					name    string
 					ref     string
@@ -387,7 +387,7 @@ func transactionalRequestCommitsOnce(t *testing.T) {
 				} {
 					t.Run(tc.name, func(t *testing.T) {
 						before, salts := walCommits(t, path)
-						a := send(tc.ref, nil)
+						a := send(tc.ref)
 						after, salts2 := walCommits(t, path)
 						if a.status != tc.status {
 							t.Fatalf("status %d %q; want %d", a.status, a.body, tc.status)

@@ -21,15 +21,15 @@ import (
 )
 
 // TestNew pins New on every driver: the connection settings and options
-// it refuses, AllowNormalSync, tables of their own in one file, a
-// connection lowered after New, and a Store not built with New.
+// it refuses, AllowNormalSync, sidecars whose names could meet, a
+// connection lowered after New, and a Store not built with New. (Tables
+// of their own in one file: TestWALLoss's two tables.)
 func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
 		{"refuses", newRefuses},
-		{"tables share a file", tablesShareAFile},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
 		{"waits for another writer as long as busy_timeout", newWaitsForAnotherWriter},
@@ -164,33 +164,6 @@ func newRefuses(t *testing.T) {
 					}
 				}
 			})
-		}
-	})
-}
-
-// tablesShareAFile: two stores with tables of their own
-// (Options.Table) in one database file are each migrated, built, used,
-// closed and built again; neither takes the other for a loss.
-func tablesShareAFile(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
-		db, _ := openMigrated(t, d)
-		if err := sqlitestore.Migrate(ctx, db, "second_replay"); err != nil {
-			t.Fatalf("Migrate of a second table in the file = %v", err)
-		}
-		until := time.Now().Add(time.Minute)
-		for round := range 2 {
-			for _, table := range []string{"", "second_replay"} {
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Table: table})
-				if err != nil {
-					t.Fatalf("round %d: New(Table %q) = %v", round, table, err)
-				}
-				first, err := s.Claim(ctx, "shared-id", until)
-				s.Close()
-				if err != nil || first != (round == 0) {
-					t.Fatalf("round %d: Claim in table %q = %v, %v; want first only in round 0", round, table, first, err)
-				}
-			}
 		}
 	})
 }

@@ -9,6 +9,5 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/ncruces/go-sqlite3 v0.37.0
-	github.com/stripe/stripe-go/v85 v85.0.0
 	modernc.org/sqlite v1.62.0
 )
