@@ -547,7 +547,7 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 			go func() { done <- w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")) }()
 			select {
 			case <-done:
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute):
 				t.Fatal("Commit with the handler's Rows open hangs")
 			}
 			go func() {
@@ -562,7 +562,7 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 				if tc.claimErr != (err != nil) {
 					t.Fatalf("Claim after the Work = %v; want an error: %v", err, tc.claimErr)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute):
 				t.Fatal("Claim after a Work whose handler left its Rows open hangs")
 			}
 		})

@@ -262,8 +262,8 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 
 // newWaitsForAnotherWriter: New's first write waits for another
 // process's write lock as long as the DSN's busy_timeout (5 s) allows,
-// not only Options.Timeout (300 ms here): two processes starting
-// together both get a store. The lock is held for a second; the bounds
+// not only Options.Timeout (1 s here): two processes starting
+// together both get a store. The lock is held for two seconds; the bounds
 // are generous, not the mechanism (New's reads before the lock take
 // milliseconds).
 func newWaitsForAnotherWriter(t *testing.T) {
@@ -281,18 +281,18 @@ func newWaitsForAnotherWriter(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: 300 * time.Millisecond, SweepInterval: -1})
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: time.Second, SweepInterval: -1})
 			if err == nil {
 				s.Close()
 			}
 			done <- err
 		}()
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 		if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-done; err != nil {
-			t.Fatalf("New while another connection held the write lock for 1 s (busy_timeout 5 s, Timeout 300 ms) = %v; want a store", err)
+			t.Fatalf("New while another connection held the write lock for 2 s (busy_timeout 5 s, Timeout 1 s) = %v; want a store", err)
 		}
 	})
 }
