@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -23,7 +22,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,15 +186,16 @@ func serve(t testing.TB, h http.Handler) string {
 
 // TestTransactional pins the transactional idempotency mode end to end (a
 // charge as the handler's effect): a handler's escape from its
-// transaction refused, one commit per first request; single-use tokens
-// consumed only with their work. (Leases outlived, clients leaving, two
-// instances and timeouts: idempotencytest's transactional contract, in
-// TestStore; a killed server, a killed app process, a backend terminated
-// mid-handler, a failed statement the handler ignores: TestEffectsOnce.)
+// transaction refused, one commit per first request. (Leases outlived,
+// clients leaving, two instances and timeouts: idempotencytest's
+// transactional contract, in TestStore; a killed server, a killed app
+// process, a backend terminated mid-handler, a failed statement the
+// handler ignores: TestEffectsOnce; single-use tokens consumed only with
+// their work: TestTx/claim in a transaction, TestWebhookWork/redeems
+// tokens in its commit.)
 func TestTransactional(t *testing.T) {
 	subtests(t, []subtest{
 		{"handler escape", transactionalHandlerEscapeChargesOnce},
-		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
 		{"one durable commit per first request", transactionalFirstRequestCommitsOnce},
 	})
 }
@@ -241,153 +240,6 @@ func transactionalFirstRequestCommitsOnce(t *testing.T) {
 		if len(bodies) != 1 {
 			t.Fatalf("%s: %d charges, want 1", k, len(bodies))
 		}
-	}
-}
-
-// workTable creates a table of the work single-use tokens authorise, and
-// returns its name.
-func workTable(t testing.TB, pool *pgxpool.Pool) string {
-	t.Helper()
-	return newTable(t, pool, "work_", "who int NOT NULL")
-}
-
-// redeemInTx begins a transaction on pool, redeems with its context
-// (WithTx), inserts the work row of who, and commits when commit is set
-// (else rolls back). It returns the redeem's error.
-func redeemInTx(t testing.TB, pool *pgxpool.Pool, table string, who int, commit bool, redeem func(ctx context.Context) error) error {
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Error(err)
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if err := redeem(WithTx(ctx, tx)); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (who) VALUES ($1)`, who); err != nil {
-		t.Error(err)
-		return err
-	}
-	if commit {
-		if err := tx.Commit(ctx); err != nil {
-			t.Error(err)
-			return err
-		}
-	}
-	return nil
-}
-
-func committedWork(t testing.TB, pool *pgxpool.Pool, table string) []int {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT who FROM `+table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var who int
-		must(t, rows.Scan(&who))
-		out = append(out, who)
-	}
-	return out
-}
-
-// singleUseTokensConsumedOnlyIfTheirWorkCommits: a one-time token
-// and a single-use request state redeemed with WithTx are consumed by the
-// transaction: a rolled-back one leaves the token redeemable, a committed
-// one consumes it, and of 16 concurrent redeems, half of which roll back,
-// exactly one commits its work.
-func singleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	s := storeOn(t, pool)
-	keys := fleetKeys(t)
-	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "effect", TTL: time.Minute, Replay: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	states, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Replay: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := []struct {
-		name     string
-		mint     func(t *testing.T) string
-		redeem   func(ctx context.Context, tok string) error
-		redeemed error
-	}{
-		{"one-time token", func(t *testing.T) string {
-			tok, err := onetime.Mint(map[string]string{"caller": "alice"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tok
-		}, func(ctx context.Context, tok string) error {
-			_, err := onetime.Redeem(ctx, tok, map[string]string{"caller": "alice"})
-			return err
-		}, ctoken.ErrOneTimeRedeemed},
-		{"request state", func(t *testing.T) string {
-			// A payload of its own: a state's single-use ID is a function
-			// of what it holds and when it was made.
-			flow := make([]byte, 8)
-			rand.Read(flow)
-			tok, err := states.Encode("flow "+hex.EncodeToString(flow), "alice", stateTool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tok
-		}, func(ctx context.Context, tok string) error {
-			_, err := states.DecodeContext(ctx, tok, "alice", stateTool)
-			return err
-		}, ctoken.ErrStateReplayed},
-	}
-	for _, k := range kinds {
-		t.Run(k.name+"/rolled back, then committed", func(t *testing.T) {
-			table := workTable(t, pool)
-			tok := k.mint(t)
-			redeem := func(ctx context.Context) error { return k.redeem(ctx, tok) }
-			if err := redeemInTx(t, pool, table, 1, false, redeem); err != nil {
-				t.Fatalf("first redeem: %v", err)
-			}
-			if err := redeemInTx(t, pool, table, 2, true, redeem); err != nil {
-				t.Fatalf("redeem after a rolled-back one: %v; want it redeemable", err)
-			}
-			if err := redeemInTx(t, pool, table, 3, true, redeem); !errors.Is(err, k.redeemed) {
-				t.Fatalf("redeem after a committed one: %v; want %v", err, k.redeemed)
-			}
-			if err := k.redeem(context.Background(), tok); !errors.Is(err, k.redeemed) {
-				t.Fatalf("redeem outside a transaction after a committed one: %v; want %v", err, k.redeemed)
-			}
-			if got := committedWork(t, pool, table); len(got) != 1 || got[0] != 2 {
-				t.Fatalf("work rows %v, want [2]", got)
-			}
-		})
-		t.Run(k.name+"/concurrent", func(t *testing.T) {
-			table := workTable(t, pool)
-			tok := k.mint(t)
-			var wg sync.WaitGroup
-			var committed atomic.Int64
-			for i := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					commit := i%2 == 1
-					err := redeemInTx(t, pool, table, i, commit, func(ctx context.Context) error { return k.redeem(ctx, tok) })
-					switch {
-					case err == nil && commit:
-						committed.Add(1)
-					case err != nil && !errors.Is(err, k.redeemed):
-						t.Errorf("redeem %d: %v", i, err)
-					}
-				}()
-			}
-			wg.Wait()
-			if got := committedWork(t, pool, table); len(got) != 1 || committed.Load() != 1 {
-				t.Fatalf("work rows %v, %d redeems committed; want exactly one", got, committed.Load())
-			}
-		})
 	}
 }
 
