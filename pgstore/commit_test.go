@@ -55,29 +55,15 @@ func workCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
 	}
 }
 
-// workCommitAfterTheLeaseEndedRollsBack: a lease that ran out
-// (whether or not another holder took the ID over) makes Commit roll the
-// work back with ErrLeaseLost; a second holder's work commits.
+// workCommitAfterTheLeaseEndedRollsBack: a lease that ran out makes
+// Commit roll the work back with ErrLeaseLost and leaves the expired
+// lease as it was. (Another holder took the ID over: replaytest's
+// TakenOverLeaseKeepsNothing, in TestStore, and
+// workRacingHoldersCommitAtMostOnce.)
 func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
-
-	t.Run("taken over by a second holder", func(t *testing.T) {
-		w1, _ := acquire(t, s, "k1", time.Minute)
-		must(t, charge(w1.Context(bg()), table, "k1", "first"))
-		expire(t, s, "k1")
-		w2, _ := acquire(t, s, "k1", time.Minute)
-		must(t, charge(w2.Context(bg()), table, "k1", "second"))
-		must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
-		if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("first holder's Commit = %v, want ErrLeaseLost", err)
-		}
-		if got := chargesOf(t, s.pool, table, "k1"); len(got) != 1 || got[0] != "second" {
-			t.Fatalf("charges = %q, want only the second holder's", got)
-		}
-		wantRecord(t, s, "k1", replay.LeaseDone, []byte("fp"), []byte("second"))
-	})
 
 	t.Run("a handler that outlives its lease", func(t *testing.T) {
 		w, _ := acquire(t, s, "k2", 200*time.Millisecond)

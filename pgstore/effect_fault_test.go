@@ -886,9 +886,9 @@ func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
 func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
 func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
 
-// childStore is the store of a child process of these tests (an app's,
-// or workChild's), from the value of its environment variable env:
-// "<database URL> <prefix> <effect table> <key>" (the key becomes
+// childStore is the store of a child process of these tests (the app of
+// TestEffectsOnce/app kills), from the value of its environment variable
+// env: "<database URL> <prefix> <effect table> <key>" (the key becomes
 // effectKey); it returns the store (with timeout, no sweeper) and the
 // table.
 func childStore(env, spec string, timeout time.Duration) (*Store, string) {

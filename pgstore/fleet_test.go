@@ -12,10 +12,7 @@ import (
 	"github.com/ctoken/ctoken"
 )
 
-const (
-	stateTool = "state.redeem"
-	whSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-)
+const whSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // fleetStores returns three Stores on p's default table sharing one prefix,
 // each with a pool of its own.

@@ -46,9 +46,6 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if spec := os.Getenv(workChildEnv); spec != "" {
-		os.Exit(workChild(spec)) // a child of TestWork/process killed before commit keeps nothing
-	}
 	// Listing tests and fuzzing (FuzzQuoteTable, in every fuzz worker)
 	// need no server.
 	for _, name := range []string{"test.list", "test.fuzz", "test.fuzzworker"} {

@@ -101,13 +101,16 @@ func insertRun(t testing.TB, table string) http.Handler {
 }
 
 // TestWebhookWork pins webhook deliveries whose lease is the work's
-// transaction: one durable commit per first delivery, agreement with
-// instances that take committed leases, single-use tokens redeemed in the
-// work's commit, and a copy refused busy while the work runs.
+// transaction: one durable commit per first delivery, single-use tokens
+// redeemed in the work's commit, and a copy refused busy while the work
+// runs, by instances with and without Transactional. (Agreement with
+// instances that take committed leases, store calls alike:
+// TestAcquireWork/agrees with every acquire, and the kits'
+// PlainInstanceAgreesWhileARunIsInProgress and
+// AcquireWorkRollbackFreesTheID, in TestStore.)
 func TestWebhookWork(t *testing.T) {
 	subtests(t, []subtest{
 		{"commits once per first delivery", webhookWorkCommitsOncePerFirstDelivery},
-		{"agrees with lease instances", webhookWorkAndLeaseInstancesAgree},
 		{"redeems tokens in its commit", webhookWorkRedeemsSingleUseTokensInItsCommit},
 		{"copy while it runs refused busy", webhookWorkCopyWhileItRunsIsRefusedBusy},
 	})
@@ -196,63 +199,6 @@ func webhookWorkCommitsOncePerFirstDelivery(t *testing.T) {
 			}
 		}
 	})
-}
-
-// webhookWorkAndLeaseInstancesAgree: two instances on one table, one
-// transactional (its lease is the work's transaction, nothing committed)
-// and one not (a committed lease): while either holds a delivery the
-// other refuses a copy in progress; once it is confirmed the other finds
-// it processed; once it is released the other takes it.
-func webhookWorkAndLeaseInstancesAgree(t *testing.T) {
-	p := needServer(t)
-	stores := fleetStores(t, p, 10*time.Second)
-	work := whVerifier(t, stores[0], time.Minute, true)
-	plain := whVerifier(t, stores[1], time.Minute, false)
-	signer := whSigner(t)
-	tests := []struct {
-		name          string
-		first, second *webhook.Verifier
-		end           func(l *webhook.Lease, ctx context.Context) error
-		after         error // the second's Acquire after the first ended
-	}{
-		{"work first, confirmed", work, plain, (*webhook.Lease).Confirm, webhook.ErrDuplicate},
-		{"work first, released", work, plain, (*webhook.Lease).Release, nil},
-		{"lease first, confirmed", plain, work, (*webhook.Lease).Confirm, webhook.ErrDuplicate},
-		{"lease first, released", plain, work, (*webhook.Lease).Release, nil},
-		{"work first, work second", work, whVerifier(t, stores[2], time.Minute, true), (*webhook.Lease).Confirm, webhook.ErrDuplicate},
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			id := fmt.Sprintf("msg_agree_%d", i)
-			acquire := func(v *webhook.Verifier) (*webhook.Lease, error) {
-				h := http.Header{}
-				must(t, signer.Sign(h, id, []byte("{}")))
-				d, err := v.Verify(h, []byte("{}"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v.Acquire(bg(), d)
-			}
-			l, err := acquire(tc.first)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if other, err := acquire(tc.second); !errors.Is(err, webhook.ErrInProgress) {
-				if other != nil {
-					other.Release(bg())
-				}
-				t.Fatalf("a copy on the other instance while the first holds it: %v, want ErrInProgress", err)
-			}
-			must(t, tc.end(l, bg()))
-			other, err := acquire(tc.second)
-			if !errors.Is(err, tc.after) || (tc.after == nil && err != nil) {
-				t.Fatalf("a copy on the other instance after the first ended: %v, want %v", err, tc.after)
-			}
-			if other != nil {
-				must(t, other.Confirm(bg()))
-			}
-		})
-	}
 }
 
 // webhookWorkRedeemsSingleUseTokensInItsCommit: a one-time token

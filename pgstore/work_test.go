@@ -1,18 +1,13 @@
 package pgstore
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,8 +83,11 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 
 // TestWork pins the transactional work (a replay.Work) a Store begins:
 // Commit keeps the work and the record together or nothing, at most once
-// among racing holders, the first end wins, and a killed process or server
-// keeps one charge per key.
+// among racing holders, the first end wins, and a killed server keeps one
+// charge per key. (A process killed before its Commit keeps nothing:
+// replaytest's RunWorkContract, in TestStore, for a Work that ends
+// uncommitted and a lease that ran out; TestEffectsOnce/app kills for the
+// kill.)
 func TestWork(t *testing.T) {
 	subtests(t, []subtest{
 		{"commit keeps the work and the record together", workCommitKeepsTheWorkAndTheRecordTogether},
@@ -99,7 +97,6 @@ func TestWork(t *testing.T) {
 		{"commit refused only when nothing committed", commitRefusedOnlyWhenNothingWasCommitted},
 		{"ends with a done context", workEndsWithADoneContext},
 		{"first end wins", workFirstEndWins},
-		{"process killed before commit keeps nothing", workProcessKilledBeforeCommitKeepsNothing},
 		{"one charge per key through a server kill", workKeepsOneChargePerKeyThroughAPostgresKill},
 		{"temp table of the store's name takes nothing", workTempTableOfTheStoresNameTakesNothing},
 		{"session state does not outlive the work", workSessionStateDoesNotOutliveTheWork},
@@ -322,99 +319,6 @@ func workFirstEndWins(t *testing.T) {
 			}
 		}
 	})
-}
-
-// workChildEnv switches the test binary into the child of
-// TestWork/process killed before commit keeps nothing (see TestMain): the
-// database URL, the prefix, the charge table and the ID, separated by
-// spaces.
-const workChildEnv = "PGSTORE_WORK_CHILD"
-
-// childLease is the child's lease.
-const childLease = 2 * time.Second
-
-// workChild takes spec's ID, inserts a charge in its work, says so on
-// stdout and waits to be killed.
-func workChild(spec string) int {
-	s, table := childStore(workChildEnv, spec, 15*time.Second)
-	id := strings.Fields(spec)[3]
-	r, err := s.AcquireRecord(bg(), id, childLease, []byte("child"))
-	if err != nil || r.State != replay.LeaseAcquired {
-		log.Fatal("acquire: ", r.State, err)
-	}
-	w, err := s.BeginWork(bg(), id, r.Token)
-	if err == nil {
-		err = charge(w.Context(bg()), table, id, "killed")
-	}
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("inserted")
-	time.Sleep(time.Minute) // killed before it commits
-	return 1
-}
-
-// workProcessKilledBeforeCommitKeepsNothing: a process SIGKILLed
-// between its insert and its Commit keeps nothing of its work; the ID is
-// busy until the lease ends, then free, and a retry commits exactly one
-// charge.
-func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workChildEnv+"="+strings.Join([]string{needServer(t).url(), s.prefix, table, "pay"}, " "))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	must(t, cmd.Start())
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-	}()
-	select {
-	case l := <-line:
-		if l != "inserted\n" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("child said %q: %s", l, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("child did not insert within 30 s: %s", stderr.String())
-	}
-	killedAt := time.Now()
-	cmd.Process.Kill() // SIGKILL
-	cmd.Wait()
-	if got := chargesOf(t, s.pool, table, "pay"); len(got) != 0 {
-		t.Fatalf("charges after the kill = %q, want none", got)
-	}
-	r, err := s.AcquireRecord(bg(), "pay", time.Minute, []byte("retry"))
-	if err != nil || r.State != replay.LeaseBusy {
-		t.Fatalf("retry during the killed holder's lease = %v, %v; want busy", r.State, err)
-	}
-	for r.State == replay.LeaseBusy && time.Since(killedAt) < childLease+10*time.Second {
-		time.Sleep(50 * time.Millisecond)
-		if r, err = s.AcquireRecord(bg(), "pay", time.Minute, []byte("retry")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if r.State != replay.LeaseAcquired {
-		t.Fatalf("retry after the lease = %v, want acquired", r.State)
-	}
-	w, err := s.BeginWork(bg(), "pay", r.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, charge(w.Context(bg()), table, "pay", "retry"))
-	must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("retry"), []byte("charged")))
-	if got := chargesOf(t, s.pool, table, "pay"); len(got) != 1 || got[0] != "retry" {
-		t.Fatalf("charges = %q, want the retry's only", got)
-	}
 }
 
 // workKeepsOneChargePerKeyThroughAPostgresKill: workers run keys
