@@ -32,7 +32,7 @@ import (
 // store disagree while a run is in progress. A store that is a
 // [replay.Transactor] runs it (storetest.Exercise does).
 func RunTransactionalContract(t *testing.T, newWork func(t *testing.T) (replaytest.WorkStore, replaytest.Effects)) {
-	worktest.Run(t, newWork, []worktest.Case{
+	worktest.Run(t, newWork, []worktest.Case[replaytest.WorkStore, replaytest.Effects]{
 		{Name: "ConcurrentCopiesOnTwoInstancesCommitOnce", Run: copiesCommitOnce},
 		{Name: "FailedRunKeepsNothing", Run: failedRunKeepsNothing},
 		{Name: "ClientLeavingAfterTheEffectKeepsIt", Run: clientLeavingKeepsIt},

@@ -31,7 +31,7 @@ import (
 // another attempt took the delivery, and no write follows the end. A
 // store that is a [replay.Transactor] runs it (storetest.Exercise does).
 func RunTransactionalContract(t *testing.T, newWork func(t *testing.T) (replaytest.WorkStore, replaytest.Effects)) {
-	worktest.Run(t, newWork, []worktest.Case{
+	worktest.Run(t, newWork, []worktest.Case[replaytest.WorkStore, replaytest.Effects]{
 		{Name: "CopiesOnTwoInstancesCommitOnce", Run: txCopiesCommitOnce},
 		{Name: "FailedRunKeepsNothing", Run: txFailedRunKeepsNothing},
 		{Name: "HandlerOutlivingItsLeaseKeepsNothing", Run: txOutlivingItsLease, ConcurrentWriter: true},
