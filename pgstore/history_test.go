@@ -548,15 +548,11 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			if running {
 				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 			}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			waitFor(t, 10*time.Second, func() (bool, string) {
 				first, err := p.Claim(bg(), "after-the-fence", time.Now().Add(time.Minute))
-				if err == nil && first {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("Claim after the fence ended = %v, %v; want first", first, err)
-				}
-			}
+				return err == nil && first,
+					fmt.Sprintf("Claim after the fence ended = %v, %v; want first", first, err)
+			})
 		})
 	}
 }
@@ -564,15 +560,11 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 // waitFenced waits until s refuses a claim with ErrFenced.
 func waitFenced(t *testing.T, s *Store, within time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, within, func() (bool, string) {
 		_, err := s.Claim(bg(), "probe", time.Now().Add(time.Minute))
-		if errors.Is(err, ErrFenced) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running store does not refuse with ErrFenced after %v: %v", within, err)
-		}
-	}
+		return errors.Is(err, ErrFenced),
+			fmt.Sprintf("the running store does not refuse with ErrFenced: %v", err)
+	})
 }
 
 // shutdown stops p as an operator's switchover does (SIGINT to the
@@ -637,18 +629,14 @@ func plannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	}
 	// The running store reaches the promoted server and serves again
 	// after its recheck there, never fenced.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		first, err := s.Claim(bg(), "running-probe", until)
 		if errors.Is(err, ErrFenced) {
 			t.Fatalf("the running store is fenced after a planned failover: %v", err)
 		}
-		if err == nil && first {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running store does not serve 10 s after a planned failover: %v, %v", first, err)
-		}
-	}
+		return err == nil && first,
+			fmt.Sprintf("the running store does not serve after a planned failover: %v, %v", first, err)
+	})
 	if twice, fenced := acceptedAgain(t, s, acked, until, false); twice != 0 || fenced != 0 {
 		t.Fatalf("the running store after a planned failover: %d accepted twice, %d fenced; want 0 and 0", twice, fenced)
 	}
@@ -756,7 +744,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 // the standbys of want (application_name: sync_state).
 func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, 30*time.Second, func() (bool, string) {
 		got := map[string]string{}
 		rows, err := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
 		if err == nil {
@@ -768,13 +756,9 @@ func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
 			}
 			rows.Close()
 		}
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pg_stat_replication shows %v after 30 s; want %v", got, want)
-		}
-	}
+		return fmt.Sprint(got) == fmt.Sprint(want),
+			fmt.Sprintf("pg_stat_replication shows %v; want %v", got, want)
+	})
 }
 
 // missingOn counts the IDs of acked that s's table on server p does not

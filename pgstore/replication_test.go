@@ -51,17 +51,11 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 		}
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitFor(t, 20*time.Second, func() (bool, string) {
 		var state string
 		admin.QueryRow(bg(), `SELECT sync_state FROM pg_stat_replication LIMIT 1`).Scan(&state)
-		if state == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby's sync_state is %q after 20 s, want %q", state, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return state == want, fmt.Sprintf("the standby's sync_state is %q, want %q", state, want)
+	})
 	return standby
 }
 
@@ -218,22 +212,18 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	}
 
 	standby := addStandby(t, primary, false, "away", freePort())
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := claim(); errors.Is(err, ErrConfig) {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Claim with a streaming asynchronous standby: %v; want ErrConfig", err)
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		_, err := claim()
+		return errors.Is(err, ErrConfig),
+			fmt.Sprintf("Claim with a streaming asynchronous standby: %v; want ErrConfig", err)
+	})
 	standby.kill()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		var streaming int
-		if err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_stat_replication`).Scan(&streaming); err == nil && streaming == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the stopped standby still streams (%d, %v)", streaming, err)
-		}
-	}
+		err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_stat_replication`).Scan(&streaming)
+		return err == nil && streaming == 0,
+			fmt.Sprintf("the stopped standby still streams (%d, %v)", streaming, err)
+	})
 	refusedFor("the standby stopped, its slot kept", 500*time.Millisecond)
 	if d := s.Durability(); d.Standbys != 0 || d.StandbySlots != 1 {
 		t.Fatalf("Durability() with the standby stopped = %+v; want 0 streaming, 1 slot", d)
@@ -257,21 +247,18 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !s.Durability().WaitsForStandby(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Durability() = %+v; want synchronous_standby_names read", s.Durability())
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		d := s.Durability()
+		return d.WaitsForStandby(), fmt.Sprintf("Durability() = %+v; want synchronous_standby_names read", d)
+	})
 	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if first, err := claim(); first && err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Claim after synchronous replication covered the standby and was reset = %v, %v", first, err)
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		first, err := claim()
+		return first && err == nil,
+			fmt.Sprintf("Claim after synchronous replication covered the standby and was reset = %v, %v", first, err)
+	})
 }
 
 func durabilityWaitsForStandby(t *testing.T) {

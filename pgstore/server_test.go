@@ -482,13 +482,25 @@ func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
 	t.Helper()
 	mustExec(t, admin, `ALTER SYSTEM SET `+setting+` = `+value)
 	mustExec(t, admin, `SELECT pg_reload_conf()`)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		var got string
-		if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+		err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got)
+		return err == nil && got == value,
+			fmt.Sprintf("%s is %q (%v) after the reload; want %s", setting, got, err, value)
+	})
+}
+
+// waitFor polls cond every 20 ms until it holds, failing t with what cond
+// said of the last poll once within has passed.
+func waitFor(t testing.TB, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		ok, last := cond()
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is not %s 10 s after the reload", setting, value)
+			t.Fatalf("after %v: %s", within, last)
 		}
 	}
 }
@@ -497,15 +509,11 @@ func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
 // and ErrUnavailable (nil: until one is first), failing t after 10 s.
 func waitForClaim(t *testing.T, s *Store, what string, want error) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		first, err := s.Claim(bg(), uniquePrefix(), time.Now().Add(time.Hour))
-		if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-		}
-	}
+		refused := want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable)
+		return want == nil && first && err == nil || refused, fmt.Sprintf("%s: Claim = %v, %v", what, first, err)
+	})
 }
 
 // subtest is a named test of a group run by [subtests].
