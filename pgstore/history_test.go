@@ -471,7 +471,6 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 	for _, running := range []bool{false, true} {
 		t.Run(fmt.Sprintf("running store %v", running), func(t *testing.T) {
 			primary := ownServer(t)
-			standby := &pgServer{} // attached below
 			var events atomic.Int32
 			observe := func(e replay.Event) {
 				if e.Kind == replay.EventRefusing && errors.Is(e.Reason, ErrFenced) {
@@ -480,26 +479,22 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			}
 			const lifetime = 10 * time.Minute
 			until := time.Now().Add(lifetime)
-			var s *Store
-			var stopLoad func() []string
-			if !running {
-				s = storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
-				stopLoad = claimLoad(s, 16, until)
-				time.Sleep(500 * time.Millisecond)
-				standby = addStandby(t, primary, false, "", freePort())
-			} else {
+			pool, port := primary.pool(t), freePort()
+			opts := func(o *Options) { o.Timeout = 2 * time.Second }
+			if running {
 				// The running store's pool names both servers; the
 				// standby's port is chosen before it exists.
-				standby.port = freePort()
-				s = storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
+				pool = multiHostPoolPorts(t, primary.port, port)
+				opts = func(o *Options) {
 					o.Timeout = 2 * time.Second
 					o.RecheckInterval = 100 * time.Millisecond
 					o.Observer = observe
-				})
-				stopLoad = claimLoad(s, 16, until)
-				time.Sleep(500 * time.Millisecond)
-				standby = addStandby(t, primary, false, "", standby.port)
+				}
 			}
+			s := storeOn(t, pool, opts)
+			stopLoad := claimLoad(s, 16, until)
+			time.Sleep(500 * time.Millisecond)
+			standby := addStandby(t, primary, false, "", port)
 			time.Sleep(500 * time.Millisecond)
 			primary.kill()
 			acked := stopLoad()

@@ -14,8 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -65,27 +63,36 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 // and killed when t ends.
 func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...string) (standby *pgServer) {
 	t.Helper()
+	args := []string{"-R"}
+	if slot != "" {
+		args = append(args, "-C", "-S", slot)
+	}
+	standby = &pgServer{dir: baseBackup(t, primary, "standby-", args...), port: port, extra: extra}
+	must(t, standby.start())
+	t.Cleanup(standby.kill)
+	return standby
+}
+
+// baseBackup takes a base backup of p with pg_basebackup (and the extra
+// args) into a new directory named from prefix, and returns it.
+func baseBackup(t *testing.T, p *pgServer, prefix string, args ...string) string {
+	t.Helper()
 	bin, err := pgBin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
-	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
+	dir := filepath.Join(tmpRoot, prefix+hex.EncodeToString(b))
 	must(t, mkdirOwned(dir))
-	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
-	if slot != "" {
-		args = append(args, "-C", "-S", slot)
-	}
+	args = append([]string{"-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
+		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast"}, args...)
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), args...)
 	runAs(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
-	standby = &pgServer{dir: dir, port: port, extra: extra}
-	must(t, standby.start())
-	t.Cleanup(standby.kill)
-	return standby
+	return dir
 }
 
 // TestDurability pins what synchronous replication gives the claims:
@@ -114,36 +121,13 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
 	}
 	until := time.Now().Add(time.Hour)
-	var (
-		mu    sync.Mutex
-		acked []string
-		stop  atomic.Bool
-		wg    sync.WaitGroup
-	)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stop.Load(); n++ {
-				id := fmt.Sprintf("w%d-%d", w, n)
-				if first, err := s.Claim(bg(), id, until); err == nil && first {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				} else if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	stopLoad := claimLoad(s, 8, until)
 	time.Sleep(time.Second)
 	primary.kill() // mid-load: no shutdown, nothing more reaches the standby
-	stop.Store(true)
-	wg.Wait()
+	acked := stopLoad()
 
-	pool := standby.pool(t)
-	mustExec(t, pool, `SELECT pg_promote(wait => true)`)
-	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	promoteStandby(t, standby)
+	promoted := storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 	lost := 0
 	for _, id := range acked {
 		first, err := promoted.Claim(bg(), id, until)
@@ -192,20 +176,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 
 	// A base backup (pg_basebackup streams its WAL over a walsender of its
 	// own, with a temporary slot) is no standby: it leaves nothing counted.
-	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	must(t, mkdirOwned(backup))
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
-		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
-	runAs(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
+	baseBackup(t, primary, "backup-")
 	time.Sleep(100 * time.Millisecond) // two rechecks
 	if first, err := claim(); !first || err != nil {
 		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
@@ -299,20 +270,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	}
 	claim(s, "before-", true)
 
-	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	dir := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	must(t, mkdirOwned(dir))
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
-		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast")
-	runAs(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
+	dir := baseBackup(t, p, "backup-")
 	claim(s, "after-", true) // acknowledged, then lost with the server
 	p.kill()
 
