@@ -462,6 +462,18 @@ func mustRecord(t testing.TB, s *Store, id string, lease time.Duration, fp []byt
 	return r
 }
 
+// mustBegin begins a transaction on pool, failing t on an error; it is
+// rolled back when t ends unless it has ended by then.
+func mustBegin(t testing.TB, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(bg()) })
+	return tx
+}
+
 // execer runs a statement: a pool, a connection or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
