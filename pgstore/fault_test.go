@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -145,26 +144,8 @@ type replyDropper struct {
 
 func newReplyDropper(t *testing.T, target string) *replyDropper {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &replyDropper{ln: ln, target: target}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); conns.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				d.serve(c)
-			}()
-		}
-	}()
+	d := &replyDropper{target: target}
+	d.ln = listenLoopback(t, d.serve, func() {})
 	return d
 }
 

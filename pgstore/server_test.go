@@ -194,20 +194,7 @@ func freePort() string {
 // so no server another test starts can take it.
 func downPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := listenLoopback(t, func(c net.Conn) { c.Close() }, func() {})
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
