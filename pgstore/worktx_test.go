@@ -225,6 +225,17 @@ func workTxLargeObjects(t *testing.T) {
 	}
 }
 
+// queryErr runs sql with Query on tx and returns the error of the whole
+// read.
+func queryErr(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	return err
+}
+
 // handlerStatements are statements a handler can send in the work's
 // transaction that would end, replace or outlive it: each is refused (by
 // the Tx before sending, or by the server, which takes one statement per
@@ -259,14 +270,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
 			return err
 		}},
-		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, sql)
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
-		}},
+		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error { return queryErr(ctx, tx, sql) }},
 		{"SendBatch", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
 			b.Queue("select 1")
@@ -276,12 +280,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 		// pgx applies a QueryRewriter's SQL, and a QueryExecMode placed
 		// after QueryResultFormats, in Query and in a batch.
 		{"Query with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1", rewriteTo(sql))
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1", rewriteTo(sql))
 		}},
 		{"SendBatch with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
@@ -296,12 +295,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			return err
 		}},
 		{"Query with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1", rewriteThen{rewriteTo(sql)})
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1", rewriteThen{rewriteTo(sql)})
 		}},
 		{"SendBatch with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
@@ -309,12 +303,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			return tx.SendBatch(ctx, b).Close()
 		}},
 		{"Query simple behind result formats", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
 		}},
 	}
 	n := 0
