@@ -106,11 +106,7 @@ func claimInATransaction(t *testing.T) {
 	}
 
 	t.Run("a one-time token redeemed in a transaction", func(t *testing.T) {
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		if err != nil {
-			t.Fatal(err)
-		}
-		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "pgtx", TTL: time.Minute, Replay: s})
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: testKeys(t), Purpose: "pgtx", TTL: time.Minute, Replay: s})
 		if err != nil {
 			t.Fatal(err)
 		}
