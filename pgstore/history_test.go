@@ -457,15 +457,11 @@ func TestPromotion(t *testing.T) {
 	})
 }
 
-// promotedAsyncStandbyIsFenced is issue 56's shape: a store on a
-// primary with no standby, 16 claimers; an asynchronous standby is
-// attached at run time, cut off half a second later (the primary is
-// killed: nothing more reaches it) and promoted. A new store on the
-// promoted server and the running store (whose pool follows the primary)
-// both find it primary on a new timeline that the last state it received
-// does not name a synchronous standby: the table is fenced for the
-// longest claim's lifetime (rounded up) plus replay.SkewMargin, every
-// replay is refused with ErrFenced: 0 accepted twice.
+// promotedAsyncStandbyIsFenced: an asynchronous standby attached at run
+// time under load, cut off and promoted, names no synchronous standby in
+// its last state, so a new store there and the running store both fence
+// the table for the longest claim's lifetime plus replay.SkewMargin: 0
+// replays accepted twice.
 func promotedAsyncStandbyIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	for _, running := range []bool{false, true} {
@@ -769,17 +765,10 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 	return n
 }
 
-// promotionUnderQuorumAndPriorityCommit: a primary with two standbys,
-// a and b (cluster_name), under a synchronous_standby_names; a running
-// store with 8 claimers; the primary killed mid-load and a promoted. Where
-// every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
-// server holds every acknowledged claim and serves at once: no false
-// fence. Where another standby could acknowledge in a's place (ANY 1
-// (a, b); FIRST 1 (a, b) with b potential, or with b stopped when the
-// store wrote its record and started again after a was cut off), a is
-// cut off and claims go on acknowledged by b alone (missing from a,
-// counted on a): the promoted a cannot show it had them and is fenced,
-// 0 accepted twice.
+// promotionUnderQuorumAndPriorityCommit: standby a, promoted after the
+// primary dies mid-load, serves at once where every commit waited for it
+// (no false fence), and is fenced where b could acknowledge in its place
+// and a was cut off (claims missing from a): 0 accepted twice either way.
 func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	t.Parallel() // servers of its own
 	cases := []struct {
@@ -854,16 +843,10 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	}
 }
 
-// promotedTableWithoutRecordIsFenced: a table whose marker holds no
-// history record (a table of an earlier version, or a marker written by
-// hand), an asynchronous standby cut off while claims go on, the primary
-// killed and the standby promoted: the promoted server is on a timeline
-// after a promotion and nothing shows the table's history. The running
-// store (its pool follows the primary; no recheck within the test)
-// accepts nothing there: the marker without a record counts on timeline
-// 1 only. A new store there is fenced (0 accepted twice). A table made on
-// the promoted server by Migrate carries the record of its timeline and
-// serves at once.
+// promotedTableWithoutRecordIsFenced: on a promoted server nothing shows
+// the history of a table whose marker holds no record (an earlier
+// version's), so the running store accepts nothing there and a new store
+// is fenced (0 accepted twice); a table Migrate makes there serves at once.
 func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)

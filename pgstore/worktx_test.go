@@ -588,16 +588,12 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 	}
 }
 
-// workFenceIsTheStoresWhateverTheHandlerDefines: the fence is the
-// store's function, called by its schema. A handler that defines a
-// function of the fence's name and arguments in a schema of its own and
-// puts that schema first on the transaction's search_path (SET LOCAL), or
-// prepares by SQL statements under the call's text or a pgx cache name, or
-// asks the Tx to prepare one under a name of pgx's statement cache
-// (refused: the work rolls back), must not make its own code run in the
-// fence's place: Commit commits the work with the done row (or, refused,
-// neither), and a function of the handler's that would have written a
-// mark never runs. The next work on the pool (of one connection) commits.
+// workFenceIsTheStoresWhateverTheHandlerDefines: a handler's function of
+// the fence's name first on its search_path, or a statement it prepares
+// under the call's text or a pgx cache name, never runs in the fence's
+// place: Commit commits the work with the done row (or, refused, neither),
+// the handler's mark is never written, and the next work on the
+// connection commits.
 func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	p := needServer(t)
 	for k, way := range workWays {
@@ -679,15 +675,11 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	}
 }
 
-// workRollbackAfterAnEscapeKeepsTheKey: a handler whose SQL ended the
-// work's transaction past the Tx's refusals and then failed (a 5xx, a
-// panic: the middleware rolls back and releases the key) must not run
-// again over the writes the escape kept. Rollback reports the escape
-// (ErrUnavailable and errEscaped) and records the key as done without a
-// record, on both ways in: BeginWork after a committed lease, and
-// AcquireWork, whose lease (the ID's lock) the escape already ended. A
-// one-time token claimed before the escape is not accepted again either.
-// A work that did not escape still rolls back with nil.
+// workRollbackAfterAnEscapeKeepsTheKey: a handler that escaped its
+// transaction and then failed must not run again over the writes the
+// escape kept, so Rollback reports the escape and records the key as done
+// without a record (a token claimed before stays claimed), on both ways
+// in; a work that did not escape still rolls back with nil.
 func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
