@@ -25,14 +25,11 @@ func TestWorkAttacks(t *testing.T) {
 	})
 }
 
-// workHoldableCursorRunsNothingAfterTheFence: a cursor WITH HOLD that the
-// handler declares and leaves open is run to its end at COMMIT, before
-// the commit record (PostgreSQL keeps its rows past the transaction), so
-// a function in its query runs after the fence: one that sets
-// synchronous_commit off there would make the acknowledged commit one a
-// crash forgets. The function records the setting it leaves, the store's
-// row as it sees it and the WAL position; when Commit returns nil the WAL
-// must be flushed past every position it recorded.
+// workHoldableCursorRunsNothingAfterTheFence: a cursor WITH HOLD left
+// open runs its query at COMMIT, after the fence, where a function setting
+// synchronous_commit off would make the acknowledged commit one a crash
+// forgets; so when Commit returns nil the WAL must be flushed past every
+// position the function recorded.
 func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
 	pool := p.pool(t)
@@ -91,14 +88,10 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 	}
 }
 
-// workStatementTimeoutDoesNotCutTheStandbysWait: with a synchronous
-// standby required, COMMIT waits for the standby; PostgreSQL ends that
-// wait on a cancel (a statement_timeout is one) with a WARNING and answers
-// COMMIT as committed, though the standby may not have the commit. A
-// handler's SET LOCAL statement_timeout (which the Tx allows), or one of
-// the pool's RuntimeParams, lasts until COMMIT. With the standby stopped,
-// Commit must not return nil: the work is not as durable as the store
-// accepted.
+// workStatementTimeoutDoesNotCutTheStandbysWait: a statement_timeout (the
+// handler's SET LOCAL, or the pool's) cancels COMMIT's wait for the
+// synchronous standby, and PostgreSQL then answers COMMIT as committed;
+// with the standby stopped, Commit must not return nil.
 func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 	primary, standby := syncPair(t)
 	stopped := false

@@ -245,13 +245,11 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			// The pool's sessions opened while the role said off keep it
 			// (and the store keeps refusing) until they are closed.
 			s.pool.Reset()
-			for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
-				if first, err := claim(); first && err == nil {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
-				}
-			}
+			waitFor(t, limit, func() (bool, string) {
+				first, err := claim()
+				return first && err == nil,
+					fmt.Sprintf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
+			})
 			refusing, lines := r.count(replay.EventRefusing, "", "WARN", "synchronous_commit")
 			serving, _ := r.count(replay.EventServing, "", "", "")
 			if refusing != 1 || lines != 1 || serving != 1 {
@@ -286,9 +284,8 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	waitForClaim(t, s, "synchronous_commit on again", nil)
 	addStandby(t, primary, false, "", freePort())
 	waitForClaim(t, s, "an asynchronous standby attached", ErrConfig)
-	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		d := s.Durability()
+		return d.Standbys == 1, fmt.Sprintf("Durability() after the recheck = %+v; want one standby", d)
+	})
 }

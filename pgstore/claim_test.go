@@ -115,15 +115,7 @@ func claimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
 		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
 			id := fmt.Sprint("waiting-", commit)
 			finish := blockKey(t, admin, s, id)
-			type result struct {
-				first bool
-				err   error
-			}
-			done := make(chan result, 1)
-			go func() {
-				first, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
-				done <- result{first, err}
-			}()
+			done := claimAsync(s, id, time.Now().Add(time.Minute))
 			waitForLockWaiter(t, admin)
 			finish(commit)
 			r := <-done

@@ -200,31 +200,13 @@ func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 
 // workCommitRunsWithTheAcceptedSynchronousCommit: no code of the handler
 // runs between the fence and COMMIT, and COMMIT runs with the
-// synchronous_commit New accepted, on both paths (BeginWork after
-// AcquireRecord, AcquireWork), whatever the handler did: a SET LOCAL
-// synchronous_commit = off (or set_config, or one of its own schema), a
-// deferred constraint trigger of its table (which used to fire at COMMIT,
-// after the fence), one that sets synchronous_commit off there, a trigger
-// on the store's table (fired by the fence itself).
-//
-// What is observed: a deferred constraint trigger on the handler's table
-// (seen, fired once per work) records the store's row of the key as its
-// transaction sees it, and pg_current_wal_insert_lsn(). (1) That row is
-// not done: the trigger fired before the fence (it used to fire at
-// COMMIT, after the fence had written the done row, and so could undo the
-// fence's synchronous_commit). (2) Once Commit returns, the server's WAL
-// is flushed at least to that LSN: the COMMIT waited for its flush, as
-// synchronous_commit off (or a level below New's) would not. (2) cannot
-// fail with the level right; with it wrong it fails unless the WAL was
-// flushed by someone else within the moment after COMMIT: so the test
-// runs on a server of its own (no other session commits), whose WAL
-// writer waits 10 s between its flushes (wal_writer_delay, 200 ms by
-// default) and flushes early only after 1 GB of WAL
-// (wal_writer_flush_after).
-// In the row "a deferred trigger setting it off", an earlier deferred
-// trigger of the same row (a_off, before seen by name) sets it off, and
-// seen records that off: both fire before the fence, and the store's
-// statement that sets the accepted level comes after it.
+// synchronous_commit New accepted, on both paths, whatever the handler did
+// (SET LOCAL, set_config, a schema of its own, deferred triggers, a trigger
+// on the store's table). A deferred trigger (seen) records the store's row
+// and the WAL insert position: the row must not be done yet (it fired
+// before the fence), and the WAL must be flushed past that position when
+// Commit returns; on a server of its own whose WAL writer waits 10 s, only
+// the COMMIT's own wait flushes it.
 func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
 	pool := p.pool(t)

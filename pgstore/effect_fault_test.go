@@ -400,15 +400,11 @@ func busyApp(table string, d time.Duration) *effectApp {
 	}}
 }
 
-// effectsOnceAroundAFault serves a busyApp on s (a 2 s lease; its effect
-// table on admin) to the load of 40 keys of each kind, first attempts
-// spread over 2 s, and runs fault one second in (it returns once the
-// fault is over). Every key must end with exactly one committed effect
-// and see success, those whose attempts failed in the fault too. The
-// fault must land mid-load (keys see success before it, and some attempts
-// fail in it): on a loaded machine the load can miss a fault, so the
-// scenario runs again, up to three times in all, on a new table and new
-// keys until it lands.
+// effectsOnceAroundAFault serves a busyApp on s to 40 keys of each kind
+// and runs fault one second in; every key must end with exactly one
+// committed effect and see success. A loaded machine can make the load
+// miss the fault, so the scenario runs up to three times until it lands
+// mid-load.
 func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what string, fault func()) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
@@ -440,25 +436,12 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 }
 
 // effectsOnceThroughFailedFirstRuns: the first run of every key's
-// handler, after its effect, is ended inside the work — by a timeout of
-// the server (a statement_timeout cancelling its slow statement, which the
-// handler ignores before answering 201; the work's session idle in its
-// transaction past the lease, the handler stalling outside the database),
-// by pg_terminate_backend of the work's backend while the handler runs or
-// while its Commit's pipeline runs (a deferred trigger holds it, in the
-// SET CONSTRAINTS ALL IMMEDIATE before the fence), or by the
-// COMMIT's reply lost (a proxy drops it: the server committed, the app
-// never hears of it). Its client sees 503 or no answer, never success;
-// nothing of that run is kept but a lost reply's commit, and the retries
-// (a charge's client, a Standard Webhooks sender) end with each key's
-// effect committed exactly once.
-//
-// No case races the clock: a fault happens at an event (the handler ran,
-// its backend reached its Commit, the server ended its session), and
-// every duration is a generous bound. The lease is the mechanism only
-// where the case is about it (the session idle past its lease); the lost
-// reply gets a lease no loaded machine outlives, since its premise is a
-// COMMIT that the fence let through.
+// handler, after its effect, is ended inside the work (a server timeout,
+// pg_terminate_backend while the handler or its Commit runs, the COMMIT's
+// reply lost); its client never sees success, nothing of that run is kept
+// but a lost reply's commit, and the retries commit each key's effect
+// exactly once. A fault happens at an event, never at a time, so no case
+// races the clock.
 func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	const lease = time.Second
 	p := needServer(t)

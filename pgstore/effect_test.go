@@ -17,10 +17,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -177,11 +175,7 @@ func serve(t testing.TB, h http.Handler) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", h)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL + "/charges"
+	return serveApp(t, mux) + "/charges"
 }
 
 // TestTransactional pins the transactional idempotency mode end to end (a

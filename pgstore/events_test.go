@@ -172,11 +172,11 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		set(t, "synchronous_commit", "on")
 		// The risk is gone once a recheck read it so (the recheck that
 		// stores it also reports, before the next one reads again).
-		for deadline := time.Now().Add(10 * time.Second); s.Durability().SynchronousCommit != "on"; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("Durability() = %+v 10 s after synchronous_commit was on again", s.Durability())
-			}
-		}
+		waitFor(t, 10*time.Second, func() (bool, string) {
+			d := s.Durability()
+			return d.SynchronousCommit == "on",
+				fmt.Sprintf("Durability() = %+v after synchronous_commit was on again", d)
+		})
 		set(t, "synchronous_commit", "off")
 		waitEvents(2)
 	})

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -41,6 +40,23 @@ func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish fun
 		}
 		tx.Rollback(bg())
 	}
+}
+
+// claimResult is what a Claim returned.
+type claimResult struct {
+	first bool
+	err   error
+}
+
+// claimAsync runs s's Claim of id on a goroutine of its own and returns
+// where its result arrives.
+func claimAsync(s *Store, id string, until time.Time) <-chan claimResult {
+	done := make(chan claimResult, 1)
+	go func() {
+		first, err := s.Claim(bg(), id, until)
+		done <- claimResult{first, err}
+	}()
+	return done
 }
 
 // waitForLockWaiter returns the PID of a backend waiting on a lock.
@@ -79,15 +95,7 @@ func serializationFailureFailsClosed(t *testing.T) {
 	admin := p.pool(t)
 	s := storeOn(t, p.pool(t, "default_transaction_isolation", "serializable"))
 	finish := blockKey(t, admin, s, "a")
-	type result struct {
-		first bool
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute))
-		done <- result{first, err}
-	}()
+	done := claimAsync(s, "a", time.Now().Add(time.Minute))
 	waitForLockWaiter(t, admin)
 	finish(true)
 	r := <-done
@@ -110,17 +118,11 @@ func terminatedBackendMidStatementFailsClosed(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		id := fmt.Sprint("terminated-", commit)
 		finish := blockKey(t, admin, s, id)
-		done := make(chan error, 1)
-		var first atomic.Bool
-		go func() {
-			f, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
-			first.Store(f)
-			done <- err
-		}()
+		done := claimAsync(s, id, time.Now().Add(time.Minute))
 		pid := waitForLockWaiter(t, admin)
 		mustExec(t, admin, `SELECT pg_terminate_backend($1)`, pid)
-		if err := <-done; first.Load() || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Claim whose backend was terminated = %v, %v; want ErrUnavailable", first.Load(), err)
+		if r := <-done; r.first || !errors.Is(r.err, ErrUnavailable) {
+			t.Fatalf("Claim whose backend was terminated = %v, %v; want ErrUnavailable", r.first, r.err)
 		}
 		finish(commit)
 		// The other transaction committed: the ID is taken. It rolled
@@ -142,26 +144,8 @@ type replyDropper struct {
 
 func newReplyDropper(t *testing.T, target string) *replyDropper {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &replyDropper{ln: ln, target: target}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); conns.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				d.serve(c)
-			}()
-		}
-	}()
+	d := &replyDropper{target: target}
+	d.ln = listenLoopback(t, d.serve, func() {})
 	return d
 }
 

@@ -8,8 +8,6 @@ package pgstore
 import (
 	"testing"
 	"time"
-
-	"github.com/ctoken/ctoken"
 )
 
 const whSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -24,13 +22,4 @@ func fleetStores(t *testing.T, p *pgServer, timeout time.Duration) []*Store {
 		ss = append(ss, storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix; o.Timeout = timeout }))
 	}
 	return ss
-}
-
-func fleetKeys(t *testing.T) *ctoken.Keyring {
-	t.Helper()
-	keys, err := ctoken.ParseKeyring(ctoken.EncodeKey(ctoken.RandomKey()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys
 }

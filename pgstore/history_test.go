@@ -457,21 +457,16 @@ func TestPromotion(t *testing.T) {
 	})
 }
 
-// promotedAsyncStandbyIsFenced is issue 56's shape: a store on a
-// primary with no standby, 16 claimers; an asynchronous standby is
-// attached at run time, cut off half a second later (the primary is
-// killed: nothing more reaches it) and promoted. A new store on the
-// promoted server and the running store (whose pool follows the primary)
-// both find it primary on a new timeline that the last state it received
-// does not name a synchronous standby: the table is fenced for the
-// longest claim's lifetime (rounded up) plus replay.SkewMargin, every
-// replay is refused with ErrFenced: 0 accepted twice.
+// promotedAsyncStandbyIsFenced: an asynchronous standby attached at run
+// time under load, cut off and promoted, names no synchronous standby in
+// its last state, so a new store there and the running store both fence
+// the table for the longest claim's lifetime plus replay.SkewMargin: 0
+// replays accepted twice.
 func promotedAsyncStandbyIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	for _, running := range []bool{false, true} {
 		t.Run(fmt.Sprintf("running store %v", running), func(t *testing.T) {
 			primary := ownServer(t)
-			standby := &pgServer{} // attached below
 			var events atomic.Int32
 			observe := func(e replay.Event) {
 				if e.Kind == replay.EventRefusing && errors.Is(e.Reason, ErrFenced) {
@@ -480,26 +475,22 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			}
 			const lifetime = 10 * time.Minute
 			until := time.Now().Add(lifetime)
-			var s *Store
-			var stopLoad func() []string
-			if !running {
-				s = storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
-				stopLoad = claimLoad(s, 16, until)
-				time.Sleep(500 * time.Millisecond)
-				standby = addStandby(t, primary, false, "", freePort())
-			} else {
+			pool, port := primary.pool(t), freePort()
+			opts := func(o *Options) { o.Timeout = 2 * time.Second }
+			if running {
 				// The running store's pool names both servers; the
 				// standby's port is chosen before it exists.
-				standby.port = freePort()
-				s = storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
+				pool = multiHostPoolPorts(t, primary.port, port)
+				opts = func(o *Options) {
 					o.Timeout = 2 * time.Second
 					o.RecheckInterval = 100 * time.Millisecond
 					o.Observer = observe
-				})
-				stopLoad = claimLoad(s, 16, until)
-				time.Sleep(500 * time.Millisecond)
-				standby = addStandby(t, primary, false, "", standby.port)
+				}
 			}
+			s := storeOn(t, pool, opts)
+			stopLoad := claimLoad(s, 16, until)
+			time.Sleep(500 * time.Millisecond)
+			standby := addStandby(t, primary, false, "", port)
 			time.Sleep(500 * time.Millisecond)
 			primary.kill()
 			acked := stopLoad()
@@ -548,15 +539,11 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			if running {
 				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 			}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			waitFor(t, 10*time.Second, func() (bool, string) {
 				first, err := p.Claim(bg(), "after-the-fence", time.Now().Add(time.Minute))
-				if err == nil && first {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("Claim after the fence ended = %v, %v; want first", first, err)
-				}
-			}
+				return err == nil && first,
+					fmt.Sprintf("Claim after the fence ended = %v, %v; want first", first, err)
+			})
 		})
 	}
 }
@@ -564,15 +551,11 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 // waitFenced waits until s refuses a claim with ErrFenced.
 func waitFenced(t *testing.T, s *Store, within time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, within, func() (bool, string) {
 		_, err := s.Claim(bg(), "probe", time.Now().Add(time.Minute))
-		if errors.Is(err, ErrFenced) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running store does not refuse with ErrFenced after %v: %v", within, err)
-		}
-	}
+		return errors.Is(err, ErrFenced),
+			fmt.Sprintf("the running store does not refuse with ErrFenced: %v", err)
+	})
 }
 
 // shutdown stops p as an operator's switchover does (SIGINT to the
@@ -637,18 +620,14 @@ func plannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	}
 	// The running store reaches the promoted server and serves again
 	// after its recheck there, never fenced.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		first, err := s.Claim(bg(), "running-probe", until)
 		if errors.Is(err, ErrFenced) {
 			t.Fatalf("the running store is fenced after a planned failover: %v", err)
 		}
-		if err == nil && first {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running store does not serve 10 s after a planned failover: %v, %v", first, err)
-		}
-	}
+		return err == nil && first,
+			fmt.Sprintf("the running store does not serve after a planned failover: %v, %v", first, err)
+	})
 	if twice, fenced := acceptedAgain(t, s, acked, until, false); twice != 0 || fenced != 0 {
 		t.Fatalf("the running store after a planned failover: %d accepted twice, %d fenced; want 0 and 0", twice, fenced)
 	}
@@ -756,7 +735,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 // the standbys of want (application_name: sync_state).
 func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitFor(t, 30*time.Second, func() (bool, string) {
 		got := map[string]string{}
 		rows, err := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
 		if err == nil {
@@ -768,13 +747,9 @@ func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
 			}
 			rows.Close()
 		}
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pg_stat_replication shows %v after 30 s; want %v", got, want)
-		}
-	}
+		return fmt.Sprint(got) == fmt.Sprint(want),
+			fmt.Sprintf("pg_stat_replication shows %v; want %v", got, want)
+	})
 }
 
 // missingOn counts the IDs of acked that s's table on server p does not
@@ -790,17 +765,10 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 	return n
 }
 
-// promotionUnderQuorumAndPriorityCommit: a primary with two standbys,
-// a and b (cluster_name), under a synchronous_standby_names; a running
-// store with 8 claimers; the primary killed mid-load and a promoted. Where
-// every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
-// server holds every acknowledged claim and serves at once: no false
-// fence. Where another standby could acknowledge in a's place (ANY 1
-// (a, b); FIRST 1 (a, b) with b potential, or with b stopped when the
-// store wrote its record and started again after a was cut off), a is
-// cut off and claims go on acknowledged by b alone (missing from a,
-// counted on a): the promoted a cannot show it had them and is fenced,
-// 0 accepted twice.
+// promotionUnderQuorumAndPriorityCommit: standby a, promoted after the
+// primary dies mid-load, serves at once where every commit waited for it
+// (no false fence), and is fenced where b could acknowledge in its place
+// and a was cut off (claims missing from a): 0 accepted twice either way.
 func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	t.Parallel() // servers of its own
 	cases := []struct {
@@ -875,16 +843,10 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	}
 }
 
-// promotedTableWithoutRecordIsFenced: a table whose marker holds no
-// history record (a table of an earlier version, or a marker written by
-// hand), an asynchronous standby cut off while claims go on, the primary
-// killed and the standby promoted: the promoted server is on a timeline
-// after a promotion and nothing shows the table's history. The running
-// store (its pool follows the primary; no recheck within the test)
-// accepts nothing there: the marker without a record counts on timeline
-// 1 only. A new store there is fenced (0 accepted twice). A table made on
-// the promoted server by Migrate carries the record of its timeline and
-// serves at once.
+// promotedTableWithoutRecordIsFenced: on a promoted server nothing shows
+// the history of a table whose marker holds no record (an earlier
+// version's), so the running store accepts nothing there and a new store
+// is fenced (0 accepted twice); a table Migrate makes there serves at once.
 func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)

@@ -71,15 +71,11 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	}
 }
 
-// heldStepsRefuseAForgottenFencedOrRefusingTable: without the marker
-// row (the table was emptied), before the fence of Rearm has passed, on
-// another timeline than the table's history record (a promoted server),
-// or while the recheck of New's checks refuses (ErrConfig, or ErrFenced
-// after a promotion among its reasons), the held ID's step (RenewLease,
-// ConfirmRecord) and the acquire of a new ID refuse with that reason, as
-// every step does, before writing anything: the held row's version is
-// unchanged (a renewal does not extend it) and the new ID has no row.
-// Once the cause is gone, the held step succeeds.
+// heldStepsRefuseAForgottenFencedOrRefusingTable: while the table cannot
+// vouch for its claims (no marker row, Rearm's fence, another timeline, a
+// refusing recheck), a held ID's step and a new ID's acquire refuse with
+// that reason before writing anything, and the held step succeeds once the
+// cause is gone.
 func heldStepsRefuseAForgottenFencedOrRefusingTable(t *testing.T) {
 	steps := []struct {
 		name    string

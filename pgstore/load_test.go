@@ -38,14 +38,11 @@ func TestLoad(t *testing.T) {
 	})
 }
 
-// loadWithServerRestartLosesNothing: 64 clients on three Store
-// instances (a fleet, each with its own pool of 16 connections and its
-// own sweeper) claim fresh IDs and replay each acknowledged one on another
-// instance, for
-// CTOKEN_PG_LOAD_DURATION (default 10 s; set it for a soak), while the
-// server is killed and restarted once. No acknowledged ID is accepted
-// again, every long-held claim survives the restart, and the sweepers keep
-// the expired rows bounded.
+// loadWithServerRestartLosesNothing: 64 clients on three Store instances
+// claim fresh IDs and replay each acknowledged one on another instance for
+// CTOKEN_PG_LOAD_DURATION (default 10 s), while the server is killed and
+// restarted once: no acknowledged ID is accepted again, every long-held
+// claim survives, and the sweepers keep the expired rows bounded.
 func loadWithServerRestartLosesNothing(t *testing.T) {
 	t.Parallel() // a server of its own
 	duration := envDuration(t, "CTOKEN_PG_LOAD_DURATION", 10*time.Second)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -223,16 +224,11 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	// pg_terminate_backend only signals the backend: wait for it to have
 	// exited (its locks gone), so that neither the Commit below nor the
 	// next AcquireWork races it.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, 30*time.Second, func() (bool, string) {
 		var held bool
 		must(t, b.pool.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1)`, pid).Scan(&held))
-		if !held {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backend %d still holds locks 30 s after pg_terminate_backend", pid)
-		}
-	}
+		return !held, fmt.Sprintf("backend %d still holds locks after pg_terminate_backend", pid)
+	})
 	err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 	if err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Commit on a terminated backend = %v; want ErrUnavailable", err)

@@ -8,8 +8,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -44,12 +42,7 @@ func mcpIntegration() *mcptoken.Integration {
 // unique key, dropped when t ends.
 func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "mcp_payments_" + hex.EncodeToString(b)
-	mustExec(t, pool, "create table "+name+" (amount int not null)")
-	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
-	return name
+	return newTable(t, pool, "mcp_payments_", "amount int not null")
 }
 
 // TestMCPIdempotencyOnPostgreSQL: a tool run in the store's transaction

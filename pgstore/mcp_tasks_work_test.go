@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 )
 
@@ -19,23 +18,8 @@ import (
 // then returns a result, as a resumed runner's would, its commit keeps
 // nothing and the task stays failed.
 func TestMCPTasksWorkBackendKilled(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	e := pgEffects{pool, uniqueTable(t, pool)}
-	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
-	sa, sb := twoInstances(t, pool)
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	newTasks := func(s *Store) *mcptoken.Tasks {
-		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute, Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ts
-	}
-	a, b := newTasks(sa), newTasks(sb)
+	e, a, b := taskInstances(t)
+	pool := e.pool
 	pid, release := make(chan int32, 1), make(chan struct{})
 	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
 		if err := e.Write(ctx, "killed"); err != nil {
@@ -61,22 +45,8 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	resume := sync.OnceFunc(func() { close(release) })
 	defer resume()
 	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, <-pid)
-	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
-	for {
-		got, err := b.Get(context.Background(), "alice", st.ID)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if got.Status != "working" {
-			if got.Status != "failed" {
-				t.Fatalf("after the transaction's connection died: %s; want failed", got.Status)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still working")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if got := taskEnded(t, b, st.ID); got.Status != "failed" {
+		t.Fatalf("after the transaction's connection died: %s; want failed", got.Status)
 	}
 	if n := e.Count(t, "killed"); n != 0 {
 		t.Fatalf("%d writes kept by the task whose connection died; want 0", n)
@@ -99,16 +69,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 // Transactional task on an instance that does not run it fails (the task
 // runs on and commits); once the task ended it is a no-op.
 func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	e := pgEffects{pool, uniqueTable(t, pool)}
-	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
-	sa, sb := twoInstances(t, pool)
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tss []*mcptoken.Tasks
+	e, a, b := taskInstances(t)
 	written, release := make(chan struct{}), make(chan struct{})
 	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
 		if err := e.Write(ctx, "kept"); err != nil {
@@ -118,15 +79,8 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 		<-release
 		return json.RawMessage(`{"content":[{"type":"text","text":"done"}]}`), nil
 	}}
-	for _, s := range []*Store{sa, sb} {
-		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute, Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		must(t, ts.Add(tool))
-		tss = append(tss, ts)
-	}
-	a, b := tss[0], tss[1]
+	must(t, a.Add(tool))
+	must(t, b.Add(tool))
 	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -136,27 +90,51 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 		t.Fatal("Cancel on the other instance of a running Transactional task succeeded")
 	}
 	close(release)
-	deadline := time.Now().Add(60 * time.Second) // ends a hung run only
-	for {
-		got, err := b.Get(context.Background(), "alice", st.ID)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if got.Status != "working" {
-			if got.Status != "completed" || !bytes.Contains(got.Result, []byte(`"done"`)) {
-				t.Fatalf("after a refused Cancel: %+v; want completed", got)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still working")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if got := taskEnded(t, b, st.ID); got.Status != "completed" || !bytes.Contains(got.Result, []byte(`"done"`)) {
+		t.Fatalf("after a refused Cancel: %+v; want completed", got)
 	}
 	if n := e.Count(t, "kept"); n != 1 {
 		t.Fatalf("%d writes kept; want 1", n)
 	}
 	if err := b.Cancel(context.Background(), "alice", st.ID); err != nil {
 		t.Fatalf("Cancel of a completed Transactional task: %v", err)
+	}
+}
+
+// taskInstances returns an effects table and two mcptoken.Tasks on two
+// instances of one store, as two instances of a service have.
+func taskInstances(t *testing.T) (e pgEffects, a, b *mcptoken.Tasks) {
+	t.Helper()
+	pool := needServer(t).pool(t)
+	e = pgEffects{pool, uniqueTable(t, pool)}
+	mustExec(t, pool, `CREATE TABLE "`+e.table+`" (id text NOT NULL)`)
+	sa, sb := twoInstances(t, pool)
+	keys := testKeys(t)
+	newTasks := func(s *Store) *mcptoken.Tasks {
+		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute,
+			Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	return e, newTasks(sa), newTasks(sb)
+}
+
+// taskEnded polls ts until task id no longer works, and returns its state;
+// the 60 s bound ends a hung run only.
+func taskEnded(t *testing.T, ts *mcptoken.Tasks, id string) mcptoken.TaskState {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err := ts.Get(context.Background(), "alice", id)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if got.Status != "working" {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still working")
+		}
 	}
 }

@@ -33,10 +33,7 @@ func TestReadRecord(t *testing.T) {
 			// The read's statement in a read-only transaction, which
 			// refuses any write and any row lock; a transaction that
 			// wrote or locked a row would have a transaction ID.
-			tx, err := pool.Begin(bg())
-			if err != nil {
-				t.Fatal(err)
-			}
+			tx := mustBegin(t, pool)
 			mustExec(t, tx, `SET TRANSACTION READ ONLY`)
 			key, legacy := s.keys(id)
 			lock := uint64(s.idLock(key))

@@ -14,8 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,17 +49,11 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 		}
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitFor(t, 20*time.Second, func() (bool, string) {
 		var state string
 		admin.QueryRow(bg(), `SELECT sync_state FROM pg_stat_replication LIMIT 1`).Scan(&state)
-		if state == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby's sync_state is %q after 20 s, want %q", state, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return state == want, fmt.Sprintf("the standby's sync_state is %q, want %q", state, want)
+	})
 	return standby
 }
 
@@ -71,27 +63,36 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 // and killed when t ends.
 func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...string) (standby *pgServer) {
 	t.Helper()
+	args := []string{"-R"}
+	if slot != "" {
+		args = append(args, "-C", "-S", slot)
+	}
+	standby = &pgServer{dir: baseBackup(t, primary, "standby-", args...), port: port, extra: extra}
+	must(t, standby.start())
+	t.Cleanup(standby.kill)
+	return standby
+}
+
+// baseBackup takes a base backup of p with pg_basebackup (and the extra
+// args) into a new directory named from prefix, and returns it.
+func baseBackup(t *testing.T, p *pgServer, prefix string, args ...string) string {
+	t.Helper()
 	bin, err := pgBin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
-	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
+	dir := filepath.Join(tmpRoot, prefix+hex.EncodeToString(b))
 	must(t, mkdirOwned(dir))
-	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
-	if slot != "" {
-		args = append(args, "-C", "-S", slot)
-	}
+	args = append([]string{"-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
+		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast"}, args...)
 	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), args...)
 	runAs(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
-	standby = &pgServer{dir: dir, port: port, extra: extra}
-	must(t, standby.start())
-	t.Cleanup(standby.kill)
-	return standby
+	return dir
 }
 
 // TestDurability pins what synchronous replication gives the claims:
@@ -120,36 +121,13 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
 	}
 	until := time.Now().Add(time.Hour)
-	var (
-		mu    sync.Mutex
-		acked []string
-		stop  atomic.Bool
-		wg    sync.WaitGroup
-	)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stop.Load(); n++ {
-				id := fmt.Sprintf("w%d-%d", w, n)
-				if first, err := s.Claim(bg(), id, until); err == nil && first {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				} else if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	stopLoad := claimLoad(s, 8, until)
 	time.Sleep(time.Second)
 	primary.kill() // mid-load: no shutdown, nothing more reaches the standby
-	stop.Store(true)
-	wg.Wait()
+	acked := stopLoad()
 
-	pool := standby.pool(t)
-	mustExec(t, pool, `SELECT pg_promote(wait => true)`)
-	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	promoteStandby(t, standby)
+	promoted := storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 	lost := 0
 	for _, id := range acked {
 		first, err := promoted.Claim(bg(), id, until)
@@ -198,42 +176,25 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 
 	// A base backup (pg_basebackup streams its WAL over a walsender of its
 	// own, with a temporary slot) is no standby: it leaves nothing counted.
-	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	must(t, mkdirOwned(backup))
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
-		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
-	runAs(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
+	baseBackup(t, primary, "backup-")
 	time.Sleep(100 * time.Millisecond) // two rechecks
 	if first, err := claim(); !first || err != nil {
 		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
 	}
 
 	standby := addStandby(t, primary, false, "away", freePort())
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := claim(); errors.Is(err, ErrConfig) {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Claim with a streaming asynchronous standby: %v; want ErrConfig", err)
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		_, err := claim()
+		return errors.Is(err, ErrConfig),
+			fmt.Sprintf("Claim with a streaming asynchronous standby: %v; want ErrConfig", err)
+	})
 	standby.kill()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		var streaming int
-		if err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_stat_replication`).Scan(&streaming); err == nil && streaming == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the stopped standby still streams (%d, %v)", streaming, err)
-		}
-	}
+		err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_stat_replication`).Scan(&streaming)
+		return err == nil && streaming == 0,
+			fmt.Sprintf("the stopped standby still streams (%d, %v)", streaming, err)
+	})
 	refusedFor("the standby stopped, its slot kept", 500*time.Millisecond)
 	if d := s.Durability(); d.Standbys != 0 || d.StandbySlots != 1 {
 		t.Fatalf("Durability() with the standby stopped = %+v; want 0 streaming, 1 slot", d)
@@ -257,21 +218,18 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !s.Durability().WaitsForStandby(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Durability() = %+v; want synchronous_standby_names read", s.Durability())
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		d := s.Durability()
+		return d.WaitsForStandby(), fmt.Sprintf("Durability() = %+v; want synchronous_standby_names read", d)
+	})
 	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
 		mustExec(t, admin, q)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if first, err := claim(); first && err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Claim after synchronous replication covered the standby and was reset = %v, %v", first, err)
-		}
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		first, err := claim()
+		return first && err == nil,
+			fmt.Sprintf("Claim after synchronous replication covered the standby and was reset = %v, %v", first, err)
+	})
 }
 
 func durabilityWaitsForStandby(t *testing.T) {
@@ -312,20 +270,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	}
 	claim(s, "before-", true)
 
-	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	dir := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
-	must(t, mkdirOwned(dir))
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
-		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast")
-	runAs(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
+	dir := baseBackup(t, p, "backup-")
 	claim(s, "after-", true) // acknowledged, then lost with the server
 	p.kill()
 

@@ -248,11 +248,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		// An open transaction that wrote a row holds the table's ROW
 		// EXCLUSIVE lock: an ALTER TABLE would wait for it.
-		tx, err := pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(bg())
+		tx := mustBegin(t, pool)
 		mustExec(t, tx, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open"))
 		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
 		defer cancel()

@@ -194,20 +194,7 @@ func freePort() string {
 // so no server another test starts can take it.
 func downPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := listenLoopback(t, func(c net.Conn) { c.Close() }, func() {})
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
@@ -462,6 +449,18 @@ func mustRecord(t testing.TB, s *Store, id string, lease time.Duration, fp []byt
 	return r
 }
 
+// mustBegin begins a transaction on pool, failing t on an error; it is
+// rolled back when t ends unless it has ended by then.
+func mustBegin(t testing.TB, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(bg()) })
+	return tx
+}
+
 // execer runs a statement: a pool, a connection or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -482,13 +481,25 @@ func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
 	t.Helper()
 	mustExec(t, admin, `ALTER SYSTEM SET `+setting+` = `+value)
 	mustExec(t, admin, `SELECT pg_reload_conf()`)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		var got string
-		if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+		err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got)
+		return err == nil && got == value,
+			fmt.Sprintf("%s is %q (%v) after the reload; want %s", setting, got, err, value)
+	})
+}
+
+// waitFor polls cond every 20 ms until it holds, failing t with what cond
+// said of the last poll once within has passed.
+func waitFor(t testing.TB, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		ok, last := cond()
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is not %s 10 s after the reload", setting, value)
+			t.Fatalf("after %v: %s", within, last)
 		}
 	}
 }
@@ -497,15 +508,11 @@ func setSystem(t *testing.T, admin *pgxpool.Pool, setting, value string) {
 // and ErrUnavailable (nil: until one is first), failing t after 10 s.
 func waitForClaim(t *testing.T, s *Store, what string, want error) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		first, err := s.Claim(bg(), uniquePrefix(), time.Now().Add(time.Hour))
-		if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-		}
-	}
+		refused := want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable)
+		return want == nil && first && err == nil || refused, fmt.Sprintf("%s: Claim = %v, %v", what, first, err)
+	})
 }
 
 // subtest is a named test of a group run by [subtests].

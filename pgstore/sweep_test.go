@@ -209,11 +209,7 @@ func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live"))
-	tx, err := pool.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(bg())
+	tx := mustBegin(t, pool)
 	tag, err := tx.Exec(bg(), s.sweep, 10)
 	if err != nil || tag.RowsAffected() != 10 {
 		t.Fatalf("open batch deleted %d rows (%v), want 10", tag.RowsAffected(), err)

@@ -36,11 +36,7 @@ func txFromWithoutATransactionFails(t *testing.T) {
 		}
 	}
 	s := newTestStore(t)
-	tx, err := s.pool.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(bg())
+	tx := mustBegin(t, s.pool)
 	if got, err := TxFrom(WithTx(nilCtx, tx)); got != tx || err != nil {
 		t.Fatalf("TxFrom(WithTx(tx)) = %v, %v", got, err)
 	}
@@ -66,38 +62,23 @@ func claimInATransaction(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("WithTx "+tt.name, func(t *testing.T) {
 			id := "tx-" + tt.name
-			tx, err := s.pool.Begin(bg())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(bg())
+			tx := mustBegin(t, s.pool)
 			if first, err := s.Claim(WithTx(bg(), tx), id, until); !first || err != nil {
 				t.Fatalf("Claim in the transaction = %v, %v", first, err)
 			}
 			// Another session's claim waits for the transaction.
-			type result struct {
-				first bool
-				err   error
-			}
-			done := make(chan result, 1)
-			go func() {
-				first, err := s.Claim(bg(), id, until)
-				done <- result{first, err}
-			}()
+			done := claimAsync(s, id, until)
 			waitForLockWaiter(t, s.pool)
 			select {
 			case r := <-done:
 				t.Fatalf("the concurrent claim returned %v, %v before the transaction ended", r.first, r.err)
 			default:
 			}
+			end := tx.Rollback
 			if tt.commit {
-				err = tx.Commit(bg())
-			} else {
-				err = tx.Rollback(bg())
+				end = tx.Commit
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, end(bg()))
 			r := <-done
 			if r.err != nil || r.first == tt.commit {
 				t.Fatalf("concurrent claim after the transaction %s = %v, %v; want first = %v", tt.name, r.first, r.err, !tt.commit)
@@ -125,11 +106,7 @@ func claimInATransaction(t *testing.T) {
 	}
 
 	t.Run("a one-time token redeemed in a transaction", func(t *testing.T) {
-		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-		if err != nil {
-			t.Fatal(err)
-		}
-		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "pgtx", TTL: time.Minute, Replay: s})
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: testKeys(t), Purpose: "pgtx", TTL: time.Minute, Replay: s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +114,7 @@ func claimInATransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(bg())
+		tx := mustBegin(t, s.pool)
 		want := map[string]string{"sub": "a"}
 		if _, err := iss.Redeem(WithTx(bg(), tx), tok, want); err != nil {
 			t.Fatalf("Redeem in a transaction: %v", err)
@@ -165,11 +138,7 @@ func claimInATransaction(t *testing.T) {
 	})
 
 	t.Run("refusals", func(t *testing.T) {
-		tx, err := s.pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(bg())
+		tx := mustBegin(t, s.pool)
 		cancelled, cancel := context.WithCancel(WithTx(bg(), tx))
 		cancel()
 		tests := []struct {
@@ -192,11 +161,7 @@ func claimInATransaction(t *testing.T) {
 	})
 
 	t.Run("expiry by the database's clock", func(t *testing.T) {
-		tx, err := s.pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(bg())
+		tx := mustBegin(t, s.pool)
 		// now() is the transaction's start; the claim reads the statement's
 		// time, so an until between the two is refused as expired.
 		time.Sleep(300 * time.Millisecond)
@@ -218,11 +183,7 @@ func claimInATransaction(t *testing.T) {
 func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	p := needServer(t)
 	work := newTestStore(t)
-	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	mustExec(t, work.pool, `CREATE DATABASE "`+db+`"`)
-	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
-	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	must(t, Migrate(bg(), otherPool, DefaultTable))
+	otherPool := otherDatabase(t, p, work.pool)
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
 		name      string
@@ -265,11 +226,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	p := needServer(t)
 	s := newTestStore(t)
-	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	mustExec(t, s.pool, `CREATE DATABASE "`+db+`"`)
-	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
-	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
-	must(t, Migrate(bg(), otherDB, DefaultTable))
+	otherDB := otherDatabase(t, p, s.pool)
 	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
 	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	mustExec(t, s.pool, `CREATE SCHEMA `+schema)
@@ -292,11 +249,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "withtx-" + strconv.Itoa(i)
-			tx, err := tt.pool.Begin(bg())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(bg())
+			tx := mustBegin(t, tt.pool)
 			if tt.prepare != "" {
 				mustExec(t, tx, tt.prepare)
 			}
@@ -320,4 +273,16 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherDatabase creates a database of its own on p (through admin, and
+// dropped when t ends) and returns a pool on it, its default table made.
+func otherDatabase(t *testing.T, p *pgServer, admin *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	mustExec(t, admin, `CREATE DATABASE "`+db+`"`)
+	t.Cleanup(func() { admin.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	must(t, Migrate(bg(), pool, DefaultTable))
+	return pool
 }

@@ -7,8 +7,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,20 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/webhook"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // runsTable creates the consumer's table, one row per processed delivery
 // and no unique key, dropped when t ends.
-func runsTable(t *testing.T, pool *pgxpool.Pool) string {
+func runsTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "webhook_runs_" + hex.EncodeToString(b)
-	mustExec(t, pool, "create table "+name+" (delivery text not null, attempt int not null)")
-	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
-	return name
+	return newTable(t, pool, "webhook_runs_", "delivery text not null, attempt int not null")
 }
 
 // rowsPerDelivery counts the consumer's rows of each delivery.
@@ -65,17 +57,8 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 	p := needServer(b)
 	pool := p.pool(b)
 	store := storeOn(b, pool)
-	rnd := make([]byte, 6)
-	rand.Read(rnd)
-	table := "webhook_bench_" + hex.EncodeToString(rnd)
-	if _, err := pool.Exec(context.Background(), "create table "+table+" (delivery text not null, attempt int not null)"); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pool.Exec(context.Background(), "drop table "+table) })
-	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	table := runsTable(b, pool)
+	signer := whSigner(b)
 	const body = `{"run":"bench"}`
 	var n atomic.Int64 // every delivery is new
 	serve := func(b *testing.B, h http.Handler) {
@@ -115,23 +98,6 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 	})
 	b.Run("floor", func(b *testing.B) { serve(b, own) })
 	b.Run("middleware", func(b *testing.B) {
-		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-			Replay: store, Namespace: "bench", Lease: time.Minute, Transactional: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		serve(b, v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tx, err := TxFrom(r.Context())
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			d, _ := webhook.DeliveryFrom(r.Context())
-			if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, 1)", d.ID); err != nil {
-				b.Error(err)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		})))
+		serve(b, whVerifier(b, store, time.Minute, true).Middleware(insertRun(b, table)))
 	})
 }

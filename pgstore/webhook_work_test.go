@@ -213,7 +213,7 @@ func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.SweepInterval = -1 })
 	table := runsTable(t, pool)
-	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: fleetKeys(t), Purpose: "webhook", TTL: time.Minute, Replay: s})
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: testKeys(t), Purpose: "webhook", TTL: time.Minute, Replay: s})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,6 +225,17 @@ func workTxLargeObjects(t *testing.T) {
 	}
 }
 
+// queryErr runs sql with Query on tx and returns the error of the whole
+// read.
+func queryErr(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	return err
+}
+
 // handlerStatements are statements a handler can send in the work's
 // transaction that would end, replace or outlive it: each is refused (by
 // the Tx before sending, or by the server, which takes one statement per
@@ -259,14 +270,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
 			return err
 		}},
-		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, sql)
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
-		}},
+		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error { return queryErr(ctx, tx, sql) }},
 		{"SendBatch", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
 			b.Queue("select 1")
@@ -276,12 +280,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 		// pgx applies a QueryRewriter's SQL, and a QueryExecMode placed
 		// after QueryResultFormats, in Query and in a batch.
 		{"Query with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1", rewriteTo(sql))
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1", rewriteTo(sql))
 		}},
 		{"SendBatch with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
@@ -296,12 +295,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			return err
 		}},
 		{"Query with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1", rewriteThen{rewriteTo(sql)})
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1", rewriteThen{rewriteTo(sql)})
 		}},
 		{"SendBatch with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			b := &pgx.Batch{}
@@ -309,12 +303,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			return tx.SendBatch(ctx, b).Close()
 		}},
 		{"Query simple behind result formats", func(ctx context.Context, tx pgx.Tx, sql string) error {
-			rows, err := tx.Query(ctx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
-			if err == nil {
-				rows.Close()
-				err = rows.Err()
-			}
-			return err
+			return queryErr(ctx, tx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
 		}},
 	}
 	n := 0
@@ -599,16 +588,12 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 	}
 }
 
-// workFenceIsTheStoresWhateverTheHandlerDefines: the fence is the
-// store's function, called by its schema. A handler that defines a
-// function of the fence's name and arguments in a schema of its own and
-// puts that schema first on the transaction's search_path (SET LOCAL), or
-// prepares by SQL statements under the call's text or a pgx cache name, or
-// asks the Tx to prepare one under a name of pgx's statement cache
-// (refused: the work rolls back), must not make its own code run in the
-// fence's place: Commit commits the work with the done row (or, refused,
-// neither), and a function of the handler's that would have written a
-// mark never runs. The next work on the pool (of one connection) commits.
+// workFenceIsTheStoresWhateverTheHandlerDefines: a handler's function of
+// the fence's name first on its search_path, or a statement it prepares
+// under the call's text or a pgx cache name, never runs in the fence's
+// place: Commit commits the work with the done row (or, refused, neither),
+// the handler's mark is never written, and the next work on the
+// connection commits.
 func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	p := needServer(t)
 	for k, way := range workWays {
@@ -690,15 +675,11 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	}
 }
 
-// workRollbackAfterAnEscapeKeepsTheKey: a handler whose SQL ended the
-// work's transaction past the Tx's refusals and then failed (a 5xx, a
-// panic: the middleware rolls back and releases the key) must not run
-// again over the writes the escape kept. Rollback reports the escape
-// (ErrUnavailable and errEscaped) and records the key as done without a
-// record, on both ways in: BeginWork after a committed lease, and
-// AcquireWork, whose lease (the ID's lock) the escape already ended. A
-// one-time token claimed before the escape is not accepted again either.
-// A work that did not escape still rolls back with nil.
+// workRollbackAfterAnEscapeKeepsTheKey: a handler that escaped its
+// transaction and then failed must not run again over the writes the
+// escape kept, so Rollback reports the escape and records the key as done
+// without a record (a token claimed before stays claimed), on both ways
+// in; a work that did not escape still rolls back with nil.
 func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
@@ -769,39 +750,16 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 	}
 }
 
-// workEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
-// to commit its charge with SQL while its lease runs out and a second
-// holder runs the same key: the first holder's Commit is never nil, and
-// only the second holder's charge is committed (one effect), whether the
-// escape was refused by the Tx or, sent past it, caught by the fence
-// (then reported as escaped, not as ErrLeaseLost, since the raw COMMIT
-// kept the charge it wrote before).
+// workEscapeWithTheLeaseLostKeepsOneCharge: a handler that ends its
+// transaction past the Tx and writes again while its lease runs out and a
+// second holder runs the same key: the first holder's Commit reports the
+// escape (neither ErrLeaseLost nor ErrRolledBack), and only the second
+// holder's charge is committed. (An escape the Tx refuses rolls the work
+// back: workTxRefusesStatementsThatEscapeTheTransaction.)
 func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
-	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "savepoint a"} {
-		t.Run(sql, func(t *testing.T) {
-			id := "lost-" + strconv.Itoa(i)
-			w1, _ := acquire(t, s, id, time.Minute)
-			ctx := w1.Context(bg())
-			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, sql); err == nil {
-				t.Fatalf("%q accepted", sql)
-			}
-			charge(ctx, table, id, "first")
-			expire(t, s, id)
-			w2, _ := acquire(t, s, id, time.Minute)
-			must(t, charge(w2.Context(bg()), table, id, "second"))
-			must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
-			if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); err == nil {
-				t.Fatal("first holder's Commit = nil")
-			}
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
-				t.Fatalf("charges = %q, want only the second holder's", got)
-			}
-		})
-	}
 	t.Run("past the Tx", func(t *testing.T) {
 		id := "lost-raw"
 		w1, _ := acquire(t, s, id, time.Minute)
