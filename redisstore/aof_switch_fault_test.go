@@ -182,9 +182,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 	mu.Lock()
 	switched = time.Now() // claims answered from here count as after the switch (some were sent before)
 	mu.Unlock()
-	if err := srv.client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, srv.client().ConfigSet(ctx, "appendonly", "no").Err())
 	time.Sleep(crashAfter)
 	srv.kill()
 	close(stop)
@@ -202,10 +200,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 	if err := srv.start(); err != nil { // loads the AOF of its command line
 		t.Fatal(err)
 	}
-	s2, err := New(srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustNew(t, srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
 	defer s2.Close()
 	refusal = nil
 	for _, id := range accepted {

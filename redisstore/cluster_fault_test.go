@@ -144,9 +144,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 			t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
 		}
 	}
-	if err := s.Release(ctx, "race-0"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.Release(ctx, "race-0"))
 	if first, err := s.Claim(ctx, "race-0", until); err != nil || !first {
 		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
 	}
@@ -195,9 +193,7 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		if first, err := s.Claim(ctx, id, until); err != nil || first {
 			t.Fatalf("second claim: first = %v, err = %v", first, err)
 		}
-		if err := s.Release(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.Release(ctx, id))
 	}
 	if len(rec.cmds) < 90 {
 		t.Fatalf("%d commands sent for 90 store calls, want one each (and EVAL after NOSCRIPT)", len(rec.cmds))
@@ -218,14 +214,10 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 			t.Fatalf("renew: %v", err)
 		}
 		if i%2 == 0 {
-			if err := s.ReleaseLease(ctx, id, l.Token); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.ReleaseLease(ctx, id, l.Token))
 			continue
 		}
-		if err := s.ConfirmLease(ctx, id, l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(ctx, id, l.Token, until))
 		if done, err := s.AcquireLease(ctx, id, time.Minute); err != nil || done.State != replay.LeaseDone {
 			t.Fatalf("acquire after confirm: %v, %v; want done", done.State, err)
 		}
@@ -540,10 +532,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
-	s, err := New(c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
 	t.Cleanup(func() { s.Close() })
 	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatal(err)
@@ -599,15 +588,9 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// one's 11 s.
 	opts.MaxSkew, opts.Timeout = time.Second, idleTimeout
 	provisionFirst(t, c, opts)
-	short, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	short := mustNew(t, c, opts)
 	defer short.Close()
-	long, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := mustNew(t, c, opts)
 	defer long.Close()
 	if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
 		t.Fatalf("short claim: %v, %v", first, err)
@@ -629,9 +612,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// The loss takes every marker and the lifetime record, as a restart
 	// without persistence does.
 	for _, k := range append(short.tags[:], short.lifetimeKey()) {
-		if err := c.Del(ctx, k).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.Del(ctx, k).Err())
 	}
 	for shard, id := range ids {
 		_, err := short.Claim(ctx, id, time.Now().Add(time.Second))
@@ -986,10 +967,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			// slow call is neither a timeout nor a clock behind Redis's.
 			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second, Timeout: 10 * time.Second}
 			provisionFirst(t, c, opts)
-			app, err := Open(ctx, c, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			app := mustOpen(t, c, opts)
 			untils := make(map[string]time.Time, n)
 			onLost := 0
 			for i := range n {
@@ -1016,10 +994,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 
 			// The runbook: status, then provision, as ctoken-store runs
 			// them (a new process: a new client).
-			op, err := New(tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
-			if err != nil {
-				t.Fatal(err)
-			}
+			op := mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
 			st, err := op.Status(ctx)
 			if err != nil {

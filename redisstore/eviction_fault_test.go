@@ -291,12 +291,8 @@ func evictOn(t *testing.T, c *redis.Client, policy string, part int64) {
 func evictOff(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	evicted := infoInt(t, c, "stats", "evicted_keys")
-	if err := c.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(context.Background(), "maxmemory", "0").Err())
+	must(t, c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err())
 	return evicted
 }
 
@@ -335,13 +331,9 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				// the server before would call this flush a loss).
 				other := redis.NewClient(&redis.Options{Addr: srv.addr(), DB: 1})
 				defer other.Close()
-				if err := other.Do(ctx, tt.before...).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Do(ctx, tt.before...).Err())
 				s.Close()
-				if err := c.Del(ctx, s.serversKey()).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Del(ctx, s.serversKey()).Err())
 				var err error
 				if s, err = Open(ctx, c, opts); err != nil {
 					t.Fatal(err)
@@ -362,9 +354,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			// An operator reopens the key space (what Reopen writes): the
 			// same Store serves again, and rechecks do not fence again.
 			for _, m := range s.tags {
-				if err := c.Set(ctx, m, "O", 0).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, m, "O", 0).Err())
 			}
 			raised := ev.count(replay.EventFenceRaised)
 			recheckAll(t, s)
@@ -471,9 +461,7 @@ func evictableBaselines(t *testing.T, c redis.Cmdable, prefix string) {
 func evictWhileIdleThenResetStat(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	evicted := evictWhileIdle(t, c, "volatile-lru", 1)
-	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigResetStat(context.Background()).Err())
 	if after := infoInt(t, c, "stats", "evicted_keys"); after != 0 {
 		t.Fatalf("evicted_keys after CONFIG RESETSTAT = %d; want 0, its baseline", after)
 	}
@@ -538,10 +526,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 	// The fence a new Open raised (the app down) or kept, read through a
 	// Store that runs no check before its first claim: every fence was
 	// raised before detected.
-	s2, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(), Timeout: idleTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustNew(t, c, Options{Prefix: s.Prefix(), Logger: quietLogger(), Timeout: idleTimeout})
 	defer s2.Close()
 	_, refusal := s2.Claim(ctx, old[0], time.Now().Add(10*time.Minute))
 	detected := time.Now()

@@ -202,9 +202,7 @@ sentinel parallel-syncs %[3]s 1
 			t.Fatal(err)
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, cmd.Start())
 		sp := &sentinelProc{addr: "127.0.0.1:" + port, cmd: cmd, exited: make(chan struct{}), dir: dir}
 		go func() { cmd.Wait(); logf.Close(); close(sp.exited) }()
 		t.Cleanup(func() {

@@ -47,10 +47,7 @@ func TestFaultChildInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	store, err := New(standaloneClient(t, addr), Options{Prefix: os.Getenv(envChildPrefix), Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := mustNew(t, standaloneClient(t, addr), Options{Prefix: os.Getenv(envChildPrefix), Timeout: 2 * time.Second})
 	// One write(2) on an O_APPEND file: a line survives SIGKILL once the
 	// call returns, and the reply is written after it.
 	hook := hookEndpoint(t, store, killLease, killHookWork, func(id string) {
@@ -90,9 +87,7 @@ func startChild(t *testing.T, redisAddr, prefix, logPath string, delay time.Dura
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, cmd.Start())
 	exited := make(chan struct{})
 	t.Cleanup(func() {
 		stdin.Close()

@@ -334,9 +334,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 			if try == 4*loadItems/loadPageSize {
 				t.Fatalf("client %d: listing not finished after the run in %d requests", lc.id, try)
 			}
-			if err := page(lc); err != nil {
-				t.Fatal(err)
-			}
+			must(t, page(lc))
 		}
 		t.Logf("no listing ended within the run; client %d's, begun at the start, was paged to its end after it", lc.id)
 	}

@@ -156,9 +156,7 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	}
 	pausedFor := time.Since(paused)
 	rp.signal(syscall.SIGCONT)
-	if err := waitPing(rp.addr(), nil, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	must(t, waitPing(rp.addr(), nil, 10*time.Second))
 
 	var took []time.Duration
 	worstOf := map[string]time.Duration{}

@@ -166,9 +166,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 		w.Close()
 		for _, m := range all {
 			sendTraffic(t, m, 1000)
-			if err := m.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, m.ConfigResetStat(ctx).Err())
 		}
 	}
 	fenced := make(chan struct{}, 1)
@@ -229,9 +227,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 		r.sameUsec = true
 		for _, m := range masters {
 			was := cmdStat(mustInfo(t, m, "commandstats"), "config|resetstat", "usec")
-			if err := m.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, m.ConfigResetStat(ctx).Err())
 			if now := cmdStat(mustInfo(t, m, "commandstats"), "config|resetstat", "usec"); was == 0 || now != was {
 				r.sameUsec = false
 			}
@@ -345,9 +341,7 @@ func countKeys(t *testing.T, masters []*redis.Client, pattern string) int {
 		for iter.Next(context.Background()) {
 			n++
 		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, iter.Err())
 	}
 	return n
 }
