@@ -71,10 +71,7 @@ func masterOf(t *testing.T, c *redis.ClusterClient, key string) string {
 // RESETSTAT on one master or on every one, and the runbook after a restart
 // without persistence of one master or of every one while no store ran.
 func TestCluster(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"single use on every other instance", clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"claims once on every master", clusterClaimsExactlyOnceOnEveryMaster},
 		{"every command in one slot", clusterEveryStoreCommandStaysInOneSlot},
@@ -86,9 +83,7 @@ func TestCluster(t *testing.T) {
 		{"eviction while idle then CONFIG RESETSTAT", clusterEvictionWhileIdleThenResetStat},
 		{"burst then idle then CONFIG RESETSTAT", clusterResetStatAfterABurst},
 		{"restart, then the runbook", clusterRestartWithoutPersistenceThenTheRunbook},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
