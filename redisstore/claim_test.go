@@ -103,13 +103,10 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 func invalidArgumentsNeverReachRedis(t *testing.T) {
 	var sent atomic.Int32
 	now := time.Now().Truncate(time.Millisecond)
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		sent.Add(1)
 		return redis.NewCmd(ctx, args...)
 	}), Options{Horizon: time.Hour, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, tok, until := context.Background(), "0123456789abcdef0123456789abcdef", now.Add(time.Minute)
 	fp, result := []byte("fp"), []byte("result")
 	long := strings.Repeat("x", MaxIDBytes+1)
@@ -226,15 +223,12 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	until := time.UnixMilli(1_900_000_000_123)
 	now := until.Add(-time.Hour)
 	var got []any
-	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		got = args
 		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetVal([]any{int64(1), int64(0)})
 		return cmd
 	}), Options{Prefix: "p:", Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	first, err := s.Claim(context.Background(), "the-id", until)
 	if err != nil || !first {
 		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
@@ -378,15 +372,12 @@ func claimFailsClosedOnUnexpectedReplies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetVal(tt.val)
 				cmd.SetErr(tt.err)
 				return cmd
 			}), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
 			if first || !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)

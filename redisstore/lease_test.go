@@ -108,7 +108,7 @@ func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 func leaseStepsSendOneKeyScripts(t *testing.T) {
 	var calls [][]any
 	reply := []any{int64(1), int64(0)}
-	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		calls = append(calls, args)
 		cmd := redis.NewCmd(ctx, args...)
 		switch {
@@ -123,9 +123,6 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 		}
 		return cmd
 	}), Options{Prefix: "p:"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	l, err := s.AcquireLease(ctx, "id", time.Minute)
 	if err != nil || l.State != replay.LeaseAcquired {
@@ -219,15 +216,12 @@ func leaseStepsFailClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetVal(tt.val)
 				cmd.SetErr(tt.err)
 				return cmd
 			}), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx := context.Background()
 			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
 				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
@@ -350,11 +344,8 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 		t.Fatalf("renewal past the horizon = %v; want ErrInvalidClaim (%q), as AcquireLease", err, whyLeaseLong)
 	}
 	var ev events
-	lag, err := New(c, Options{Prefix: s.Prefix(), Horizon: time.Hour, Observer: ev.observe,
+	lag := mustNew(t, c, Options{Prefix: s.Prefix(), Horizon: time.Hour, Observer: ev.observe,
 		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { lag.Close() })
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 	if _, err := lag.AcquireLease(ctx, "b", time.Minute); !errors.Is(err, ErrClockSkew) {
