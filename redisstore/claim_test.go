@@ -294,12 +294,12 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 }
 
 // TestClaimFailsClosed pins that [Store.Claim] refuses, never answers first,
-// when Redis is down, slow, odd or full.
+// when Redis is down, slow, odd or full (and the lease steps, when odd).
 func TestClaimFailsClosed(t *testing.T) {
 	subtests(t, []subtest{
 		{"redis down", claimFailsClosedWhenRedisDown},
 		{"redis slow", claimFailsClosedWhenRedisSlow},
-		{"unexpected replies", claimFailsClosedOnUnexpectedReplies},
+		{"unexpected replies", stepsFailClosedOnUnexpectedReplies},
 		{"redis full", claimFailsClosedWhenRedisIsFull},
 	})
 }
@@ -355,20 +355,28 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 	})
 }
 
-func claimFailsClosedOnUnexpectedReplies(t *testing.T) {
+// Every step refuses with ErrUnavailable, never first nor acquired, on a
+// reply it does not expect.
+func stepsFailClosedOnUnexpectedReplies(t *testing.T) {
 	tests := []struct {
 		name string
 		val  any
 		err  error
 	}{
 		{"error reply", nil, errors.New("ERR invalid expire time in 'set' command")},
+		{"another error reply", nil, errors.New("ERR something")},
 		{"readonly replica", nil, errors.New("READONLY You can't write against a read only replica.")},
 		{"cross slot", nil, redis.ErrCrossSlot},
+		{"nil", nil, redis.Nil},
+		{"nil value", nil, nil},
 		{"queued", "QUEUED", nil},
+		{"string", "OK", nil},
+		{"empty string", "", nil},
 		{"integer", int64(7), nil},
 		{"negative integer", int64(-1), nil},
-		{"empty string", "", nil},
-		{"nil value", nil, nil},
+		{"short array", []any{int64(1)}, nil},
+		{"unknown state", []any{int64(7), int64(0)}, nil},
+		{"wrong types", []any{"1", "0"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -378,9 +386,24 @@ func claimFailsClosedOnUnexpectedReplies(t *testing.T) {
 				cmd.SetErr(tt.err)
 				return cmd
 			}), Options{})
-			first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
-			if first || !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+			ctx := context.Background()
+			if first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Claim = %v, %v; want false, ErrUnavailable", first, err)
+			}
+			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
+				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
+			}
+			tok := "0123456789abcdef0123456789abcdef"
+			if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmLease = %v; want ErrUnavailable", err)
+			}
+			if err := s.RenewLease(ctx, "id", tok, time.Minute); !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("RenewLease = %v; want ErrUnavailable", err)
+			}
+			if _, isInt := tt.val.(int64); !isInt {
+				if err := s.ReleaseLease(ctx, "id", tok); !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("ReleaseLease = %v; want ErrUnavailable", err)
+				}
 			}
 		})
 	}

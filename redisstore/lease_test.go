@@ -30,7 +30,6 @@ func TestLease(t *testing.T) {
 		{"resent after a lost reply", stepsResentAfterLostReplyAnswerTheSame},
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
-		{"fail closed", leaseStepsFailClosed},
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
 		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
@@ -197,48 +196,6 @@ func leaseStepsRefuseAForeignValue(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-func leaseStepsFailClosed(t *testing.T) {
-	tests := []struct {
-		name string
-		val  any
-		err  error
-	}{
-		{"error reply", nil, errors.New("ERR something")},
-		{"cross slot", nil, redis.ErrCrossSlot},
-		{"nil", nil, redis.Nil},
-		{"string", "OK", nil},
-		{"short array", []any{int64(1)}, nil},
-		{"unknown state", []any{int64(7), int64(0)}, nil},
-		{"wrong types", []any{"1", "0"}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
-				cmd := redis.NewCmd(ctx, args...)
-				cmd.SetVal(tt.val)
-				cmd.SetErr(tt.err)
-				return cmd
-			}), Options{})
-			ctx := context.Background()
-			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
-				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
-			}
-			tok := "0123456789abcdef0123456789abcdef"
-			if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("ConfirmLease = %v; want ErrUnavailable", err)
-			}
-			if err := s.RenewLease(ctx, "id", tok, time.Minute); !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) {
-				t.Fatalf("RenewLease = %v; want ErrUnavailable", err)
-			}
-			if _, isInt := tt.val.(int64); !isInt {
-				if err := s.ReleaseLease(ctx, "id", tok); !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("ReleaseLease = %v; want ErrUnavailable", err)
-				}
-			}
-		})
 	}
 }
 
