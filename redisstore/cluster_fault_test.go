@@ -840,45 +840,15 @@ func maxKey(m map[string]int) string {
 
 // clusterRestartWithoutPersistenceThenTheRunbook runs
 // TestUnknownHistory/restart, then the runbook (provision_unknown_test.go)
-// on the Cluster: 500 IDs claimed with a 5 s lifetime (3 s on one server:
-// a restarted Cluster master reports cluster_state:ok only 2 s after it
-// starts, and the earlier IDs must outlive that), on every master holding
-// a shard; the store closed (no application runs); then one master
-// (the one holding the most shard markers, and, by the choice of the
-// prefix, the ledger and the lifetime record too) or every master
-// SIGKILLed and started again without persistence and without its AOF:
-// empty, with its slots (nodes.conf survives). Then the runbook as
-// ctoken-store runs it, through the Store API, and an application that
-// claims every earlier ID again with its own until, and a fresh ID, until
-// the fresh one is served:
-//
-//   - every master: Status shows every marker missing, no ledger, no
-//     lifetime record and each master's start seconds ago (the CLI's
-//     verdict: HISTORY UNKNOWN); Provision fences every shard for one
-//     lifetime (the Horizon: the record was lost), ErrFenced whose RetryAt
-//     is the fence's end; Open refuses (ErrFenced) until then; 0 earlier
-//     IDs accepted again, and a fresh ID is served one lifetime after
-//     Provision.
-//   - one master: the surviving masters count a CONFIG RESETSTAT from
-//     before the key space was provisioned (the test runs it, as the
-//     tests before it in TestCluster did), and their baselines
-//     (<prefix>servers) live on one of them. Status shows the restarted
-//     master's shards missing, the others open, and its start seconds ago
-//     (the CLI's verdict: partly fenced); Provision refuses, ErrConfig
-//     (partly provisioned), and writes nothing; Open succeeds and the
-//     surviving shards serve at once; each lost shard fences at the
-//     application's first claim of it, for the lifetime the application
-//     knows: 0 earlier IDs accepted again, and a fresh ID on a lost shard
-//     is served within a lifetime.
-//   - one master, the baselines with it: the same, but the prefix puts
-//     <prefix>servers on the restarted master too, so the surviving
-//     masters' baselines are lost with it. Nothing then proves that their
-//     reset came before the key space lived and hid no eviction of its
-//     claims (issue 81), so Provision's server checks fence every shard
-//     for one lifetime (a "loss" ledger entry naming the reset), and
-//     Provision answers ErrFenced whose RetryAt is the fence's end; Open
-//     refuses until then; 0 earlier IDs accepted again, and a fresh ID is
-//     served one lifetime after Provision, with no other command.
+// on the Cluster: one master or every master restarted empty while no
+// application ran, then the runbook through the Store API and an
+// application claiming every earlier ID again. Every master lost:
+// Provision fences every shard for one lifetime. One master lost: Provision
+// refuses (partly provisioned) and each lost shard fences at its first
+// claim. One master lost with the baselines: the survivors' earlier CONFIG
+// RESETSTAT could hide evictions (issue 81), so Provision fences every
+// shard. In each, no earlier ID is accepted again and a fresh ID is served
+// within a lifetime.
 func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 	tc := clusterFromEnv(t)
 	for _, tt := range []struct {
