@@ -266,12 +266,9 @@ type churnResult struct {
 	deliveries, hookRetries  int
 }
 
-// churnLease is the webhook lease of churnDuring's receivers: longer than
-// the outage of a restarted master (down 1 s, its AOF loaded, and go-redis's
-// pause on new dials after failed ones), as docs/fleet-reference.md asks. A handler
-// that runs while its master is down cannot confirm; with a lease shorter
-// than the outage (2 s, as this was) the sender's retry after the lease is
-// processed again — the documented lease limit, seen once in CI.
+// churnLease is the webhook lease of churnDuring's receivers: it must
+// outlast a restarted master's outage, or a retry after the lease is
+// processed again (the documented lease limit, docs/fleet-reference.md).
 const churnLease = 5 * time.Second
 
 // churnDuring runs a fleet of three instances on store while disrupt runs:
@@ -681,18 +678,12 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 }
 
 // clusterEvictionWhileIdleThenResetStat runs TestEvictionWhileIdleThenResetStat
-// (eviction_fault_test.go) on the Cluster (issue 56's report: 3 750–4 295
-// of 20 000 IDs accepted twice per run there): claims acknowledged on every
-// master holding a shard, then, while the store is idle or the app down,
-// eviction switched on at the master holding the most of them (or at every
-// master holding claims: after the slot migration test one may hold none),
-// keys evicted, eviction reverted and CONFIG RESETSTAT there. The
-// store's recheck, or a new Open, sees the reset on that master
-// (resetWitnesses) and fences the whole key space: no ID
-// is accepted twice, and the unaffected masters' shards do not keep
-// serving (the checks judge each master, but a loss on one fences every
-// shard, Store.fenceAll: every ID, on every master, is refused with
-// ErrFenced).
+// (eviction_fault_test.go) on the Cluster (issue 56: thousands of IDs were
+// accepted twice there): eviction and CONFIG RESETSTAT on the master
+// holding the most claims, or on every master holding some, while the
+// store is idle or the app down. The reset on one master fences the whole
+// key space (Store.fenceAll): no ID is accepted twice, and every ID, on
+// every master, is refused with ErrFenced.
 func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 	tc := clusterFromEnv(t)
 	for _, tt := range []struct {

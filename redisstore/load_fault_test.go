@@ -21,14 +21,10 @@ import (
 )
 
 const (
-	// loadLease is the webhook lease of the load test's receivers. It must
-	// outlast the Redis restart plus the clients' reconnection (go-redis's
-	// pool may wait a second before dialing again), or a delivery processed
-	// just before the restart whose confirmation cannot be recorded within
-	// its lease is processed again when re-sent. With 2 s, one delivery was
-	// processed twice in one of seven runs on a loaded VM, before lease
-	// errors were logged (hookEndpoint now logs each), so its cause is
-	// inferred, not seen.
+	// loadLease is the webhook lease of the load test's receivers: it must
+	// outlast the Redis restart plus the clients' reconnection, or a
+	// delivery whose confirmation could not be recorded within its lease
+	// is processed again when re-sent.
 	loadLease    = 5 * time.Second
 	loadItems    = 100_000
 	loadPageSize = 500
