@@ -136,8 +136,9 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 			l := acquireRecord(t, s, held, fp, replay.LeaseAcquired)
 			must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 			err := tc.step(ctx, s, l.Token)
-			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
-				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q)", tc.name, err, whyFenceRaised)
+			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised ||
+				errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q), not ErrLeaseLost", tc.name, err, whyFenceRaised)
 			}
 			if _, ok := replay.RetryAt(err); !ok {
 				t.Fatalf("the refusal %v carries no RetryAt", err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +31,6 @@ func TestLease(t *testing.T) {
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
-		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
 		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
 	})
 }
@@ -245,40 +243,6 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	}
 	if after, err := c.Get(ctx, s.key("d")).Result(); err != nil || after != done {
 		t.Fatalf("done entry after a refused renewal = %q, %v; want %q", after, err, done)
-	}
-}
-
-// Redis restarted without persistence: the lease is gone with everything
-// else, and its renewal is refused as the store's other steps are (the
-// shard fenced), never answered with ErrLeaseLost as if another holder had
-// taken the ID, nor accepted.
-func renewRefusedAfterARestartWithoutPersistence(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
-	s := provisioned(t, c, Options{Prefix: "renew:", Logger: quietLogger()})
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	srv.restart(syscall.SIGKILL)
-	// The pooled connection died with the server: a call may fail on it
-	// first (ErrUnavailable, outcome unknown); none is accepted.
-	for i := 0; ; i++ {
-		err = s.RenewLease(ctx, "a", l.Token, time.Minute)
-		if err == nil || errors.Is(err, replay.ErrLeaseLost) || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("renewal after a restart without persistence = %v; want a refusal matching ErrUnavailable", err)
-		}
-		if errors.Is(err, ErrFenced) || i == 3 {
-			break
-		}
-	}
-	if !errors.Is(err, ErrFenced) {
-		t.Fatalf("renewal after a restart without persistence = %v; want ErrFenced", err)
-	}
-	if _, err := s.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrFenced) {
-		t.Fatalf("AcquireLease after a restart without persistence = %v; want ErrFenced, as the renewal", err)
 	}
 }
 
