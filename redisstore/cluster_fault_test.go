@@ -1022,9 +1022,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 				}
 				t.Logf("Provision: %v; fenced until %v after Provision", perr, end.Sub(t0).Round(time.Millisecond))
 				fenceEnd = end
-				if waiting, err = New(tc.client(t), waitOpts); err != nil {
-					t.Fatal(err)
-				}
+				waiting = mustNew(t, tc.client(t), waitOpts)
 			} else {
 				if opened != 0 || !errors.Is(perr, ErrConfig) || Reason(perr) != whyPartlyProvisioned {
 					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrConfig (%q)", opened, perr, whyPartlyProvisioned)

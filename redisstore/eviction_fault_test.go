@@ -157,10 +157,7 @@ func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, re
 		if !errors.Is(openErr, ErrFenced) && !errors.Is(openErr, ErrConfig) {
 			t.Fatalf("Open after the revert = %v; want it to serve or refuse (ErrFenced, ErrConfig)", openErr)
 		}
-		var err error
-		if s, err = New(c, opts); err != nil {
-			t.Fatal(err)
-		}
+		s = mustNew(t, c, opts)
 	}
 	defer s.Close()
 	until := time.Now().Add(10 * time.Minute)
@@ -334,10 +331,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				must(t, other.Do(ctx, tt.before...).Err())
 				s.Close()
 				must(t, c.Del(ctx, s.serversKey()).Err())
-				var err error
-				if s, err = Open(ctx, c, opts); err != nil {
-					t.Fatal(err)
-				}
+				s = mustOpen(t, c, opts)
 				defer s.Close()
 			}
 			old, _ := claimOld(t, s, 500)

@@ -257,9 +257,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 				t.Fatalf("Open after the change = %v; want it to serve or refuse (ErrFenced, ErrConfig)", err)
 			}
 			r.acted = true
-			if s, err = New(c, Options{Prefix: prefix, Logger: quietLogger()}); err != nil {
-				t.Fatal(err)
-			}
+			s = mustNew(t, c, Options{Prefix: prefix, Logger: quietLogger()})
 		}
 		defer s.Close()
 	}
