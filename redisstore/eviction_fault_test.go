@@ -385,24 +385,17 @@ func evictWhileIdle(t *testing.T, c *redis.Client, policy string, part int64) in
 }
 
 // Eviction switched on while the store is idle or the app is down, then
-// reverted, then CONFIG RESETSTAT: evicted_keys is back at its baseline
-// (0), and only the witnesses of the reset show it (resetWitnesses:
-// total_commands_processed below what the last check read, the reset's
-// own entry in INFO commandstats, ROLE's calls). The store's next
-// recheck, or a new Open, fences the key
-// space: none of the IDs claimed before is accepted twice (before this
-// check, 4 176–9 546 of 20 000 were, issue 56). TestCluster/eviction while
-// idle then CONFIG RESETSTAT runs it on one master of a Cluster and on
-// every one; TestResetStatAfterABurst (server_fault_test.go) runs it after
-// bursts the store's checks did not follow (issue 66).
+// reverted, then CONFIG RESETSTAT: only the reset's witnesses show the
+// loss (resetWitnesses), and the store's next recheck, or a new Open,
+// fences the key space: none of the IDs claimed before is accepted twice
+// (issue 56). TestCluster and TestResetStatAfterABurst run it on a Cluster
+// and after bursts.
 func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 	tests := []struct {
 		name    string
 		appDown bool // the app is down during the change: a new Open judges it
 		// baselines: <prefix>servers and the ledger are evicted with the
-		// claims, as an allkeys policy can (issue 81: 9 010 of 20 000
-		// accepted twice, one run in two, before a reset counted on a
-		// server without a baseline was loss).
+		// claims, as an allkeys policy can (issue 81).
 		baselines bool
 	}{
 		{"the store idle, then its recheck", false, false},
