@@ -23,9 +23,7 @@ func latency(b *testing.B, step func(ctx context.Context, s *Store, id string, u
 	for b.Loop() {
 		i++
 		start := time.Now()
-		if err := step(ctx, s, strconv.Itoa(i), until); err != nil {
-			b.Fatal(err)
-		}
+		must(b, step(ctx, s, strconv.Itoa(i), until))
 		lat = append(lat, time.Since(start))
 	}
 	if len(lat) == 0 {

@@ -38,9 +38,7 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 	body := []byte(`{"type":"statusChange","id":"bc-123456","status":"FINISHED","at":"2026-01-02T03:04:05Z"}`)
 	request := func(id int64) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(body))
-		if err := signer.Sign(r.Header, "msg_"+strconv.FormatInt(id, 10), body); err != nil {
-			b.Fatal(err)
-		}
+		must(b, signer.Sign(r.Header, "msg_"+strconv.FormatInt(id, 10), body))
 		return r
 	}
 	var next atomic.Int64
@@ -205,17 +203,13 @@ func BenchmarkClaimCost(b *testing.B) {
 				odd = !odd
 				start := time.Now()
 				if odd {
-					if err := p.floor(); err != nil {
-						b.Fatal(err)
-					}
+					must(b, p.floor())
 				} else if err := p.claim(); err != nil {
 					b.Fatal(err)
 				}
 				mid := time.Now()
 				if odd {
-					if err := p.claim(); err != nil {
-						b.Fatal(err)
-					}
+					must(b, p.claim())
 				} else if err := p.floor(); err != nil {
 					b.Fatal(err)
 				}
@@ -235,9 +229,7 @@ func BenchmarkClaimCost(b *testing.B) {
 		b.Run(tc.name+"/serial", func(b *testing.B) {
 			since := redisMicros(b, tc.c, tc.nested...)
 			for b.Loop() {
-				if err := tc.call(); err != nil {
-					b.Fatal(err)
-				}
+				must(b, tc.call())
 			}
 			b.ReportMetric((redisMicros(b, tc.c, tc.nested...)-since)/float64(b.N), "redis-us/op")
 		})
@@ -296,13 +288,9 @@ func BenchmarkRecordCost(b *testing.B) {
 			return s.ConfirmRecord(ctx, k, r.Token, until, fp, result)
 		}
 	}
-	if err := record(small)(); err != nil {
-		b.Fatal(err)
-	}
+	must(b, record(small)())
 	done := strconv.FormatInt(n.Load(), 10) // the ID record just confirmed
-	if err := record(large)(); err != nil {
-		b.Fatal(err)
-	}
+	must(b, record(large)())
 	doneLarge := strconv.FormatInt(n.Load(), 10)
 	replayOf := func(id string, size int) func() error {
 		return func() error {
@@ -340,9 +328,7 @@ func BenchmarkRecordCost(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			since := redisMicros(b, c)
 			for b.Loop() {
-				if err := tc.call(); err != nil {
-					b.Fatal(err)
-				}
+				must(b, tc.call())
 			}
 			b.ReportMetric((redisMicros(b, c)-since)/float64(b.N), "redis-us/op")
 		})
@@ -421,13 +407,9 @@ func BenchmarkRecordBytes(b *testing.B) {
 			written = append(written, s.key(k), sideKey(s.tags[shardOf(k)], k))
 		}
 		getKey := "bench-get:" + strconv.Itoa(size)
-		if err := c.Set(ctx, getKey, value, 0).Err(); err != nil {
-			b.Fatal(err)
-		}
+		must(b, c.Set(ctx, getKey, value, 0).Err())
 		done := id()
-		if err := s.ConfirmRecord(ctx, done, newToken(), until, fp, value); err != nil {
-			b.Fatal(err)
-		}
+		must(b, s.ConfirmRecord(ctx, done, newToken(), until, fp, value))
 		set := func() error {
 			k := "bench-set:" + id()
 			written = append(written, k)
@@ -472,9 +454,7 @@ func BenchmarkRecordBytes(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%s", sizeName(size), tc.name), func(b *testing.B) {
 				before, mem := serverCPU(b, c), usedMemory(b, c)
 				for b.Loop() {
-					if err := tc.call(); err != nil {
-						b.Fatal(err)
-					}
+					must(b, tc.call())
 				}
 				b.ReportMetric(float64((serverCPU(b, c)-before).Microseconds())/float64(b.N), "redis-cpu-us/op")
 				if len(written) > 0 {
@@ -484,9 +464,7 @@ func BenchmarkRecordBytes(b *testing.B) {
 				for len(written) > 0 {
 					batch := written[:min(len(written), 256)]
 					written = written[len(batch):]
-					if err := c.Del(ctx, batch...).Err(); err != nil {
-						b.Fatal(err)
-					}
+					must(b, c.Del(ctx, batch...).Err())
 				}
 			})
 		}

@@ -90,9 +90,7 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			b.Cleanup(cancel)
 			r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/hook", strings.NewReader(body))
-			if err := signer.Sign(r.Header, "msg_"+strconv.FormatInt(next.Add(1), 10), []byte(body)); err != nil {
-				b.Fatal(err)
-			}
+			must(b, signer.Sign(r.Header, "msg_"+strconv.FormatInt(next.Add(1), 10), []byte(body)))
 			reqs[i] = r
 		}
 		return reqs
@@ -225,9 +223,7 @@ func BenchmarkLeaseServerCPU(b *testing.B) {
 			kind := (done/slice + k) % len(kinds) // rotate which kind goes first
 			cpu0, us0 := serverCPU(b, c), redisMicros(b, c, nested...)
 			for range m {
-				if err := kinds[kind](); err != nil {
-					b.Fatal(err)
-				}
+				must(b, kinds[kind]())
 			}
 			cpu[kind] += serverCPU(b, c) - cpu0
 			us[kind] += redisMicros(b, c, nested...) - us0

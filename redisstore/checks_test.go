@@ -586,13 +586,11 @@ func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
 // waitRewrite waits up to 10 s for the AOF rewrite the fence asked for.
 func waitRewrite(t *testing.T, c *redis.Client) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 10*time.Second, "the AOF rewrite to finish", func() bool {
 		info, err := c.Info(context.Background(), "persistence").Result()
-		if err == nil && strings.Contains(info, "aof_rewrites:1") && strings.Contains(info, "aof_rewrite_in_progress:0") && !strings.Contains(info, "aof_rewrite_scheduled:1") {
-			return
-		}
-	}
-	t.Fatal("the AOF rewrite did not finish within 10 s")
+		return err == nil && strings.Contains(info, "aof_rewrites:1") && strings.Contains(info, "aof_rewrite_in_progress:0") &&
+			!strings.Contains(info, "aof_rewrite_scheduled:1")
+	})
 }
 
 // connectedReplicas is the number of replicas ROLE reports on c.
@@ -678,11 +676,8 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		r := newReplica(t, primary)
 		r.kill()
 		c := primary.client()
-		for deadline := time.Now().Add(5 * time.Second); connectedReplicas(t, c) != 0; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the primary still reports its replica 5 s after it was killed")
-			}
-		}
+		waitFor(t, 5*time.Second, "the primary to stop reporting its killed replica",
+			func() bool { return connectedReplicas(t, c) == 0 })
 		_, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger()})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowAsyncReplicas") {
 			t.Fatalf("Open without Durability while the replica is away = %v; want ErrConfig", err)

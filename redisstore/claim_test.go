@@ -103,13 +103,10 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 func invalidArgumentsNeverReachRedis(t *testing.T) {
 	var sent atomic.Int32
 	now := time.Now().Truncate(time.Millisecond)
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		sent.Add(1)
 		return redis.NewCmd(ctx, args...)
 	}), Options{Horizon: time.Hour, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, tok, until := context.Background(), "0123456789abcdef0123456789abcdef", now.Add(time.Minute)
 	fp, result := []byte("fp"), []byte("result")
 	long := strings.Repeat("x", MaxIDBytes+1)
@@ -226,15 +223,12 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	until := time.UnixMilli(1_900_000_000_123)
 	now := until.Add(-time.Hour)
 	var got []any
-	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		got = args
 		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetVal([]any{int64(1), int64(0)})
 		return cmd
 	}), Options{Prefix: "p:", Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	first, err := s.Claim(context.Background(), "the-id", until)
 	if err != nil || !first {
 		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
@@ -300,12 +294,12 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 }
 
 // TestClaimFailsClosed pins that [Store.Claim] refuses, never answers first,
-// when Redis is down, slow, odd or full.
+// when Redis is down, slow, odd or full (and the lease steps, when odd).
 func TestClaimFailsClosed(t *testing.T) {
 	subtests(t, []subtest{
 		{"redis down", claimFailsClosedWhenRedisDown},
 		{"redis slow", claimFailsClosedWhenRedisSlow},
-		{"unexpected replies", claimFailsClosedOnUnexpectedReplies},
+		{"unexpected replies", stepsFailClosedOnUnexpectedReplies},
 		{"redis full", claimFailsClosedWhenRedisIsFull},
 	})
 }
@@ -361,35 +355,55 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 	})
 }
 
-func claimFailsClosedOnUnexpectedReplies(t *testing.T) {
+// Every step refuses with ErrUnavailable, never first nor acquired, on a
+// reply it does not expect.
+func stepsFailClosedOnUnexpectedReplies(t *testing.T) {
 	tests := []struct {
 		name string
 		val  any
 		err  error
 	}{
 		{"error reply", nil, errors.New("ERR invalid expire time in 'set' command")},
+		{"another error reply", nil, errors.New("ERR something")},
 		{"readonly replica", nil, errors.New("READONLY You can't write against a read only replica.")},
 		{"cross slot", nil, redis.ErrCrossSlot},
+		{"nil", nil, redis.Nil},
+		{"nil value", nil, nil},
 		{"queued", "QUEUED", nil},
+		{"string", "OK", nil},
+		{"empty string", "", nil},
 		{"integer", int64(7), nil},
 		{"negative integer", int64(-1), nil},
-		{"empty string", "", nil},
-		{"nil value", nil, nil},
+		{"short array", []any{int64(1)}, nil},
+		{"unknown state", []any{int64(7), int64(0)}, nil},
+		{"wrong types", []any{"1", "0"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			s := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetVal(tt.val)
 				cmd.SetErr(tt.err)
 				return cmd
 			}), Options{})
-			if err != nil {
-				t.Fatal(err)
+			ctx := context.Background()
+			if first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Claim = %v, %v; want false, ErrUnavailable", first, err)
 			}
-			first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
-			if first || !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
+				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
+			}
+			tok := "0123456789abcdef0123456789abcdef"
+			if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmLease = %v; want ErrUnavailable", err)
+			}
+			if err := s.RenewLease(ctx, "id", tok, time.Minute); !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("RenewLease = %v; want ErrUnavailable", err)
+			}
+			if _, isInt := tt.val.(int64); !isInt {
+				if err := s.ReleaseLease(ctx, "id", tok); !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("ReleaseLease = %v; want ErrUnavailable", err)
+				}
 			}
 		})
 	}

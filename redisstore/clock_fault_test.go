@@ -15,18 +15,13 @@ import (
 // that instance still takes it for valid.
 var skewCfg = wlConfig{workers: 24, ttl: time.Minute, lease: 5 * time.Second, timeout: 2 * time.Second}
 
-// TestLaggingInstanceClock runs issue 26's
-// workload on three instances sharing one Redis: one with the right clock,
-// one whose clock (ctoken's Now and the store's Options.Now) runs 2 minutes
-// behind, one 2 minutes ahead. Each mints tokens by its own clock, and
-// every token and delivery goes to two of them at once. Open refuses the
-// lagging instance's store (ErrClockSkew); built with New, the store
-// refuses every claim and lease step it is asked for with ErrClockSkew, so
-// the lagging instance accepts no token and processes no delivery — before
-// the clock bound it accepted a token Redis had already let expire every
-// time it was presented (issue 26: 3 times with 62 s of skew). No token is
-// accepted twice and no delivery processed twice; the other two instances
-// go on serving.
+// TestLaggingInstanceClock runs issue 26's workload on three instances
+// sharing one Redis: one with the right clock, one 2 minutes behind, one 2
+// minutes ahead. The lagging instance's store is refused at Open and, made
+// with New, refuses every claim and lease step with ErrClockSkew: it
+// accepts no token (before the clock bound it accepted tokens Redis had let
+// expire) and processes no delivery. No token is accepted twice, no
+// delivery processed twice, and the other two go on serving.
 func TestLaggingInstanceClock(t *testing.T) {
 	rp := newServer(t)
 	prefix := randomPrefix()

@@ -71,10 +71,7 @@ func masterOf(t *testing.T, c *redis.ClusterClient, key string) string {
 // RESETSTAT on one master or on every one, and the runbook after a restart
 // without persistence of one master or of every one while no store ran.
 func TestCluster(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	subtests(t, []subtest{
 		{"single use on every other instance", clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"claims once on every master", clusterClaimsExactlyOnceOnEveryMaster},
 		{"every command in one slot", clusterEveryStoreCommandStaysInOneSlot},
@@ -86,9 +83,7 @@ func TestCluster(t *testing.T) {
 		{"eviction while idle then CONFIG RESETSTAT", clusterEvictionWhileIdleThenResetStat},
 		{"burst then idle then CONFIG RESETSTAT", clusterResetStatAfterABurst},
 		{"restart, then the runbook", clusterRestartWithoutPersistenceThenTheRunbook},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
@@ -144,9 +139,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 			t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
 		}
 	}
-	if err := s.Release(ctx, "race-0"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.Release(ctx, "race-0"))
 	if first, err := s.Claim(ctx, "race-0", until); err != nil || !first {
 		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
 	}
@@ -195,9 +188,7 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		if first, err := s.Claim(ctx, id, until); err != nil || first {
 			t.Fatalf("second claim: first = %v, err = %v", first, err)
 		}
-		if err := s.Release(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.Release(ctx, id))
 	}
 	if len(rec.cmds) < 90 {
 		t.Fatalf("%d commands sent for 90 store calls, want one each (and EVAL after NOSCRIPT)", len(rec.cmds))
@@ -218,14 +209,10 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 			t.Fatalf("renew: %v", err)
 		}
 		if i%2 == 0 {
-			if err := s.ReleaseLease(ctx, id, l.Token); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.ReleaseLease(ctx, id, l.Token))
 			continue
 		}
-		if err := s.ConfirmLease(ctx, id, l.Token, until); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmLease(ctx, id, l.Token, until))
 		if done, err := s.AcquireLease(ctx, id, time.Minute); err != nil || done.State != replay.LeaseDone {
 			t.Fatalf("acquire after confirm: %v, %v; want done", done.State, err)
 		}
@@ -279,12 +266,9 @@ type churnResult struct {
 	deliveries, hookRetries  int
 }
 
-// churnLease is the webhook lease of churnDuring's receivers: longer than
-// the outage of a restarted master (down 1 s, its AOF loaded, and go-redis's
-// pause on new dials after failed ones), as docs/fleet-reference.md asks. A handler
-// that runs while its master is down cannot confirm; with a lease shorter
-// than the outage (2 s, as this was) the sender's retry after the lease is
-// processed again — the documented lease limit, seen once in CI.
+// churnLease is the webhook lease of churnDuring's receivers: it must
+// outlast a restarted master's outage, or a retry after the lease is
+// processed again (the documented lease limit, docs/fleet-reference.md).
 const churnLease = 5 * time.Second
 
 // churnDuring runs a fleet of three instances on store while disrupt runs:
@@ -540,10 +524,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
-	s, err := New(c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
 	t.Cleanup(func() { s.Close() })
 	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatal(err)
@@ -599,15 +580,9 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// one's 11 s.
 	opts.MaxSkew, opts.Timeout = time.Second, idleTimeout
 	provisionFirst(t, c, opts)
-	short, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	short := mustNew(t, c, opts)
 	defer short.Close()
-	long, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := mustNew(t, c, opts)
 	defer long.Close()
 	if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
 		t.Fatalf("short claim: %v, %v", first, err)
@@ -629,9 +604,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// The loss takes every marker and the lifetime record, as a restart
 	// without persistence does.
 	for _, k := range append(short.tags[:], short.lifetimeKey()) {
-		if err := c.Del(ctx, k).Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.Del(ctx, k).Err())
 	}
 	for shard, id := range ids {
 		_, err := short.Claim(ctx, id, time.Now().Add(time.Second))
@@ -705,18 +678,12 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 }
 
 // clusterEvictionWhileIdleThenResetStat runs TestEvictionWhileIdleThenResetStat
-// (eviction_fault_test.go) on the Cluster (issue 56's report: 3 750–4 295
-// of 20 000 IDs accepted twice per run there): claims acknowledged on every
-// master holding a shard, then, while the store is idle or the app down,
-// eviction switched on at the master holding the most of them (or at every
-// master holding claims: after the slot migration test one may hold none),
-// keys evicted, eviction reverted and CONFIG RESETSTAT there. The
-// store's recheck, or a new Open, sees the reset on that master
-// (resetWitnesses) and fences the whole key space: no ID
-// is accepted twice, and the unaffected masters' shards do not keep
-// serving (the checks judge each master, but a loss on one fences every
-// shard, Store.fenceAll: every ID, on every master, is refused with
-// ErrFenced).
+// (eviction_fault_test.go) on the Cluster (issue 56: thousands of IDs were
+// accepted twice there): eviction and CONFIG RESETSTAT on the master
+// holding the most claims, or on every master holding some, while the
+// store is idle or the app down. The reset on one master fences the whole
+// key space (Store.fenceAll): no ID is accepted twice, and every ID, on
+// every master, is refused with ErrFenced.
 func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 	tc := clusterFromEnv(t)
 	for _, tt := range []struct {
@@ -864,45 +831,15 @@ func maxKey(m map[string]int) string {
 
 // clusterRestartWithoutPersistenceThenTheRunbook runs
 // TestUnknownHistory/restart, then the runbook (provision_unknown_test.go)
-// on the Cluster: 500 IDs claimed with a 5 s lifetime (3 s on one server:
-// a restarted Cluster master reports cluster_state:ok only 2 s after it
-// starts, and the earlier IDs must outlive that), on every master holding
-// a shard; the store closed (no application runs); then one master
-// (the one holding the most shard markers, and, by the choice of the
-// prefix, the ledger and the lifetime record too) or every master
-// SIGKILLed and started again without persistence and without its AOF:
-// empty, with its slots (nodes.conf survives). Then the runbook as
-// ctoken-store runs it, through the Store API, and an application that
-// claims every earlier ID again with its own until, and a fresh ID, until
-// the fresh one is served:
-//
-//   - every master: Status shows every marker missing, no ledger, no
-//     lifetime record and each master's start seconds ago (the CLI's
-//     verdict: HISTORY UNKNOWN); Provision fences every shard for one
-//     lifetime (the Horizon: the record was lost), ErrFenced whose RetryAt
-//     is the fence's end; Open refuses (ErrFenced) until then; 0 earlier
-//     IDs accepted again, and a fresh ID is served one lifetime after
-//     Provision.
-//   - one master: the surviving masters count a CONFIG RESETSTAT from
-//     before the key space was provisioned (the test runs it, as the
-//     tests before it in TestCluster did), and their baselines
-//     (<prefix>servers) live on one of them. Status shows the restarted
-//     master's shards missing, the others open, and its start seconds ago
-//     (the CLI's verdict: partly fenced); Provision refuses, ErrConfig
-//     (partly provisioned), and writes nothing; Open succeeds and the
-//     surviving shards serve at once; each lost shard fences at the
-//     application's first claim of it, for the lifetime the application
-//     knows: 0 earlier IDs accepted again, and a fresh ID on a lost shard
-//     is served within a lifetime.
-//   - one master, the baselines with it: the same, but the prefix puts
-//     <prefix>servers on the restarted master too, so the surviving
-//     masters' baselines are lost with it. Nothing then proves that their
-//     reset came before the key space lived and hid no eviction of its
-//     claims (issue 81), so Provision's server checks fence every shard
-//     for one lifetime (a "loss" ledger entry naming the reset), and
-//     Provision answers ErrFenced whose RetryAt is the fence's end; Open
-//     refuses until then; 0 earlier IDs accepted again, and a fresh ID is
-//     served one lifetime after Provision, with no other command.
+// on the Cluster: one master or every master restarted empty while no
+// application ran, then the runbook through the Store API and an
+// application claiming every earlier ID again. Every master lost:
+// Provision fences every shard for one lifetime. One master lost: Provision
+// refuses (partly provisioned) and each lost shard fences at its first
+// claim. One master lost with the baselines: the survivors' earlier CONFIG
+// RESETSTAT could hide evictions (issue 81), so Provision fences every
+// shard. In each, no earlier ID is accepted again and a fresh ID is served
+// within a lifetime.
 func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 	tc := clusterFromEnv(t)
 	for _, tt := range []struct {
@@ -986,10 +923,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			// slow call is neither a timeout nor a clock behind Redis's.
 			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second, Timeout: 10 * time.Second}
 			provisionFirst(t, c, opts)
-			app, err := Open(ctx, c, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			app := mustOpen(t, c, opts)
 			untils := make(map[string]time.Time, n)
 			onLost := 0
 			for i := range n {
@@ -1016,10 +950,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 
 			// The runbook: status, then provision, as ctoken-store runs
 			// them (a new process: a new client).
-			op, err := New(tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
-			if err != nil {
-				t.Fatal(err)
-			}
+			op := mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
 			st, err := op.Status(ctx)
 			if err != nil {
@@ -1091,9 +1022,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 				}
 				t.Logf("Provision: %v; fenced until %v after Provision", perr, end.Sub(t0).Round(time.Millisecond))
 				fenceEnd = end
-				if waiting, err = New(tc.client(t), waitOpts); err != nil {
-					t.Fatal(err)
-				}
+				waiting = mustNew(t, tc.client(t), waitOpts)
 			} else {
 				if opened != 0 || !errors.Is(perr, ErrConfig) || Reason(perr) != whyPartlyProvisioned {
 					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrConfig (%q)", opened, perr, whyPartlyProvisioned)

@@ -157,10 +157,7 @@ func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, re
 		if !errors.Is(openErr, ErrFenced) && !errors.Is(openErr, ErrConfig) {
 			t.Fatalf("Open after the revert = %v; want it to serve or refuse (ErrFenced, ErrConfig)", openErr)
 		}
-		var err error
-		if s, err = New(c, opts); err != nil {
-			t.Fatal(err)
-		}
+		s = mustNew(t, c, opts)
 	}
 	defer s.Close()
 	until := time.Now().Add(10 * time.Minute)
@@ -291,12 +288,8 @@ func evictOn(t *testing.T, c *redis.Client, policy string, part int64) {
 func evictOff(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	evicted := infoInt(t, c, "stats", "evicted_keys")
-	if err := c.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigSet(context.Background(), "maxmemory", "0").Err())
+	must(t, c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err())
 	return evicted
 }
 
@@ -335,17 +328,10 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				// the server before would call this flush a loss).
 				other := redis.NewClient(&redis.Options{Addr: srv.addr(), DB: 1})
 				defer other.Close()
-				if err := other.Do(ctx, tt.before...).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Do(ctx, tt.before...).Err())
 				s.Close()
-				if err := c.Del(ctx, s.serversKey()).Err(); err != nil {
-					t.Fatal(err)
-				}
-				var err error
-				if s, err = Open(ctx, c, opts); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Del(ctx, s.serversKey()).Err())
+				s = mustOpen(t, c, opts)
 				defer s.Close()
 			}
 			old, _ := claimOld(t, s, 500)
@@ -362,9 +348,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			// An operator reopens the key space (what Reopen writes): the
 			// same Store serves again, and rechecks do not fence again.
 			for _, m := range s.tags {
-				if err := c.Set(ctx, m, "O", 0).Err(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.Set(ctx, m, "O", 0).Err())
 			}
 			raised := ev.count(replay.EventFenceRaised)
 			recheckAll(t, s)
@@ -401,24 +385,17 @@ func evictWhileIdle(t *testing.T, c *redis.Client, policy string, part int64) in
 }
 
 // Eviction switched on while the store is idle or the app is down, then
-// reverted, then CONFIG RESETSTAT: evicted_keys is back at its baseline
-// (0), and only the witnesses of the reset show it (resetWitnesses:
-// total_commands_processed below what the last check read, the reset's
-// own entry in INFO commandstats, ROLE's calls). The store's next
-// recheck, or a new Open, fences the key
-// space: none of the IDs claimed before is accepted twice (before this
-// check, 4 176–9 546 of 20 000 were, issue 56). TestCluster/eviction while
-// idle then CONFIG RESETSTAT runs it on one master of a Cluster and on
-// every one; TestResetStatAfterABurst (server_fault_test.go) runs it after
-// bursts the store's checks did not follow (issue 66).
+// reverted, then CONFIG RESETSTAT: only the reset's witnesses show the
+// loss (resetWitnesses), and the store's next recheck, or a new Open,
+// fences the key space: none of the IDs claimed before is accepted twice
+// (issue 56). TestCluster and TestResetStatAfterABurst run it on a Cluster
+// and after bursts.
 func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 	tests := []struct {
 		name    string
 		appDown bool // the app is down during the change: a new Open judges it
 		// baselines: <prefix>servers and the ledger are evicted with the
-		// claims, as an allkeys policy can (issue 81: 9 010 of 20 000
-		// accepted twice, one run in two, before a reset counted on a
-		// server without a baseline was loss).
+		// claims, as an allkeys policy can (issue 81).
 		baselines bool
 	}{
 		{"the store idle, then its recheck", false, false},
@@ -471,9 +448,7 @@ func evictableBaselines(t *testing.T, c redis.Cmdable, prefix string) {
 func evictWhileIdleThenResetStat(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	evicted := evictWhileIdle(t, c, "volatile-lru", 1)
-	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, c.ConfigResetStat(context.Background()).Err())
 	if after := infoInt(t, c, "stats", "evicted_keys"); after != 0 {
 		t.Fatalf("evicted_keys after CONFIG RESETSTAT = %d; want 0, its baseline", after)
 	}
@@ -538,10 +513,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 	// The fence a new Open raised (the app down) or kept, read through a
 	// Store that runs no check before its first claim: every fence was
 	// raised before detected.
-	s2, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger(), Timeout: idleTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := mustNew(t, c, Options{Prefix: s.Prefix(), Logger: quietLogger(), Timeout: idleTimeout})
 	defer s2.Close()
 	_, refusal := s2.Claim(ctx, old[0], time.Now().Add(10*time.Minute))
 	detected := time.Now()

@@ -107,15 +107,10 @@ func failoverRun(t *testing.T, d protection, stores []wlStore, cut func(), failo
 	}
 }
 
-// TestFailoverToLaggingReplica runs issue 26's workload
-// (24 workers redeeming one-time tokens and sending webhook deliveries, two
-// concurrent copies each, on two instances) against a primary with one
-// asynchronous replica. After 1 s the replication link is cut (the
-// replication user revoked on the primary), the primary goes on
-// acknowledging for 400 ms, then it is SIGKILLed and the replica promoted
-// with REPLICAOF NO ONE; the instances' clients follow to it. The old
-// primary comes back empty as the new one's replica, and every token is
-// redeemed again and every delivery sent again on both instances.
+// TestFailoverToLaggingReplica runs issue 26's workload against a primary
+// with one asynchronous replica, cuts the replication link, lets the
+// primary acknowledge for 400 ms, kills it and promotes the replica; then
+// every token and delivery is sent again on both instances.
 //
 // Without a durability setting the claims acknowledged in those 400 ms are
 // lost and accepted a second time: the test logs how many (it does not

@@ -179,9 +179,7 @@ func (tc *testCluster) restartEmpty(t *testing.T, addrs ...string) {
 		}
 	})
 	for _, a := range addrs {
-		if err := os.RemoveAll(filepath.Join(tc.nodeDir(a), "appendonlydir")); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.RemoveAll(filepath.Join(tc.nodeDir(a), "appendonlydir")))
 		tc.start(t, a, "--appendonly", "no")
 	}
 	tc.waitOK(t)
@@ -198,9 +196,7 @@ func (tc *testCluster) kill(t *testing.T, addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	must(t, syscall.Kill(pid, syscall.SIGKILL))
 	// A killed process's main thread can show as a zombie while its other
 	// threads still exit, holding the listening socket: a start then fails
 	// with "Address already in use". Wait until the port refuses too.

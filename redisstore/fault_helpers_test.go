@@ -45,10 +45,7 @@ func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 	b := make([]byte, 8)
 	rand.Read(b)
 	opts.Prefix, opts.Logger = "ctoken-fault:"+hex.EncodeToString(b)+":", quietLogger()
-	s, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustNew(t, c, opts)
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -96,20 +96,15 @@ func startPrimaryReplica(t *testing.T) (primary, replica *server) {
 // hold the probe key: until n replicas are online).
 func waitInSync(t *testing.T, addr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitFor(t, 20*time.Second, fmt.Sprintf("%d replicas of %s in sync", n, addr), func() bool {
 		// A cluster master answers MOVED for a key outside its slots: its
 		// WAIT then counts the replicas online.
-		if _, err := adminDo(addr, "SET", "fault:sync-probe", "1"); err == nil || strings.HasPrefix(err.Error(), "MOVED") {
-			if v, err := adminDo(addr, "WAIT", n, 200); err == nil && v.(int64) >= int64(n) {
-				return
-			}
+		if _, err := adminDo(addr, "SET", "fault:sync-probe", "1"); err != nil && !strings.HasPrefix(err.Error(), "MOVED") {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d replicas not in sync after 20 s (%s)", addr, n, infoField(addr, "replication", "connected_slaves"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		v, err := adminDo(addr, "WAIT", n, 200)
+		return err == nil && v.(int64) >= int64(n)
+	})
 }
 
 // cutReplication disconnects every replica of the primary at addr and
@@ -202,9 +197,7 @@ sentinel parallel-syncs %[3]s 1
 			t.Fatal(err)
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, cmd.Start())
 		sp := &sentinelProc{addr: "127.0.0.1:" + port, cmd: cmd, exited: make(chan struct{}), dir: dir}
 		go func() { cmd.Wait(); logf.Close(); close(sp.exited) }()
 		t.Cleanup(func() {

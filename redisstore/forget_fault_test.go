@@ -19,19 +19,12 @@ const fenceHorizon = 3 * time.Second
 // fenceCfg is the fence tests' workload: IDs living 2 s, held 0.5 s more.
 var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, timeout: 2 * time.Second}
 
-// TestStoreThatForgets runs issue 26's workload, on
-// direct nodes (fenceCfg: lifetimes that fit a 3 s horizon), against one
-// Redis without persistence, and makes Redis lose everything mid-load: a
-// SIGKILL and restart, or FLUSHALL. Right after the loss every token is
-// redeemed again and every delivery sent again, while the workers go on;
-// the load runs until the fence has opened. No token is accepted twice and
-// no delivery processed twice; the store reports the loss (replay.EventFenceRaised)
-// and refuses (ErrFenced) for at most one horizon from the first fenced
-// refusal (by the fence's end the store reports), and accepts new tokens
-// again after that. (After the restart the
-// clients also fail for up to a second on their own: go-redis's pool, after
-// as many failed dials as its size, returns the last dial error until a
-// background probe, once a second, connects again.)
+// TestStoreThatForgets runs issue 26's workload (fenceCfg) against one
+// Redis without persistence and makes Redis lose everything mid-load (a
+// SIGKILL and restart, or FLUSHALL), every token and delivery sent again
+// right after. No token is accepted twice and no delivery processed twice;
+// the store reports the loss and refuses (ErrFenced) until the fence's end
+// it reports, at most one horizon, and accepts new tokens after it.
 func TestStoreThatForgets(t *testing.T) {
 	tests := []struct {
 		name    string

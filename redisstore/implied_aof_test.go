@@ -46,22 +46,6 @@ func valkeyBinary() string {
 	return bin
 }
 
-// newServerBin is newServer with the binary bin.
-func newServerBin(t testing.TB, bin string, extraArgs ...string) *server {
-	t.Helper()
-	v := &server{t: t, bin: bin, dir: t.TempDir()}
-	v.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
-	t.Cleanup(v.kill)
-	for range 5 {
-		v.port = freePort(t)
-		if err := v.start(); err == nil {
-			return v
-		}
-	}
-	t.Fatalf("could not start %s", bin)
-	return nil
-}
-
 // switchAOFOffBeforeProbe is a client hook that, once armed, switches AOF
 // off (through admin) just before the client sends the checks' WAITAOF
 // probe (WAITAOF 1 0 1): the ordering of the race, forced.

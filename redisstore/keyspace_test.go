@@ -85,7 +85,6 @@ func forgetContractRestartWithoutPersistence(t *testing.T) {
 // refuses until the horizon has passed.
 func TestFence(t *testing.T) {
 	subtests(t, []subtest{
-		{"claim refused until the horizon", claimRefusesWhileFencedThenServesAfterHorizon},
 		{"every step on a lost shard raises it", everyStepOnALostShardRaisesTheFence},
 		{"unknown marker value refuses", unknownMarkerValueRefuses},
 		{"claims beyond the horizon refused", claimsBeyondTheHorizonAreRefused},
@@ -137,11 +136,15 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 			l := acquireRecord(t, s, held, fp, replay.LeaseAcquired)
 			must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 			err := tc.step(ctx, s, l.Token)
-			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
-				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q)", tc.name, err, whyFenceRaised)
+			if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised ||
+				errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("%s on a shard that lost its marker = %v; want ErrFenced (%q), not ErrLeaseLost", tc.name, err, whyFenceRaised)
 			}
 			if _, ok := replay.RetryAt(err); !ok {
 				t.Fatalf("the refusal %v carries no RetryAt", err)
+			}
+			if strings.Contains(err.Error(), `"a"`) || strings.Contains(err.Error(), `"`+held+`"`) {
+				t.Fatalf("the refusal echoes the ID: %v", err)
 			}
 			// The fence one step raised refuses every step, itself again.
 			for _, other := range steps {
@@ -152,6 +155,13 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 			if r, f := ev.count(replay.EventFenceRaised), ev.count(replay.EventFenced); r != 1 || f != len(steps) {
 				t.Fatalf("events: %d fence_raised, %d fenced; want 1 and %d", r, f, len(steps))
 			}
+			ev.mu.Lock()
+			for _, e := range ev.all {
+				if e.Store != "redisstore" || e.Table != "" || e.Shard != shardOf("a") || e.Until.IsZero() {
+					t.Errorf("event %+v; want one of redisstore about the shard of \"a\" with the fence's end", e)
+				}
+			}
+			ev.mu.Unlock()
 			if n, err := c.Exists(ctx, s.key("a")).Result(); err != nil || n != 0 {
 				t.Fatalf("entry left by the refused steps: %d, %v; want none", n, err)
 			}
@@ -165,64 +175,6 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 				t.Fatalf("marker after the refusals = %q, %v; want a fence", m, err)
 			}
 		})
-	}
-}
-
-func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
-	t.Parallel()
-	c := newTestClient(t)
-	var ev events
-	const horizon = 1500 * time.Millisecond
-	s := mustNew(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: horizon, Observer: ev.observe})
-	ctx := context.Background()
-	if _, err := s.ProvisionNew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A partial loss: the shard of "a" lost its marker. Its first call
-	// finds no marker, fences the shard and refuses; so does every call
-	// until the fence opens.
-	must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
-	start := time.Now()
-	first, err := s.Claim(ctx, "a", time.Now().Add(time.Second))
-	if first || !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("first call on a shard that lost its marker = %v, %v; want ErrFenced", first, err)
-	}
-	if Reason(err) != whyFenceRaised {
-		t.Fatalf("Reason = %q, want %q", Reason(err), whyFenceRaised)
-	}
-	if strings.Contains(err.Error(), `"a"`) {
-		t.Fatalf("error echoes the id: %v", err)
-	}
-	for _, call := range []func() error{
-		func() error { _, err := s.Claim(ctx, "a", time.Now().Add(time.Second)); return err },
-		func() error { _, err := s.AcquireLease(ctx, "a", time.Second); return err },
-		func() error {
-			return s.ConfirmLease(ctx, "a", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Second))
-		},
-	} {
-		if err := call(); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
-			if time.Since(start) < horizon-200*time.Millisecond {
-				t.Fatalf("call while fenced = %v; want ErrFenced (%q)", err, whyFenced)
-			}
-		}
-	}
-	if n := ev.count(replay.EventFenceRaised); n != 1 {
-		t.Fatalf("%d fence_raised events, want 1", n)
-	}
-	if ev.count(replay.EventFenced) == 0 {
-		t.Fatal("no fenced event for the refusals")
-	}
-	ev.mu.Lock()
-	for _, e := range ev.all {
-		if e.Store != "redisstore" || e.Table != "" || e.Shard != shardOf("a") || e.Until.IsZero() {
-			t.Errorf("event %+v; want one of redisstore about the shard of \"a\" with the fence's end", e)
-		}
-	}
-	ev.mu.Unlock()
-	// After one horizon by Redis's clock the shard opens by itself.
-	time.Sleep(time.Until(start.Add(horizon + 100*time.Millisecond)))
-	if first, err := s.Claim(ctx, "a", time.Now().Add(time.Second)); !first || err != nil {
-		t.Fatalf("claim after the fence = %v, %v; want first", first, err)
 	}
 }
 

@@ -21,14 +21,10 @@ import (
 )
 
 const (
-	// loadLease is the webhook lease of the load test's receivers. It must
-	// outlast the Redis restart plus the clients' reconnection (go-redis's
-	// pool may wait a second before dialing again), or a delivery processed
-	// just before the restart whose confirmation cannot be recorded within
-	// its lease is processed again when re-sent. With 2 s, one delivery was
-	// processed twice in one of seven runs on a loaded VM, before lease
-	// errors were logged (hookEndpoint now logs each), so its cause is
-	// inferred, not seen.
+	// loadLease is the webhook lease of the load test's receivers: it must
+	// outlast the Redis restart plus the clients' reconnection, or a
+	// delivery whose confirmation could not be recorded within its lease
+	// is processed again when re-sent.
 	loadLease    = 5 * time.Second
 	loadItems    = 100_000
 	loadPageSize = 500
@@ -334,9 +330,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 			if try == 4*loadItems/loadPageSize {
 				t.Fatalf("client %d: listing not finished after the run in %d requests", lc.id, try)
 			}
-			if err := page(lc); err != nil {
-				t.Fatal(err)
-			}
+			must(t, page(lc))
 		}
 		t.Logf("no listing ended within the run; client %d's, begun at the start, was paged to its end after it", lc.id)
 	}

@@ -35,18 +35,12 @@ const (
 
 // TestPausedRedisFailsClosedWithinTimeout stops Redis (SIGSTOP) for several
 // store timeouts while redeems, webhook copies and direct claims arrive in
-// two waves (the second after the first wave's connections were dropped,
-// so it dials afresh), then resumes it (SIGCONT). Every call made during
-// the pause must fail closed — 503 from the fleet, ErrUnavailable from the
-// store — within pauseTimeout + pauseBound. After the resume Redis executes
-// whatever commands were already in its socket buffers, so a claim that
-// failed may have been recorded after all: such a token is refused from
-// then on (burned), never accepted twice, and such a webhook lease ends by
-// itself. The test redeems every pause-time token on every instance and
-// asserts at most one acceptance, and sends every pause-time webhook
-// delivery again until acknowledged: each is processed exactly once (none
-// lost, none twice), within the lease (+2 s) of the resume, and a copy sent
-// after its acknowledgement is a duplicate.
+// two waves (the second dialling afresh), then resumes it. Every call made
+// during the pause fails closed (503, ErrUnavailable) within pauseTimeout +
+// pauseBound. Redis then runs the commands already in its buffers, so a
+// failed claim may be recorded after all: such a token is refused from then
+// on, never accepted twice, and each pause-time delivery, sent again until
+// acknowledged, is processed exactly once within its lease of the resume.
 func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -156,9 +150,7 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	}
 	pausedFor := time.Since(paused)
 	rp.signal(syscall.SIGCONT)
-	if err := waitPing(rp.addr(), nil, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	must(t, waitPing(rp.addr(), nil, 10*time.Second))
 
 	var took []time.Duration
 	worstOf := map[string]time.Duration{}

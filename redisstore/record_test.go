@@ -271,7 +271,7 @@ func (r *recordingCommands) get(i int) []any {
 // refused as unavailable.
 func recordStepsSendOneSlotScripts(t *testing.T) {
 	var rc recordingCommands
-	s, err := New(rc.client(func(n int, args []any) (any, error) {
+	s := mustNew(t, rc.client(func(n int, args []any) (any, error) {
 		switch {
 		case n == 1:
 			return nil, errors.New("NOSCRIPT No matching script. Please use EVAL.")
@@ -282,9 +282,6 @@ func recordStepsSendOneSlotScripts(t *testing.T) {
 		}
 		return []any{int64(1), int64(0)}, nil
 	}), Options{Prefix: "p:"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	l, err := s.AcquireRecord(ctx, "id", time.Minute, []byte("fp"))
 	if err != nil || l.State != replay.LeaseAcquired {
@@ -393,7 +390,7 @@ func recordStepsFailClosed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+			s := mustNew(t, rc.client(func(_ int, args []any) (any, error) {
 				switch {
 				case args[0] == "GET" && tt.side == nil:
 					return nil, redis.Nil
@@ -404,9 +401,6 @@ func recordStepsFailClosed(t *testing.T) {
 				}
 				return tt.val, tt.err
 			}), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer s.Close()
 			ctx := context.Background()
 			if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 || r.Fingerprint != nil || r.Result != nil {
@@ -432,15 +426,12 @@ func recordStepsFailClosed(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+			s := mustNew(t, rc.client(func(_ int, args []any) (any, error) {
 				if args[0] == "SET" {
 					return tt.set, tt.setErr
 				}
 				return tt.script, nil
 			}), Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer s.Close()
 			if err := s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
@@ -455,7 +446,7 @@ func recordStepsFailClosed(t *testing.T) {
 func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	var rc recordingCommands
 	released := make(chan struct{}, 1)
-	s, err := New(rc.client(func(n int, args []any) (any, error) {
+	s := mustNew(t, rc.client(func(n int, args []any) (any, error) {
 		if n == 1 {
 			return nil, errors.New("i/o timeout")
 		}
@@ -465,9 +456,6 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 			released <- struct{}{}
 		}
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Close()
 	if r, err := s.AcquireRecord(context.Background(), "id", time.Minute, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
 		t.Fatalf("AcquireRecord = %+v, %v; want ErrUnavailable", r, err)
@@ -483,15 +471,12 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	}
 	// A refusal took nothing: no release.
 	var rc2 recordingCommands
-	s2, err := New(rc2.client(func(_ int, args []any) (any, error) {
+	s2 := mustNew(t, rc2.client(func(_ int, args []any) (any, error) {
 		if args[0] == "GET" {
 			return nil, redis.Nil
 		}
 		return []any{int64(-3), int64(0)}, nil
 	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s2.Close()
 	if _, err := s2.AcquireRecord(context.Background(), "id", time.Minute, nil); !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("AcquireRecord = %v; want ErrClockSkew", err)

@@ -47,15 +47,12 @@ func timedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
 			// Provisioned with the default timeout (its 128 round trips can
 			// take longer than 200 ms on a loaded machine).
 			prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
-			s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
+			s := mustNew(t, c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
 				Observer: func(e replay.Event) {
 					if e.Kind == replay.EventLeaseReleased {
 						released <- e
 					}
 				}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			t.Cleanup(func() { s.Close() })
 			ctx := context.Background()
 			if _, err := tc.acquire(ctx, s, "warm-up", time.Second); err != nil { // load the script
@@ -185,14 +182,11 @@ func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
 	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
 	}
-	odd, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+	odd := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetVal("OK")
 		return cmd
 	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := odd.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
 	}

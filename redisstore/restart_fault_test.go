@@ -58,20 +58,13 @@ func (f *fenceRecorder) fenced() bool {
 var _ replay.Leaser = (*fenceRecorder)(nil)
 
 // TestRestartNeverAcceptsTwice redeems every token once and has every
-// webhook delivery processed once, restarts Redis, then redeems every token
-// again on every instance and sends every delivery again: no token is
-// accepted a second time and no delivery processed a second time. With AOF
-// and appendfsync always nothing is lost, even on a crash: every token is
-// refused as redeemed (409) and every delivery acknowledged as a duplicate
-// (200). Without persistence (on a crash and on a clean shutdown alike),
-// every claim is lost — before the fence, every token was accepted again,
-// 200 of 200 — and the store finds its fence markers gone and refuses every
-// redemption and every delivery (503, ErrFenced) for one horizon instead.
-// RDB save points (Redis's own default) are refused at Open; with
-// AllowRollback a clean shutdown saves a snapshot and loses nothing, and a
-// crash before any snapshot loses the markers too and is fenced — but a
-// crash after a snapshot rolls back unseen
-// (TestRollbackAcceptsTwiceWhenAllowed).
+// webhook delivery processed once, restarts Redis, then sends every token
+// and delivery again on every instance: none is accepted or processed a
+// second time. With AOF and appendfsync always nothing is lost (409 and
+// 200); without persistence every claim is lost and the store, finding
+// its markers gone, refuses everything (503, ErrFenced) for one horizon.
+// RDB save points are refused at Open; with AllowRollback a crash after a
+// snapshot rolls back unseen (TestRollbackAcceptsTwiceWhenAllowed).
 func TestRestartNeverAcceptsTwice(t *testing.T) {
 	const perKind = 100
 	const total = perKind * 2 // one-time tokens and single-use states

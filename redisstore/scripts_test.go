@@ -144,15 +144,12 @@ func lagRefusalReportsTheClockTheCallSent(t *testing.T) {
 			lagging.Store(false)
 		}
 	}})
-	lag, err := New(hooked, Options{Prefix: good.Prefix(), Logger: quietLogger(), Now: func() time.Time {
+	lag := mustNew(t, hooked, Options{Prefix: good.Prefix(), Logger: quietLogger(), Now: func() time.Time {
 		if lagging.Load() {
 			return time.Now().Add(-2 * time.Minute)
 		}
 		return time.Now()
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { lag.Close() })
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 	first, err := lag.Claim(context.Background(), "late", time.Now().Add(time.Minute))

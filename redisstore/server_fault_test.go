@@ -98,19 +98,11 @@ type resetRun struct {
 }
 
 // TestResetStatAfterABurst is issue 66's scenario: a burst of claims on a
-// young server, the store idle, claims evicted (volatile-lru, maxmemory
-// under the data, another application's writes, then reverted), CONFIG
-// RESETSTAT, then every ID of the burst claimed again, by the same store
-// (running at the eviction and the reset) and by a new Open (the app was
-// down). Each run is on a server of its own, and each shape has a
-// control without the reset. Short and long bursts, alone and with other
-// clients' traffic after the change (their control is the shape's
-// without it), beside another application's store (neighbourShape), and
-// a replay that races the running store's check (atOnceShape); every
-// other pass on a server reset once before the store opened (the
-// reset to find is then a second one). On redis-server and, when
-// installed, valkey-server. CTOKEN_RESETSTAT_RUNS passes (default 1, as
-// in .ci/fleet.sh; docs/fleet-reference.md has the 30-pass figures).
+// young server, the store idle, claims evicted, CONFIG RESETSTAT, then
+// every ID of the burst claimed again by the running store and by a new
+// Open; each shape (resetShape) beside a control without the reset, on
+// redis-server and, when installed, valkey-server. CTOKEN_RESETSTAT_RUNS
+// passes (default 1; docs/fleet-reference.md has the 30-pass figures).
 func TestResetStatAfterABurst(t *testing.T) {
 	runs := envInt(t, "CTOKEN_RESETSTAT_RUNS", 1)
 	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
@@ -166,9 +158,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 		w.Close()
 		for _, m := range all {
 			sendTraffic(t, m, 1000)
-			if err := m.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, m.ConfigResetStat(ctx).Err())
 		}
 	}
 	fenced := make(chan struct{}, 1)
@@ -229,9 +219,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 		r.sameUsec = true
 		for _, m := range masters {
 			was := cmdStat(mustInfo(t, m, "commandstats"), "config|resetstat", "usec")
-			if err := m.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, m.ConfigResetStat(ctx).Err())
 			if now := cmdStat(mustInfo(t, m, "commandstats"), "config|resetstat", "usec"); was == 0 || now != was {
 				r.sameUsec = false
 			}
@@ -269,9 +257,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 				t.Fatalf("Open after the change = %v; want it to serve or refuse (ErrFenced, ErrConfig)", err)
 			}
 			r.acted = true
-			if s, err = New(c, Options{Prefix: prefix, Logger: quietLogger()}); err != nil {
-				t.Fatal(err)
-			}
+			s = mustNew(t, c, Options{Prefix: prefix, Logger: quietLogger()})
 		}
 		defer s.Close()
 	}
@@ -345,9 +331,7 @@ func countKeys(t *testing.T, masters []*redis.Client, pattern string) int {
 		for iter.Next(context.Background()) {
 			n++
 		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, iter.Err())
 	}
 	return n
 }

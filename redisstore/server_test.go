@@ -60,7 +60,13 @@ type server struct {
 // skipped, except under CI=true, where it fails.
 func newServer(t testing.TB, extraArgs ...string) *server {
 	t.Helper()
-	s := &server{t: t, bin: redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server"), dir: t.TempDir()}
+	return newServerBin(t, redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server"), extraArgs...)
+}
+
+// newServerBin is newServer with the binary bin.
+func newServerBin(t testing.TB, bin string, extraArgs ...string) *server {
+	t.Helper()
+	s := &server{t: t, bin: bin, dir: t.TempDir()}
 	s.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
 	t.Cleanup(func() {
 		s.signal(syscall.SIGCONT)
@@ -71,10 +77,10 @@ func newServer(t testing.TB, extraArgs ...string) *server {
 		if err := s.start(); err == nil {
 			return s
 		} else {
-			t.Logf("redis-server on port %s: %v", s.port, err)
+			t.Logf("%s on port %s: %v", bin, s.port, err)
 		}
 	}
-	t.Fatal("could not start redis-server")
+	t.Fatalf("could not start %s", bin)
 	return nil
 }
 

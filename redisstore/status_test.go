@@ -84,13 +84,10 @@ func TestReopen(t *testing.T) {
 // Reopen refuses, before talking to Redis, without who accepts the risk
 // and why, each one line of at most 200 bytes.
 func reopenRefusesWithoutWhoAndWhy(t *testing.T) {
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	s := mustNew(t, clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		t.Errorf("Reopen sent %v", args)
 		return redis.NewCmd(ctx, args...)
 	}), Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct{ name, by, why string }{
 		{"no one", "", "INC-1"},
 		{"blank", "  ", "INC-1"},
