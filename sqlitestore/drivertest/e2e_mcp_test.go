@@ -37,16 +37,6 @@ type deployOut struct {
 	Deploy   int64  `json:"deploy,omitempty"` // the deploy's row
 }
 
-// idemKeys seal the recorded results of the tests' idempotent tools (the
-// same in every process).
-var idemKeys = func() *ctoken.Keyring {
-	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		panic(err)
-	}
-	return kr
-}()
-
 // mcpServer is one run of the tool server.
 type mcpServer struct {
 	srv   *httptest.Server
