@@ -184,10 +184,13 @@ func pcStep(ctx context.Context, s *sqlitestore.Store, send func(string) answer,
 	return first && err == nil, err
 }
 
-// pcRun runs the workload with 6 goroutines on fresh IDs prefix+"0",
-// prefix+"1"... until stop is closed, beside a reader of db's (see
-// pcReader); with send (pcFront), requests through the middleware too.
-func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string, stop <-chan struct{}, l *pcLedger) {
+// pcStart runs the workload with 6 goroutines on fresh IDs prefix+"0",
+// prefix+"1"... beside a reader of db's (see pcReader), noted in l; with
+// send (pcFront), requests through the middleware too. abandon lets it
+// meet the dead disk for a moment, stops it, and closes s and db.
+func pcStart(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string) (l *pcLedger, abandon func()) {
+	l = newPCLedger()
+	stop := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() { pcReader(ctx, db, stop) })
@@ -210,7 +213,13 @@ func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(stri
 			}
 		})
 	}
-	wg.Wait()
+	return l, func() {
+		time.Sleep(20 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		s.Close()
+		db.Close()
+	}
 }
 
 // pcReader is the application's reader: a connection of db held open for
@@ -516,16 +525,6 @@ func pcWait(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// pcAbandon lets the running workload meet the dead disk for a moment,
-// stops it, and closes the store and the database.
-func pcAbandon(s *sqlitestore.Store, db *sql.DB, stop chan struct{}, done <-chan struct{}) {
-	time.Sleep(20 * time.Millisecond)
-	close(stop)
-	<-done
-	s.Close()
-	db.Close()
-}
-
 // TestPowerCut: for each journal mode the store accepts with FULL (WAL,
 // also with frequent checkpoints; DELETE, TRUNCATE, PERSIST), 6
 // rounds on one file: a store runs a workload (claims, records confirmed,
@@ -607,19 +606,13 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		mode := crashMode(round % 2)
 		after, keep := r.IntN(100), r.IntN(2) == 0
 		v.ArmCut(after, keep)
-		l := newPCLedger()
-		send := pcFront(t, s, db)
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, send, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s, db), fmt.Sprintf("f%d-r%d-", files, round))
 		if !pcWait(pcPatience, v.Dead) {
 			v.CutNow()
 			t.Logf("round %d: no cut after %v (%d syncs): cut now", round, pcPatience, v.Stats().Syncs)
 		}
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		cut, err := v.PowerCut(mode, r)
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -781,12 +774,7 @@ func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Ran
 			when, wait = "at a Sync", 3*time.Second
 			v.ArmCut(r.IntN(syncs), r.IntN(2) == 0)
 		}
-		l := newPCLedger()
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, nil, fmt.Sprintf("r%d-", round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, nil, fmt.Sprintf("r%d-", round))
 		if !pcWait(wait, v.Dead) {
 			if atSync {
 				t.Logf("round %d: no cut after %v (%d syncs): cut now", round, wait, v.Stats().Syncs)
@@ -799,7 +787,7 @@ func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Ran
 			t.Fatalf("round %d: the sidecar at the cut: %v", round, err)
 		}
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		if _, after, err := pcSidecarBoot(f.path); err == nil && boot != "" && after == "" {
 			tot.clearedAfterCut++
 		}
@@ -1148,13 +1136,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		failedBefore := v.Stats().FailedSyncs
 		target := targets[round%len(targets)]
 		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
-		l := newPCLedger()
-		send := pcFront(t, s, db)
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, send, fmt.Sprintf("r%d-", round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s, db), fmt.Sprintf("r%d-", round))
 		failed := pcWait(pcPatience, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
 		more := 10 + r.IntN(50)
@@ -1164,7 +1146,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		}
 		v.CutNow()
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		st := v.Stats()
 		events := strings.Join(v.Events(), "; ")
 		cut, err := v.PowerCut(crashDrop, r)
