@@ -17,18 +17,10 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// The benchmarks time the store against floors measured in the same run,
-// on the same kind of file with the same settings (Safe: WAL,
-// synchronous=FULL, busy_timeout=5000), in a temporary directory of the
-// disk (not a tmpfs): every call that commits costs an fsync there.
-// BENCHMARKS.md lists them, with what each measures and the command
-// lines; docs/benchmarks.md has the figures; fsyncs.sh counts the fsyncs
-// per claim.
-//
-// A disk's fsync latency drifts (on a shared virtual disk, by 2x within
-// seconds), so a store and its floor timed seconds apart compare badly:
-// the VsFloor benchmarks run them in turn, each call beside the other,
-// on two files of one directory, and report the ratio of their sums.
+// The benchmarks time the store against floors on files made alike (Safe
+// settings, on a disk); the VsFloor ones run each call beside the floor's,
+// as a disk's fsync latency drifts within seconds. BENCHMARKS.md lists
+// them and their commands.
 
 // benchFloorTable is a table of the store's table's shape (the same
 // columns, key and index), without the store: the floor's INSERT writes

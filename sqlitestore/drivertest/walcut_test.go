@@ -458,8 +458,7 @@ func unfinishedChild(path string) error {
 // database file and deletes it. The WAL the store kept then holds, after
 // the log's end, frames of the log's salts with checksums of another
 // chain; New reads them as a torn tail, as SQLite does, and serves with
-// every acknowledged claim held. (Found by the full CI run, on mattn: they
-// were read as a changed byte and refused.)
+// every acknowledged claim held.
 func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 	ctx := context.Background()
 	path, _, s := heldInWAL(t)
