@@ -660,15 +660,10 @@ func walLinksAfterACrash(t *testing.T) {
 			s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 			refused(t, s, tally)
 		})
-		// What an operator does after a crash, with the application
-		// stopped (the claims in the WAL alone, see
-		// faultJob.HoldInWAL), then maybe a new process's Migrate: each
-		// act that keeps the WAL's commits costs nothing (New serves,
-		// every acknowledged ID refused); each that deletes them, or
-		// leaves the hidden files behind, ends in ErrForgotten
-		// (refused), never in service, and after Rearm (the
-		// operator's decision, with a fence) no acknowledged ID is
-		// accepted either.
+		// What an operator does after a crash, maybe then Migrate: an act
+		// that keeps the WAL's commits costs nothing (New serves), one that
+		// deletes them ends in ErrForgotten, never in service; either way
+		// no acknowledged ID is accepted, after Rearm's fence too.
 		shell := func(t *testing.T, path string, stmts ...string) {
 			t.Helper()
 			if _, err := exec.LookPath("sqlite3"); err != nil {

@@ -1275,12 +1275,9 @@ func TestCrashVFS(t *testing.T) {
 		}
 	})
 
-	// fsyncFailure inserts rows one transaction each, an fsync failing at
-	// a random Sync, 30 more commits after it, then a cut, while another
-	// connection of the file stays open. normal commits every other row
-	// with synchronous=NORMAL (not counted as committed: a cut may take
-	// them back). It returns the rows committed with FULL after the
-	// failure and how many of them survive.
+	// fsyncFailure commits rows through an fsync failure and a cut, every
+	// other one with NORMAL when normal; it returns the rows committed with
+	// FULL after the failure and how many of them survive.
 	fsyncFailure := func(t *testing.T, journal string, normal bool) (int, int) {
 		v := newCrashVFS(t)
 		path := table(t, v, journal)
@@ -1359,12 +1356,9 @@ func TestCrashVFS(t *testing.T) {
 		}
 	})
 
-	// The hazard the store must handle: a commit with synchronous=NORMAL
-	// leaves its WAL frames unsynced but counted as committed; the next
-	// FULL commit's fsync fails and drops them from the disk; the commits
-	// after it are appended behind that hole, and recovery after a cut
-	// stops at the hole. The VFS must reproduce it, or it could not show
-	// the store's defence at work.
+	// The hazard of TestFsyncErrorThenPowerCut (commits appended behind the
+	// hole a failed fsync leaves after NORMAL commits are lost to a cut):
+	// the VFS must reproduce it, or it could not show the store's defence.
 	t.Run("fsync failure after NORMAL commits loses later FULL commits", func(t *testing.T) {
 		lost, total := 0, 0
 		for range 3 {
