@@ -8,7 +8,6 @@ package drivertest
 
 import (
 	"crypto/rand"
-	"database/sql"
 	"fmt"
 	"io"
 	"log"
@@ -32,12 +31,9 @@ const chargesSchema = `CREATE TABLE IF NOT EXISTS charges (ref TEXT NOT NULL, bo
 // refHeader names the charge a request makes.
 const refHeader = "Charge-Ref"
 
-// chargeApp is the handler: it inserts one charge (through the request's
-// transaction when tx, else through the pool), and answers 201 with a
-// body unique to this execution.
+// chargeApp is the handler: it inserts one charge through the request's
+// transaction, and answers 201 with a body unique to this execution.
 type chargeApp struct {
-	db   *sql.DB
-	tx   bool
 	runs atomic.Int32
 }
 
@@ -48,16 +44,12 @@ func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var id [8]byte
 	rand.Read(id[:])
 	body := fmt.Sprintf(`{"charge":%q,"id":"ch_%x"}`, ref, id)
-	insert := a.db.ExecContext
-	if a.tx {
-		tx, err := sqlitestore.TxFrom(ctx)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		insert = tx.ExecContext
+	tx, err := sqlitestore.TxFrom(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
-	if _, err := insert(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
 		http.Error(w, "insert: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -78,7 +70,7 @@ type answer struct {
 // webhook delivery ID).
 type front struct {
 	name string
-	wrap func(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) (send func(ref string) answer)
+	wrap func(t *testing.T, s *sqlitestore.Store, h http.Handler) (send func(ref string) answer)
 }
 
 var fronts = []front{
@@ -119,14 +111,14 @@ func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
 }
 
 // idempotencyFront: POST /charges behind the idempotency middleware.
-func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
+func idempotencyFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(string) answer {
 	mw, err := idempotency.New(idempotency.Config{
 		Store:         s,
 		Keys:          middlewareKeys,
 		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required:      true,
 		Lease:         20 * time.Second,
-		Transactional: tx,
+		Transactional: true,
 		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -151,10 +143,10 @@ const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // webhookFront: POST /hook behind a Standard Webhooks verifier; ref is
 // the delivery's ID.
-func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
+func webhookFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(string) answer {
 	v, err := webhook.NewVerifier(webhook.Config{
 		Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret},
-		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: tx,
+		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: true,
 		OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) { t.Errorf("OnLeaseError: %v", err) },
 	})
 	if err != nil {

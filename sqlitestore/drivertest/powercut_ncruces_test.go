@@ -62,11 +62,10 @@ func pcKindOf(i int64, http bool) pcKind {
 }
 
 // pcFront is the idempotency middleware, Transactional, on s in front of
-// a chargeApp on db (the charges table pcFile.create made in the store's
-// file), served on 127.0.0.1; send makes one request with ref as its
-// Idempotency-Key.
-func pcFront(t *testing.T, s *sqlitestore.Store, db *sql.DB) func(ref string) answer {
-	return idempotencyFront(t, s, true, &chargeApp{db: db, tx: true})
+// a chargeApp (writing to the charges table newPCFile made), served on
+// 127.0.0.1; send makes one request with ref as its Idempotency-Key.
+func pcFront(t *testing.T, s *sqlitestore.Store) func(ref string) answer {
+	return idempotencyFront(t, s, &chargeApp{})
 }
 
 // pcOptions are the stores' options: frequent checks, so the marker's
@@ -318,7 +317,7 @@ func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) 
 		return nil, nil, nil, err
 	}
 	defer s.Close()
-	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s, db), acked)
+	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s), acked)
 	tot.checked += len(acked)
 	tot.again += len(again)
 	tot.lost += len(lost)
@@ -595,7 +594,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		mode := crashMode(round % 2)
 		after, keep := r.IntN(100), r.IntN(2) == 0
 		v.ArmCut(after, keep)
-		l, abandon := pcStart(ctx, s, db, pcFront(t, s, db), fmt.Sprintf("f%d-r%d-", files, round))
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("f%d-r%d-", files, round))
 		if !pcWait(pcPatience, v.Dead) {
 			v.CutNow()
 			t.Logf("round %d: no cut after %v (%d syncs): cut now", round, pcPatience, v.Stats().Syncs)
@@ -1099,7 +1098,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		failedBefore := v.Stats().FailedSyncs
 		target := targets[round%len(targets)]
 		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
-		l, abandon := pcStart(ctx, s, db, pcFront(t, s, db), fmt.Sprintf("r%d-", round))
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("r%d-", round))
 		failed := pcWait(pcPatience, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
 		more := 10 + r.IntN(50)
@@ -1400,8 +1399,8 @@ func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
 			db := f.open(t)
 			t.Cleanup(func() { db.Close() })
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			app := &chargeApp{db: db, tx: true}
-			send := idempotencyFront(t, s, true, app)
+			app := &chargeApp{}
+			send := idempotencyFront(t, s, app)
 			if a := send("warm-up"); a.status != http.StatusCreated {
 				t.Fatalf("warm-up: %d %s", a.status, a.body)
 			}
