@@ -373,7 +373,7 @@ func transactionalRequestCommitsOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				send := f.wrap(t, s, true, &chargeApp{db: db, tx: true})
+				send := f.wrap(t, s, &chargeApp{})
 				send("ref_warm") // the writer's connection opened, its statements prepared
 				for _, tc := range []struct {
 					name    string

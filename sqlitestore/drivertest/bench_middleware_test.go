@@ -16,12 +16,8 @@ import (
 )
 
 // benchCharge is the handler of BenchmarkMiddlewareTransactionalVsFloor:
-// it reads the request's body, inserts it under the request's
-// Charge-Ref, and answers 201 with a small JSON body. With db nil it
-// writes through the transaction the middleware's Work put in its
-// context (sqlitestore.TxFrom); else in its own transaction on a
-// connection of db's pool: BEGIN IMMEDIATE; the INSERT; COMMIT. Any
-// failure answers 500, which the benchmark refuses.
+// it inserts the body through TxFrom (db nil) or in its own transaction
+// on db (benchOwnTx), and answers 201; any failure answers 500.
 func benchCharge(db *sql.DB) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()

@@ -3,7 +3,6 @@ package drivertest
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,18 +17,10 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// The benchmarks time the store against floors measured in the same run,
-// on the same kind of file with the same settings (Safe: WAL,
-// synchronous=FULL, busy_timeout=5000), in a temporary directory of the
-// disk (not a tmpfs): every call that commits costs an fsync there.
-// BENCHMARKS.md lists them, with what each measures and the command
-// lines; docs/benchmarks.md has the figures; fsyncs.sh counts the fsyncs
-// per claim.
-//
-// A disk's fsync latency drifts (on a shared virtual disk, by 2x within
-// seconds), so a store and its floor timed seconds apart compare badly:
-// the VsFloor benchmarks run them in turn, each call beside the other,
-// on two files of one directory, and report the ratio of their sums.
+// The benchmarks time the store against floors on files made alike (Safe
+// settings, on a disk); the VsFloor ones run each call beside the floor's,
+// as a disk's fsync latency drifts within seconds. BENCHMARKS.md lists
+// them and their commands.
 
 // benchFloorTable is a table of the store's table's shape (the same
 // columns, key and index), without the store: the floor's INSERT writes
@@ -470,40 +461,6 @@ func benchHandler(b *testing.B, w replay.Work, id string, until time.Time) {
 // db's pool (benchOwnTx) with the handler's row.
 func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
 	benchMust(b, benchOwnTx(context.Background(), db, id, benchBody))
-}
-
-// BenchmarkSweep: one Sweep of 100 expired rows (written before the
-// timer runs, as the store writes a claim), one step of the writer: how
-// long a sweep's step holds the writer.
-func BenchmarkSweep(b *testing.B) {
-	benchDrivers(b, func(b *testing.B, d Driver) {
-		ctx := context.Background()
-		db := benchDB(b, d)
-		s := benchStore(b, db)
-		prefix := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
-		prefix = append(prefix, s.Prefix()...)
-		b.ReportAllocs()
-		for i := range b.N {
-			b.StopTimer()
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for j := range 100 {
-				key := append(append([]byte{}, prefix...), fmt.Sprint("swept-", i, "-", j)...)
-				if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			if n, err := s.Sweep(ctx); n != 100 || err != nil {
-				b.Fatalf("Sweep = %d, %v; want the 100 expired rows", n, err)
-			}
-		}
-	})
 }
 
 // BenchmarkClaimWhileSweeping: serial claims on an idle store (b.N of

@@ -683,58 +683,13 @@ func loweredConnectionRefuses(t *testing.T) {
 }
 
 // zeroStoreRefuses: a Store not built with New refuses every method
-// with ErrConfig, without panicking.
+// with ErrConfig, without panicking, before and after Close.
 func zeroStoreRefuses(t *testing.T) {
-	ctx := context.Background()
 	s := &sqlitestore.Store{}
-	until := time.Now().Add(time.Minute)
-	calls := map[string]func() error{
-		"Claim": func() error {
-			first, err := s.Claim(ctx, "a", until)
-			if first {
-				return errors.New("first")
-			}
-			return err
-		},
-		"Release": func() error { return s.Release(ctx, "a") },
-		"AcquireLease": func() error {
-			l, err := s.AcquireLease(ctx, "a", time.Second)
-			if l.State == replay.LeaseAcquired {
-				return errors.New("acquired")
-			}
-			return err
-		},
-		"AcquireRecord": func() error {
-			r, err := s.AcquireRecord(ctx, "a", time.Second, []byte("fp"))
-			if r.State == replay.LeaseAcquired {
-				return errors.New("acquired")
-			}
-			return err
-		},
-		"ConfirmLease":  func() error { return s.ConfirmLease(ctx, "a", "token", until) },
-		"ConfirmRecord": func() error { return s.ConfirmRecord(ctx, "a", "token", until, []byte("fp"), []byte("result")) },
-		"ReleaseLease":  func() error { return s.ReleaseLease(ctx, "a", "token") },
-		"BeginWork": func() error {
-			w, err := s.BeginWork(ctx, "a", "token")
-			if w != nil {
-				return errors.New("a Work")
-			}
-			return err
-		},
-		"Sweep": func() error { _, err := s.Sweep(ctx); return err },
+	everyCallRefuses(t, s, "a", sqlitestore.ErrConfig)
+	s.Close()
+	s.Close()
+	if _, err := s.Claim(context.Background(), "a", time.Now().Add(time.Minute)); !errors.Is(err, sqlitestore.ErrConfig) {
+		t.Fatalf("Claim after Close of a zero Store = %v; want ErrConfig", err)
 	}
-	for name, call := range calls {
-		t.Run(name, func(t *testing.T) {
-			if err := call(); !errors.Is(err, sqlitestore.ErrConfig) {
-				t.Fatalf("%s on a zero Store = %v; want ErrConfig", name, err)
-			}
-		})
-	}
-	t.Run("Close", func(t *testing.T) {
-		s.Close()
-		s.Close()
-		if _, err := s.Claim(ctx, "a", until); !errors.Is(err, sqlitestore.ErrConfig) {
-			t.Fatalf("Claim after Close of a zero Store = %v; want ErrConfig", err)
-		}
-	})
 }

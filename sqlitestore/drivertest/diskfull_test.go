@@ -87,17 +87,12 @@ func wantUnavailable(err error) error {
 	return nil
 }
 
-// TestFullDisk: the database on a 2 MiB tmpfs, the space taken by another
-// file until a little is left, then records of 100 KiB confirmed (and a
-// small claim after each) until the disk is full. Every call that fails
-// fails with ErrUnavailable (not ErrForgotten), never first or
-// acquired. Once the disk is full to the last byte every write fails
-// with ErrUnavailable — a claim of a fresh ID, an acquisition, New on a
-// second pool — while every ID acknowledged before is still refused, and
-// ReadRecord, which writes nothing, still reads each record.
-// After the other file is deleted the same store serves again, without a
-// new New, and every ID acknowledged before the disk filled is still
-// refused, its record intact.
+// TestFullDisk: records confirmed on a 2 MiB tmpfs until it is full.
+// Every failing call fails with ErrUnavailable (not ErrForgotten), never
+// first or acquired; on the full disk every write fails (New on a second
+// pool too) while every ID acknowledged before is still refused and
+// ReadRecord still reads each record; once space is freed the same store
+// serves again, every record intact.
 func TestFullDisk(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) { fullDisk(t, d) })

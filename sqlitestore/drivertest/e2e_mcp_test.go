@@ -1,14 +1,9 @@
 package drivertest
 
-// The MCP flow of issue 53, end to end: a tool server secured by
-// ctokenmcp.SecureRequestState with a single-use request state
-// (ctoken.RequestStateSecurity.Replay), served over streamable HTTP on
-// 127.0.0.1 and driven by go-sdk's own client. The tool needs two rounds:
-// the first asks for a confirmation and returns a sealed state, the
-// second, with the state, deploys (a row in the database file). The
-// server is then restarted on the same file with the same keys (the
-// store closed, the pool closed and opened again, a new Store, a new MCP
-// server on a new listener), and the client sends round two again.
+// The MCP flow of issue 53, end to end, driven by go-sdk's own client: a
+// two-round deploy tool secured by ctokenmcp.SecureRequestState with a
+// single-use request state recorded in the file, its server restarted on
+// the same file and keys between the client's rounds.
 
 import (
 	"context"
@@ -36,16 +31,6 @@ type deployOut struct {
 	Deployed string `json:"deployed"`
 	Deploy   int64  `json:"deploy,omitempty"` // the deploy's row
 }
-
-// idemKeys seal the recorded results of the tests' idempotent tools (the
-// same in every process).
-var idemKeys = func() *ctoken.Keyring {
-	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		panic(err)
-	}
-	return kr
-}()
 
 // mcpServer is one run of the tool server.
 type mcpServer struct {
@@ -275,8 +260,7 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 // same file with the same keys. The client's retry of round two is busy
 // (1027) until the round's hold ends, then told that the round was
 // interrupted (1029: whether it acted is unknown), again on the next
-// retry, and nothing is deployed: the round never runs again. Before,
-// it stayed busy until the state expired.
+// retry, and nothing is deployed: the round never runs again.
 func mcpRoundWhoseServerStopped(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()

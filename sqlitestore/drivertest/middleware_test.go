@@ -1,16 +1,13 @@
 package drivertest
 
 // The idempotency middleware and the webhook middleware on a store over a
-// real file, in their plain mode and in their transactional mode (the
-// handler writes through sqlitestore.TxFrom(r.Context())). The handler
-// charges: it inserts one row in a charges table with no unique key, so a
-// second execution whose writes were kept shows as a second row.
+// real file, in their transactional mode (the handler writes through
+// sqlitestore.TxFrom(r.Context())). The handler charges: it inserts one
+// row in a charges table with no unique key, so a second execution whose
+// writes were kept shows as a second row.
 
 import (
-	"context"
 	"crypto/rand"
-	"database/sql"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -31,26 +28,12 @@ import (
 // chargesSchema is the app's table: one row per kept execution.
 const chargesSchema = `CREATE TABLE IF NOT EXISTS charges (ref TEXT NOT NULL, body TEXT NOT NULL)`
 
-// chargeStore opens a migrated database with the charges table and a
-// store on it.
-func chargeStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB) {
-	t.Helper()
-	db, _ := openMigrated(t, d)
-	if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
-		t.Fatal(err)
-	}
-	return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), db
-}
-
 // refHeader names the charge a request makes.
 const refHeader = "Charge-Ref"
 
-// chargeApp is the handler: it inserts one charge (through the request's
-// transaction when tx, else through the pool), and answers 201 with a
-// body unique to this execution.
+// chargeApp is the handler: it inserts one charge through the request's
+// transaction, and answers 201 with a body unique to this execution.
 type chargeApp struct {
-	db   *sql.DB
-	tx   bool
 	runs atomic.Int32
 }
 
@@ -61,16 +44,12 @@ func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var id [8]byte
 	rand.Read(id[:])
 	body := fmt.Sprintf(`{"charge":%q,"id":"ch_%x"}`, ref, id)
-	insert := a.db.ExecContext
-	if a.tx {
-		tx, err := sqlitestore.TxFrom(ctx)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		insert = tx.ExecContext
+	tx, err := sqlitestore.TxFrom(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
-	if _, err := insert(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
 		http.Error(w, "insert: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -91,7 +70,7 @@ type answer struct {
 // webhook delivery ID).
 type front struct {
 	name string
-	wrap func(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) (send func(ref string) answer)
+	wrap func(t *testing.T, s *sqlitestore.Store, h http.Handler) (send func(ref string) answer)
 }
 
 var fronts = []front{
@@ -132,14 +111,14 @@ func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
 }
 
 // idempotencyFront: POST /charges behind the idempotency middleware.
-func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
+func idempotencyFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(string) answer {
 	mw, err := idempotency.New(idempotency.Config{
 		Store:         s,
 		Keys:          middlewareKeys,
 		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required:      true,
 		Lease:         20 * time.Second,
-		Transactional: tx,
+		Transactional: true,
 		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -164,10 +143,10 @@ const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // webhookFront: POST /hook behind a Standard Webhooks verifier; ref is
 // the delivery's ID.
-func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) func(string) answer {
+func webhookFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(string) answer {
 	v, err := webhook.NewVerifier(webhook.Config{
 		Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret},
-		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: tx,
+		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: true,
 		OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) { t.Errorf("OnLeaseError: %v", err) },
 	})
 	if err != nil {
@@ -193,46 +172,12 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler) f
 	}
 }
 
-// TestMiddlewares pins the idempotency middleware and the webhook
-// verifier on the store: TxFrom in the plain mode, and the commits of a
-// request in the transactional mode. (Their retries, failed attempts and
-// a failed run's writes, rolled back: the idempotencytest and webhooktest
-// kits, in TestStore; a claim with a Work's context, as a one-time token
-// redeemed in the handler makes: TestWork.)
+// TestMiddlewares pins the commits of a request through the idempotency
+// middleware and the webhook verifier in their transactional mode. (Their
+// retries, failed attempts and a failed run's writes, rolled back: the
+// idempotencytest and webhooktest kits, in TestStore; a claim with a
+// Work's context, as a one-time token redeemed in the handler makes:
+// TestWork; TxFrom without a Work: TestWork too.)
 func TestMiddlewares(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"TxFrom in plain mode is ErrNoTx", txFromInPlainModeIsErrNoTx},
-		{"transactional request commits once", transactionalRequestCommitsOnce},
-	} {
-		t.Run(tc.name, tc.test)
-	}
-}
-
-// txFromInPlainModeIsErrNoTx: a handler behind a middleware in the
-// plain mode finds no transaction (ErrNoTx), rather than a connection of
-// its own, so a handler written for the transactional mode does not
-// silently write outside it.
-func txFromInPlainModeIsErrNoTx(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		for _, f := range fronts {
-			t.Run(f.name, func(t *testing.T) {
-				t.Parallel()
-				s, _ := chargeStore(t, d)
-				var got error
-				send := f.wrap(t, s, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					_, got = sqlitestore.TxFrom(r.Context())
-					w.WriteHeader(http.StatusNoContent)
-				}))
-				if a := send("ref_plain"); a.status != http.StatusNoContent {
-					t.Fatalf("status %d %q; want 204", a.status, a.body)
-				}
-				if !errors.Is(got, sqlitestore.ErrNoTx) {
-					t.Fatalf("TxFrom in the plain mode = %v; want ErrNoTx", got)
-				}
-			})
-		}
-	})
+	t.Run("transactional request commits once", transactionalRequestCommitsOnce)
 }

@@ -15,19 +15,12 @@ import (
 )
 
 // TestProcessesShareAFile: two processes, each with its own store on one
-// database file (WAL), go through the same IDs at once (2 000 for
-// claims, 1 000 for leases), each in its own shuffled order with 8
-// goroutines. Claims: every ID is first in
-// exactly one process, or, when a process's call for it failed (the
-// outcome of an ErrUnavailable is unknown), in at most one; at least 95 %
-// of the IDs are acknowledged first somewhere; every error is
-// ErrUnavailable (SQLITE_BUSY between the processes included), never a
-// first. Leases (acquired for a minute, then confirmed): no ID is
-// acquired by two processes, and an ID is confirmed only by the process
-// that acquired it. Afterwards a store of the parent refuses every ID
-// acknowledged. Nothing is timed: the children's calls wait up to a
-// minute for their answer (Timeout), and the parent for the children as
-// long as they print.
+// database file, go through the same IDs at once. A claimed ID is first
+// in exactly one process (at most one when a call failed: an
+// ErrUnavailable's outcome is unknown), at least 95 % are first somewhere,
+// and every error is ErrUnavailable, never a first; a leased ID is
+// acquired by one process and confirmed only by it; afterwards a store of
+// the parent refuses every ID acknowledged.
 func TestProcessesShareAFile(t *testing.T) {
 	const procs = 2
 	for _, d := range Drivers() {

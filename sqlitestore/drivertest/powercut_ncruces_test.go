@@ -62,11 +62,10 @@ func pcKindOf(i int64, http bool) pcKind {
 }
 
 // pcFront is the idempotency middleware, Transactional, on s in front of
-// a chargeApp on db (the charges table pcFile.create made in the store's
-// file), served on 127.0.0.1; send makes one request with ref as its
-// Idempotency-Key.
-func pcFront(t *testing.T, s *sqlitestore.Store, db *sql.DB) func(ref string) answer {
-	return idempotencyFront(t, s, true, &chargeApp{db: db, tx: true})
+// a chargeApp (writing to the charges table newPCFile made), served on
+// 127.0.0.1; send makes one request with ref as its Idempotency-Key.
+func pcFront(t *testing.T, s *sqlitestore.Store) func(ref string) answer {
+	return idempotencyFront(t, s, &chargeApp{})
 }
 
 // pcOptions are the stores' options: frequent checks, so the marker's
@@ -184,10 +183,13 @@ func pcStep(ctx context.Context, s *sqlitestore.Store, send func(string) answer,
 	return first && err == nil, err
 }
 
-// pcRun runs the workload with 6 goroutines on fresh IDs prefix+"0",
-// prefix+"1"... until stop is closed, beside a reader of db's (see
-// pcReader); with send (pcFront), requests through the middleware too.
-func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string, stop <-chan struct{}, l *pcLedger) {
+// pcStart runs the workload with 6 goroutines on fresh IDs prefix+"0",
+// prefix+"1"... beside a reader of db's (see pcReader), noted in l; with
+// send (pcFront), requests through the middleware too. abandon lets it
+// meet the dead disk for a moment, stops it, and closes s and db.
+func pcStart(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string) (l *pcLedger, abandon func()) {
+	l = newPCLedger()
+	stop := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() { pcReader(ctx, db, stop) })
@@ -210,7 +212,13 @@ func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(stri
 			}
 		})
 	}
-	wg.Wait()
+	return l, func() {
+		time.Sleep(20 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		s.Close()
+		db.Close()
+	}
 }
 
 // pcReader is the application's reader: a connection of db held open for
@@ -309,7 +317,7 @@ func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) 
 		return nil, nil, nil, err
 	}
 	defer s.Close()
-	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s, db), acked)
+	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s), acked)
 	tot.checked += len(acked)
 	tot.again += len(again)
 	tot.lost += len(lost)
@@ -516,38 +524,17 @@ func pcWait(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// pcAbandon lets the running workload meet the dead disk for a moment,
-// stops it, and closes the store and the database.
-func pcAbandon(s *sqlitestore.Store, db *sql.DB, stop chan struct{}, done <-chan struct{}) {
-	time.Sleep(20 * time.Millisecond)
-	close(stop)
-	<-done
-	s.Close()
-	db.Close()
-}
-
-// TestPowerCut: for each journal mode the store accepts with FULL (WAL,
-// also with frequent checkpoints; DELETE, TRUNCATE, PERSIST), 6
-// rounds on one file: a store runs a workload (claims, records confirmed,
-// works committed) with 6 goroutines, beside a reader, until the power is
-// cut at a random Sync (the 1st to the 100th after the store is built;
-// the cutting Sync's writes reach the disk or not, at random); the store
-// and the database are closed, the files are put back as the disk holds
-// them (every unsynced write dropped, or, every other round, torn: a
-// random part of them, at 512-byte granularity), and a new store on the
-// file is asked for every ID acknowledged in any round so far. No
-// acknowledged ID may be accepted again. New may refuse with
-// ErrForgotten (a loss found, the file is then replaced by a fresh one),
-// counted as refused.
+// TestPowerCut: for each journal mode the store accepts with FULL, 6
+// rounds on one file of the workload, each ended by a power cut at a
+// random Sync (every unsynced write dropped, or every other round torn);
+// a new store is then asked for every ID acknowledged in any round so
+// far, and none may be accepted again (New refusing with ErrForgotten
+// counts as refused, and the next rounds take a fresh file).
 //
 // One more case runs journal_mode=DELETE with the VFS's lazyUnlink: a
 // deleted rollback journal comes back after a cut unless its directory
-// was synced (SQLite syncs it with synchronous=EXTRA, not FULL). With
-// EXTRA nothing acknowledged may be accepted again. With FULL, measured
-// before New refused it, 0-3 acknowledged IDs per run were accepted
-// again (SQLite documents that FULL in DELETE mode may lose the last
-// commit to a power cut): New refuses DELETE with FULL
-// (TestNew/refuses).
+// was synced, which SQLite does with synchronous=EXTRA, not FULL (New
+// refuses DELETE with FULL: TestNew/refuses).
 func TestPowerCut(t *testing.T) {
 	seed := pcSeed(t)
 	cases := []struct {
@@ -607,19 +594,13 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		mode := crashMode(round % 2)
 		after, keep := r.IntN(100), r.IntN(2) == 0
 		v.ArmCut(after, keep)
-		l := newPCLedger()
-		send := pcFront(t, s, db)
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, send, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("f%d-r%d-", files, round))
 		if !pcWait(pcPatience, v.Dead) {
 			v.CutNow()
 			t.Logf("round %d: no cut after %v (%d syncs): cut now", round, pcPatience, v.Stats().Syncs)
 		}
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		cut, err := v.PowerCut(mode, r)
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -653,29 +634,18 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 }
 
 // TestPowerCutNormal measures synchronous=NORMAL (WAL,
-// Options.AllowNormalSync) under power cuts, with the workload of
-// TestPowerCut, 6 rounds per case, each on a fresh file. The cut comes at
-// a random Sync in the first 3 rounds (with NORMAL only checkpoints and a
-// restarted WAL's header sync: the 1st to the 6th Sync after the store is
-// built, with frequent checkpoints the 1st to the 100th; its writes
-// reach the disk or not), at a random moment of the workload (20 to
-// 320 ms in) in the last 3; the disk then keeps every synced write (drop)
-// or, every other round, a random part of the unsynced ones (tear). A cut
-// at a Sync strikes a checkpoint (its WAL's or its database file's Sync)
-// or a restarted WAL's header; a cut at a random moment mostly strikes
-// while the last commits are in the WAL, unsynced.
+// Options.AllowNormalSync) under power cuts, with TestPowerCut's
+// workload, 6 rounds per case on fresh files: the cut strikes a Sync (a
+// checkpoint or a restarted WAL's header) in the first 3 rounds, and a
+// random moment, mostly while the last commits are unsynced in the WAL,
+// in the last 3.
 //
-// A simulated cut leaves the kernel's boot id as it was, so the reboot is
-// simulated on the sidecar. The store writes the sidecar with the real
-// file system, outside the VFS, and the abandoned store's Close after the
-// cut, which a process that lost its power never runs, may clear its
-// boot (its checkpoint finds nothing to do); so the sidecar as it was at
-// the cut is put back, its "boot" rewritten to another boot id when it
-// names one (a NORMAL store ran and had not closed). New must refuse with ErrForgotten. The acknowledged IDs whose
-// row is missing from the file, read with SQL, are what NORMAL lost (lost,
-// expected above 0 at times: not asserted). Then a careless operator runs
-// Rearm with a fence of an hour and builds a store again: no acknowledged
-// ID may be accepted again (the fence refuses every call).
+// A simulated cut leaves the kernel's boot id as it was, so the sidecar as
+// it was at the cut is put back with its boot rewritten (the abandoned
+// store's Close, which a process without power never runs, may clear it).
+// New must refuse with ErrForgotten; the acknowledged IDs missing from the
+// file are what NORMAL lost (not asserted); after Rearm with a fence of
+// an hour no acknowledged ID may be accepted again.
 func TestPowerCutNormal(t *testing.T) {
 	if _, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err != nil {
 		t.Skip("no kernel boot id on this system: the store cannot tell a crash of the machine")
@@ -781,12 +751,7 @@ func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Ran
 			when, wait = "at a Sync", 3*time.Second
 			v.ArmCut(r.IntN(syncs), r.IntN(2) == 0)
 		}
-		l := newPCLedger()
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, nil, fmt.Sprintf("r%d-", round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, nil, fmt.Sprintf("r%d-", round))
 		if !pcWait(wait, v.Dead) {
 			if atSync {
 				t.Logf("round %d: no cut after %v (%d syncs): cut now", round, wait, v.Stats().Syncs)
@@ -799,7 +764,7 @@ func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Ran
 			t.Fatalf("round %d: the sidecar at the cut: %v", round, err)
 		}
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		if _, after, err := pcSidecarBoot(f.path); err == nil && boot != "" && after == "" {
 			tot.clearedAfterCut++
 		}
@@ -919,29 +884,18 @@ func pcFencedCheck(ctx context.Context, s *sqlitestore.Store, acked map[string]p
 	return c
 }
 
-// TestFsyncErrorThenPowerCut: a store runs the workload of TestPowerCut
-// on a fresh file, 6 rounds per case; past a random number of Syncs (0 to
-// 39) one fsync fails with Linux's semantics: the file's writes since its
-// last Sync are dropped from what the disk will hold, though the process
-// still reads them (the page cache), and the Sync reports
-// SQLITE_IOERR_FSYNC. The rounds of a case take turns at where the
-// failure strikes: any file's Sync; the WAL's Sync of a commit that
-// follows a commit made with synchronous=NORMAL (a batch of lease
-// acquisitions), whose frames SQLite already counts as committed and the
-// failure drops from the disk; the database file's Sync in a checkpoint.
-// The calls of the failed commit fail (they were not acknowledged: either
-// outcome is fine); the store keeps serving, and 10 to 60 Syncs later
-// the power is cut (every unsynced write dropped). A new store on the
-// file must refuse every ID acknowledged, before the failure and after
-// it; New refusing with ErrForgotten is counted as refused. With errseq,
-// every other handle of the file open at the failure also gets the error
-// once, at its next Sync (which did reach the disk).
+// TestFsyncErrorThenPowerCut: TestPowerCut's workload on a fresh file, 6
+// rounds per case, meets one fsync failure with Linux's semantics (the
+// writes since the file's last Sync dropped from the disk, still read from
+// the page cache) at any file's Sync, at the WAL's Sync behind a NORMAL
+// commit, or at the database file's Sync in a checkpoint; the store keeps
+// serving, the power is cut 10 to 60 Syncs later, and a new store must
+// refuse every ID acknowledged before and after the failure. With errseq
+// every other handle open at the failure also gets the error once.
 //
-// A store that goes on appending to the WAL after the failure, behind the
-// hole the dropped NORMAL frames leave, loses every commit after the hole
-// to the cut: recovery stops at the hole. The store must first put the
-// committed pages back on the disk (a checkpoint reads them from the page
-// cache).
+// A store that went on appending to the WAL behind the hole the dropped
+// NORMAL frames leave would lose every later commit to the cut (recovery
+// stops at the hole): it must first put the committed pages back.
 func TestFsyncErrorThenPowerCut(t *testing.T) {
 	seed := pcSeed(t)
 	// The rounds of a case take its targets in turn.
@@ -978,18 +932,14 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 }
 
 // TestFsyncErrorAfterAPartialCheckpoint pins the database file's loss
-// of TestFsyncErrorThenPowerCut without its randomness. A checkpoint that
-// a reader's older snapshot keeps from copying the whole WAL writes pages
-// into the database file without syncing it, and counts them copied; the
-// next checkpoint that copies the whole WAL syncs the file, and that
-// fsync fails: the earlier pages are dropped too, and no later
-// checkpoint copies them again. Claims go on, a later checkpoint
-// succeeds, the WAL restarts, and the power is cut. Every acknowledged
-// claim must be refused after the cut, by a store that serves. The
-// claims before the reader's snapshot have keys of their own ("a-"), on
-// leaf pages no later claim ("z-") writes again. The failing fsync is
-// that of a checkpoint the store's writer runs, or that of the checkpoint
-// Close runs (a new store then serves on the same pool).
+// of TestFsyncErrorThenPowerCut without its randomness: pages a partial
+// checkpoint (a reader's snapshot held it back) wrote unsynced are dropped
+// by the next checkpoint's failed fsync, and no later checkpoint copies
+// them again, so after a cut every acknowledged claim must still be
+// refused by a store that serves (the claims before the snapshot, "a-",
+// sit on leaf pages no later claim, "z-", writes again). The failing
+// fsync is a checkpoint of the store's writer, or Close's (a new store
+// then serves on the pool).
 func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -1148,13 +1098,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		failedBefore := v.Stats().FailedSyncs
 		target := targets[round%len(targets)]
 		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
-		l := newPCLedger()
-		send := pcFront(t, s, db)
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			pcRun(ctx, s, db, send, fmt.Sprintf("r%d-", round), stop, l)
-		}()
+		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("r%d-", round))
 		failed := pcWait(pcPatience, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
 		more := 10 + r.IntN(50)
@@ -1164,7 +1108,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		}
 		v.CutNow()
 		unavailBefore, sample := l.errCount()
-		pcAbandon(s, db, stop, done)
+		abandon()
 		st := v.Stats()
 		events := strings.Join(v.Events(), "; ")
 		cut, err := v.PowerCut(crashDrop, r)
@@ -1330,12 +1274,9 @@ func TestCrashVFS(t *testing.T) {
 		}
 	})
 
-	// fsyncFailure inserts rows one transaction each, an fsync failing at
-	// a random Sync, 30 more commits after it, then a cut, while another
-	// connection of the file stays open. normal commits every other row
-	// with synchronous=NORMAL (not counted as committed: a cut may take
-	// them back). It returns the rows committed with FULL after the
-	// failure and how many of them survive.
+	// fsyncFailure commits rows through an fsync failure and a cut, every
+	// other one with NORMAL when normal; it returns the rows committed with
+	// FULL after the failure and how many of them survive.
 	fsyncFailure := func(t *testing.T, journal string, normal bool) (int, int) {
 		v := newCrashVFS(t)
 		path := table(t, v, journal)
@@ -1414,12 +1355,9 @@ func TestCrashVFS(t *testing.T) {
 		}
 	})
 
-	// The hazard the store must handle: a commit with synchronous=NORMAL
-	// leaves its WAL frames unsynced but counted as committed; the next
-	// FULL commit's fsync fails and drops them from the disk; the commits
-	// after it are appended behind that hole, and recovery after a cut
-	// stops at the hole. The VFS must reproduce it, or it could not show
-	// the store's defence at work.
+	// The hazard of TestFsyncErrorThenPowerCut (commits appended behind the
+	// hole a failed fsync leaves after NORMAL commits are lost to a cut):
+	// the VFS must reproduce it, or it could not show the store's defence.
 	t.Run("fsync failure after NORMAL commits loses later FULL commits", func(t *testing.T) {
 		lost, total := 0, 0
 		for range 3 {
@@ -1461,8 +1399,8 @@ func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
 			db := f.open(t)
 			t.Cleanup(func() { db.Close() })
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			app := &chargeApp{db: db, tx: true}
-			send := idempotencyFront(t, s, true, app)
+			app := &chargeApp{}
+			send := idempotencyFront(t, s, app)
 			if a := send("warm-up"); a.status != http.StatusCreated {
 				t.Fatalf("warm-up: %d %s", a.status, a.body)
 			}

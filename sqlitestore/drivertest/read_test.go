@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -229,52 +228,6 @@ func TestReadRecordChecksTheMarker(t *testing.T) {
 					}
 				}
 			})
-		}
-	})
-}
-
-// TestReadRecordBesideCommits: reads on the pool while the writer
-// commits (claims advance the marker's sequence) never take a snapshot
-// older than a sequence the store saw for a loss: no read fails, and
-// the store serves on.
-func TestReadRecordBesideCommits(t *testing.T) {
-	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
-		s, _, _ := readStore(t, d)
-		until := time.Now().Add(time.Hour)
-		var wg sync.WaitGroup
-		errs := make(chan error, 8)
-		stop := make(chan struct{})
-		for range 4 {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := s.ReadRecord(ctx, "c0"); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		for i := range 200 {
-			if first, err := s.Claim(ctx, fmt.Sprint("c", i), until); !first || err != nil {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("Claim %d = %v, %v", i, first, err)
-			}
-		}
-		close(stop)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Errorf("ReadRecord beside the commits: %v", err)
-		}
-		if r, err := s.ReadRecord(ctx, "c0"); err != nil || r.State != replay.LeaseDone {
-			t.Fatalf("ReadRecord after the commits = %v, %v; want done", r.State, err)
 		}
 	})
 }

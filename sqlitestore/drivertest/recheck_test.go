@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
 // TestRecheckDuringClaims: the checker, repeating New's checks while
-// claims commit, never takes the store's own newer commits for an older
-// copy of the database. Every claim of a fresh ID is first, and none is
-// refused with ErrForgotten.
+// claims commit, and reads on the pool beside them never take the store's
+// own newer commits for an older copy of the database: every claim of a
+// fresh ID is first, no ReadRecord fails, and the store serves on.
 func TestRecheckDuringClaims(t *testing.T) {
 	const (
 		claimers = 8
@@ -25,8 +26,24 @@ func TestRecheckDuringClaims(t *testing.T) {
 		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Millisecond, SweepInterval: -1})
 		ctx := context.Background()
 		until := time.Now().Add(time.Hour)
-		errs := make(chan error, claimers)
-		var wg sync.WaitGroup
+		errs := make(chan error, claimers+4)
+		stop := make(chan struct{})
+		var readers, wg sync.WaitGroup
+		for range 4 {
+			readers.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := s.ReadRecord(ctx, "0/0"); err != nil {
+						errs <- fmt.Errorf("ReadRecord beside the commits: %w", err)
+						return
+					}
+				}
+			})
+		}
 		for c := range claimers {
 			wg.Add(1)
 			go func() {
@@ -42,9 +59,14 @@ func TestRecheckDuringClaims(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		close(stop)
+		readers.Wait()
 		close(errs)
 		for err := range errs {
 			t.Error(err)
+		}
+		if r, err := s.ReadRecord(ctx, "0/0"); err != nil || r.State != replay.LeaseDone {
+			t.Fatalf("ReadRecord after the commits = %v, %v; want done", r.State, err)
 		}
 	})
 }

@@ -245,10 +245,7 @@ func fileSize(t *testing.T, path string) int64 {
 // included: New on the same *sql.DB serves (and repairs again), and every
 // insert the application made on that *sql.DB around each Close is in the
 // file once it is opened again, where another *sql.DB's New serves.
-// Nothing here is timed: the inserts wait for the repair's write lock for
-// up to a minute (busy_timeout), and the stores' calls are bounded by a
-// minute too (Timeout), as long as the repair's transactions may hold
-// the lock on a loaded machine.
+// Nothing is timed: inserts and calls wait up to a minute for the lock.
 func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {

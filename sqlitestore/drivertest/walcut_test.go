@@ -23,11 +23,10 @@ import (
 // ascending page order up to some page. Cut right after the marker's page
 // (so the file's sequence equals the WAL's last), with claims on higher
 // pages not yet written, then the WAL deleted: New refuses, or serves with
-// none of the acknowledged claims accepted again. (Found by a review: the
-// equal sequence alone was taken as proof.) The same for a table listed
-// after another store's in the file, and when the one page left unwritten
-// holds claims the database had before beside acknowledged ones (the
-// table holds some of the page's rows: the page is the table's).
+// none of the acknowledged claims accepted again (an equal sequence proves
+// nothing). The same for a table listed after another store's in the
+// file, and when the one page left unwritten holds claims the database
+// had before beside acknowledged ones (the page is the table's).
 func TestCheckpointCutShortThenWALDeleted(t *testing.T) {
 	for _, d := range Drivers() {
 		for _, tc := range []struct {
@@ -242,8 +241,6 @@ func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) in
 // overflow pages, their key not on the page the WAL shows; a checkpoint
 // that leaves the leaf holding most of them unwritten, then the WAL
 // deleted, is refused, since such a row cannot be found in the table.
-// (Found by a review: such rows were skipped, and 7 of 40 acknowledged
-// records were acquired again.)
 func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	ctx := context.Background()
 	path, db, s := heldInWAL(t)
@@ -306,8 +303,6 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 // and one acknowledged claim on it was claimed too, same ID and expiry, in
 // another store table of the file (two middlewares checking one token):
 // New refuses, the shared row held, every other row of the leaf lacking.
-// (Found by a review: the one shared row made the whole page the other
-// table's, and 83 acknowledged claims were first again.)
 func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 	d := Drivers()[0]
 	ctx := context.Background()
@@ -458,8 +453,7 @@ func unfinishedChild(path string) error {
 // database file and deletes it. The WAL the store kept then holds, after
 // the log's end, frames of the log's salts with checksums of another
 // chain; New reads them as a torn tail, as SQLite does, and serves with
-// every acknowledged claim held. (Found by the full CI run, on mattn: they
-// were read as a changed byte and refused.)
+// every acknowledged claim held.
 func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 	ctx := context.Background()
 	path, _, s := heldInWAL(t)

@@ -4,7 +4,7 @@ package drivertest
 // process makes one kind of acknowledged step land in the WAL alone (the
 // database file holding everything before it), is SIGKILLed, and the
 // parent deletes the WAL (a loss New must refuse) or does what loses
-// nothing (New must serve). From an independent review of the WAL links.
+// nothing (New must serve).
 
 import (
 	"context"
