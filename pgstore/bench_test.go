@@ -46,15 +46,11 @@ func timed(b *testing.B, pool *pgxpool.Pool, op func(i int)) {
 // the disk, so it compares runs on a busy machine.
 func cpuPerOp(b *testing.B, pool *pgxpool.Pool) func() {
 	rows, err := pool.Query(bg(), `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'`)
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	var pids []int
 	for rows.Next() {
 		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			b.Fatal(err)
-		}
+		must(b, rows.Scan(&pid))
 		pids = append(pids, pid)
 	}
 	rows.Close()
@@ -138,9 +134,7 @@ func BenchmarkLeaseAcquireConfirm(b *testing.B) {
 	timed(b, s.pool, func(i int) {
 		id := strconv.Itoa(i)
 		l := mustLease(b, s, id, time.Minute)
-		if err := s.ConfirmLease(bg(), id, l.Token, until); err != nil {
-			b.Fatal(err)
-		}
+		must(b, s.ConfirmLease(bg(), id, l.Token, until))
 	})
 }
 
@@ -158,18 +152,14 @@ func BenchmarkSweep(b *testing.B) {
 	b.ResetTimer()
 	for { // a backlog over 100 batches takes more than one call
 		n, err := s.Sweep(bg())
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		if n == 0 {
 			break
 		}
 	}
 	b.StopTimer()
 	var left int
-	if err := pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE until < now() AND state <> 'm'`).Scan(&left); err != nil {
-		b.Fatal(err)
-	}
+	must(b, pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE until < now() AND state <> 'm'`).Scan(&left))
 	b.ReportMetric(float64(left), "rows-left")
 }
 
@@ -308,9 +298,7 @@ func BenchmarkRecordAcquireConfirm(b *testing.B) {
 		return func(i int) {
 			id := strconv.Itoa(i)
 			r := mustRecord(b, s, id, time.Minute, fp)
-			if err := s.ConfirmRecord(bg(), id, r.Token, until, fp, result); err != nil {
-				b.Fatal(err)
-			}
+			must(b, s.ConfirmRecord(bg(), id, r.Token, until, fp, result))
 		}
 	})
 }
@@ -321,9 +309,7 @@ func BenchmarkRecordAcquireConfirm(b *testing.B) {
 func BenchmarkRecordReplayed(b *testing.B) {
 	benchRecord(b, func(b *testing.B, s *Store, fp, result []byte) func(int) {
 		r := mustRecord(b, s, "done", time.Minute, fp)
-		if err := s.ConfirmRecord(bg(), "done", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			b.Fatal(err)
-		}
+		must(b, s.ConfirmRecord(bg(), "done", r.Token, time.Now().Add(time.Hour), fp, result))
 		return func(int) {
 			if r, err := s.AcquireRecord(bg(), "done", time.Minute, fp); err != nil || len(r.Result) != len(result) {
 				b.Fatal(r.State, len(r.Result), err)

@@ -39,9 +39,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			until := time.Now().Add(time.Hour)
 			mustClaim(t, s, "claimed", until)
 			l, err := s.AcquireLease(bg(), "leased", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
 				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {

@@ -209,9 +209,7 @@ func refusalsWriteNothing(t *testing.T) {
 	}
 	mustClaim(t, s, "claimed", until)
 	l, err := s.AcquireLease(bg(), "leased", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	claimed, leased := version("claimed"), version("leased")
 	for range 5 {
 		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {

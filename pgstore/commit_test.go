@@ -384,9 +384,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 					return w
 				}
 				w, err := s.BeginWork(bg(), id, token)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				t.Cleanup(func() { w.Rollback(bg()) })
 				return w
 			}

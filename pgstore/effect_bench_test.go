@@ -118,9 +118,7 @@ func transactionalHandlers(b *testing.B, pool *pgxpool.Pool, s *Store, table str
 // writer.
 func walPerOp(b *testing.B, pool *pgxpool.Pool) func() {
 	read := func() (lsn, xid int64) {
-		if err := pool.QueryRow(bg(), `SELECT pg_current_wal_lsn() - '0/0', txid_current()`).Scan(&lsn, &xid); err != nil {
-			b.Fatal(err)
-		}
+		must(b, pool.QueryRow(bg(), `SELECT pg_current_wal_lsn() - '0/0', txid_current()`).Scan(&lsn, &xid))
 		return lsn, xid
 	}
 	lsn0, xid0 := read()
@@ -413,16 +411,12 @@ func cache(b *testing.B, pool *pgxpool.Pool, n int) {
 	var held []*pgxpool.Conn
 	for range 2 {
 		c, err := pool.Acquire(bg())
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		held = append(held, c)
 	}
 	for _, c := range held {
 		for i := range n {
-			if _, err := c.Exec(bg(), fmt.Sprintf("select $1::int + %d", i), i); err != nil {
-				b.Fatal(err)
-			}
+			mustExec(b, c, fmt.Sprintf("select $1::int + %d", i), i)
 		}
 		c.Release()
 	}
@@ -487,9 +481,7 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 	// the read and the reset when asked.
 	sql := func(id string, read, reset bool) {
 		c, err := pool.Acquire(bg())
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		defer c.Release()
 		key := s.key(id)
 		fp1, fp2 := s.fpLock(key, fp)
@@ -518,21 +510,15 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 				b.Fatal(marker, state, err)
 			}
 		}
-		if err := br.Close(); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Conn().Exec(bg(), insert, id, body[:16]); err != nil {
-			b.Fatal(err)
-		}
+		must(b, br.Close())
+		mustExec(b, c.Conn(), insert, id, body[:16])
 		batch = &pgx.Batch{}
 		batch.Queue(s.lockedFenceCall, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond), "", s.commitSetting())
 		batch.Queue("commit")
 		if reset {
 			batch.Queue(s.resetCall)
 		}
-		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
-			b.Fatal(err)
-		}
+		must(b, c.Conn().SendBatch(bg(), batch).Close())
 	}
 	// storeOnly is the store's calls of a first request of key.
 	storeOnly := func(key string) {
@@ -542,15 +528,11 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 		}
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		if _, err := tx.Exec(ctx, insert, key, body[:16]); err != nil {
 			b.Fatal(err)
 		}
-		if err := w.Commit(bg(), until, fp, record); err != nil {
-			b.Fatal(err)
-		}
+		must(b, w.Commit(bg(), until, fp, record))
 	}
 	// handler answers as the floor's handler does, after run(key).
 	handler := func(run func(key string)) http.Handler {
@@ -564,26 +546,18 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 	// BenchmarkTransactionalMinimal).
 	minimal := func(id string) {
 		c, err := pool.Acquire(bg())
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		defer c.Release()
 		key := s.key(id)
 		batch := &pgx.Batch{}
 		batch.Queue(beginSQL)
 		batch.Queue("select pg_try_advisory_xact_lock($1::bigint)", s.idLock(key))
-		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Conn().Exec(bg(), insert, id, body[:16]); err != nil {
-			b.Fatal(err)
-		}
+		must(b, c.Conn().SendBatch(bg(), batch).Close())
+		mustExec(b, c.Conn(), insert, id, body[:16])
 		batch = &pgx.Batch{}
 		batch.Queue(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES ($1, 'd', '', $2, $3, $4)`, key, pgTime(until), fp, record)
 		batch.Queue("commit")
-		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
-			b.Fatal(err)
-		}
+		must(b, c.Conn().SendBatch(bg(), batch).Close())
 	}
 	return map[string]func(i int){
 		"floor":         func(i int) { serve(hs["floor"], id("f", i)) },

@@ -82,9 +82,7 @@ func (a *effectApp) handler(t testing.TB, s *Store, lease time.Duration) http.Ha
 	mux.Handle("POST /charges", txMiddleware(t, s, lease).Wrap(h))
 	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
 		Replay: s, Namespace: "effects", Lease: lease, Transactional: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mux.Handle("POST /hook", v.Middleware(h))
 	return mux
 }
@@ -276,9 +274,7 @@ func newCutProxy(t testing.TB, target string) *cutProxy {
 func listenLoopback(t testing.TB, serve func(net.Conn), closeAll func()) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
@@ -306,14 +302,10 @@ func listenLoopback(t testing.TB, serve func(net.Conn), closeAll func()) net.Lis
 func poolVia(t testing.TB, p *pgServer, addr string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, addr, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(pool.Close)
 	return pool
 }
@@ -943,9 +935,7 @@ func effectsOnceThroughAppKills(t *testing.T) {
 		return func() { cmd.Process.Kill(); <-done }, done, nil
 	}
 	stop, exited, err := start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	keys := effectKeyNames(40)
 	const kills = 8
 	var wg sync.WaitGroup

@@ -41,9 +41,7 @@ func newChargeTable(t testing.TB, pool *pgxpool.Pool) string {
 func charges(t testing.TB, pool *pgxpool.Pool, table string) map[string][][]byte {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT key, body FROM `+table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer rows.Close()
 	out := map[string][][]byte{}
 	for rows.Next() {
@@ -114,9 +112,7 @@ func txMiddleware(t testing.TB, s *Store, lease time.Duration) *idempotency.Midd
 		Transactional: true,
 		Logger:        slog.New(slog.DiscardHandler),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return mw
 }
 

@@ -29,9 +29,7 @@ import (
 func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish func(commit bool)) {
 	t.Helper()
 	tx, err := pool.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mustExec(t, tx, `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id))
 	return func(commit bool) {
 		if commit {
@@ -229,9 +227,7 @@ func lostReply(t *testing.T, d *replyDropper, name string, warm func(id string) 
 			break
 		}
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	d.drop.Store(true)
 	err = call()
 	d.drop.Store(false)
@@ -302,9 +298,7 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 	}
 
 	l, err = r.AcquireLease(bg(), "release", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	lostReply(t, d, "ReleaseLease", func(id string) error {
 		l, err := acquired(id)
 		if err != nil {

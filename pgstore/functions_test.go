@@ -45,9 +45,7 @@ func commitWork(t *testing.T, s *Store, id string) {
 		id := id + "-" + way.name
 		w := way.begin(t, s, id)
 		tx, err := TxFrom(w.Context(bg()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		mustExec(t, tx, "select 1")
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
 			t.Fatalf("%s: Commit = %v", way.name, err)
@@ -156,9 +154,7 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["search_path"] = schema + ", public" })
 	name := uniqueTable(t, admin)
 	sql, err := Schema(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	if !strings.HasPrefix(s.table, `"`+schema+`".`) {

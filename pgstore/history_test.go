@@ -368,14 +368,10 @@ func multiHostPoolPorts(t *testing.T, ports ...string) *pgxpool.Pool {
 	hosts := strings.TrimSuffix(strings.Repeat("127.0.0.1,", len(ports)), ",")
 	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=5 target_session_attrs=read-write",
 		hosts, strings.Join(ports, ",")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(pool.Close)
 	return pool
 }
@@ -533,9 +529,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			// record written on the new timeline does not fence again.
 			// (The running store saw the asynchronous standby, which
 			// counts until the store is replaced: a new store serves.)
-			if _, err := standby.pool(t).Exec(bg(), `UPDATE ctoken_replay SET until = now() WHERE key = `+markerSQL); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, standby.pool(t), `UPDATE ctoken_replay SET until = now() WHERE key = `+markerSQL)
 			if running {
 				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 			}
@@ -579,9 +573,7 @@ func shutdown(t *testing.T, p *pgServer) {
 // promoteStandby promotes standby and waits for it.
 func promoteStandby(t *testing.T, standby *pgServer) {
 	t.Helper()
-	if _, err := standby.pool(t).Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, standby.pool(t), `SELECT pg_promote(wait => true)`)
 }
 
 // plannedFailoverToSynchronousStandbyIsNotFenced: a running store
@@ -655,9 +647,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 		t.Fatalf("AcquireRecord before = %+v, %v", rec, err)
 	}
 	begun, err := s.BeginWork(bg(), "work-before", rec.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	_, locked, err := s.AcquireWork(bg(), "locked-before", time.Minute, []byte("fp"))
 	if err != nil || locked == nil {
 		t.Fatalf("AcquireWork before = %v, %v", locked, err)
@@ -856,9 +846,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 		o.AllowAsyncStandby = true
 		o.RecheckInterval = time.Hour // no recheck writes a record below
 	})
-	if _, err := primary.pool(t).Exec(bg(), `UPDATE ctoken_replay SET token = '' WHERE key = `+markerSQL); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, primary.pool(t), `UPDATE ctoken_replay SET token = '' WHERE key = `+markerSQL)
 	until := time.Now().Add(10 * time.Minute)
 	stopLoad := claimLoad(s, 8, until)
 	time.Sleep(500 * time.Millisecond)

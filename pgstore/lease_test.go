@@ -35,9 +35,7 @@ func leaseLeft(t *testing.T, s *Store, id string) (time.Duration, string) {
 	var secs float64
 	var state string
 	err := s.pool.QueryRow(bg(), `SELECT extract(epoch FROM until - now())::float8, state FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&secs, &state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return time.Duration(secs * float64(time.Second)), state
 }
 
@@ -60,9 +58,7 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	}
 	before, _ := rowOf(t, s, "a")
 	other, err := s.AcquireLease(bg(), "other", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if err := s.RenewLease(bg(), "a", other.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal with another lease's token = %v; want ErrLeaseLost", err)
 	}
@@ -181,9 +177,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 		id := fmt.Sprint("raced-", commit)
 		l := mustLease(t, s, id, time.Minute)
 		tx, err := s.pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if _, err := tx.Exec(bg(), `UPDATE `+s.table+` SET state = 'd', until = now() + interval '2 minutes' WHERE key = $1`, s.key(id)); err != nil {
 			tx.Rollback(bg())
 			t.Fatal(err)
@@ -201,9 +195,7 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 		} else {
 			err = tx.Rollback(bg())
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		err = <-done
 		left, state := leaseLeft(t, s, id)
 		switch {
@@ -225,9 +217,7 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	s.timeout = 300 * time.Millisecond // Options.Timeout, set after New so that its checks keep the generous one
 	l := mustLease(t, s, "locked", time.Minute)
 	tx, err := s.pool.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key("locked")); err != nil {
 		tx.Rollback(bg())
 		t.Fatal(err)
@@ -265,9 +255,7 @@ func renewThroughAWork(t *testing.T) {
 		defer w.Rollback(bg())
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 			t.Fatal(err)
 		}
@@ -309,15 +297,11 @@ func renewThroughAWork(t *testing.T) {
 	t.Run("BeginWork", func(t *testing.T) {
 		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
 		w, err := s.BeginWork(bg(), "begun", l.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer w.Rollback(bg())
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 			t.Fatal(err)
 		}

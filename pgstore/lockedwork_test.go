@@ -93,9 +93,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 					want string
 				}{{fp, "same"}, {other, "other"}} {
 					r, err := tt.acquire(c.fp)
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 					if got := busyAnswer(t, r, c.fp); got != c.want {
 						t.Errorf("fingerprint %q: answer %s, want %s", c.fp, got, c.want)
 					}

@@ -61,9 +61,7 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 	// before the COMMIT (whose passing the fence is the
 	// premise), short enough for the test.
 	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: storeOn(t, via), KeyArgument: "key", Transactional: true, Lease: 5 * time.Second}, mcpIntegration())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var runs atomic.Int32
 	pay := func(ctx context.Context) ([]byte, error) {
 		n := runs.Add(1)

@@ -39,9 +39,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	}}
 	must(t, a.Add(tool))
 	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	resume := sync.OnceFunc(func() { close(release) })
 	defer resume()
 	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, <-pid)
@@ -82,9 +80,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 	must(t, a.Add(tool))
 	must(t, b.Add(tool))
 	st, err := a.Create(context.Background(), tool, &mcptoken.TaskCall{Caller: "alice", Arguments: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	<-written
 	if err := b.Cancel(context.Background(), "alice", st.ID); err == nil {
 		t.Fatal("Cancel on the other instance of a running Transactional task succeeded")
@@ -113,9 +109,7 @@ func taskInstances(t *testing.T) (e pgEffects, a, b *mcptoken.Tasks) {
 	newTasks := func(s *Store) *mcptoken.Tasks {
 		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, TTL: time.Minute,
 			Hold: 2 * time.Second, PollInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		return ts
 	}
 	return e, newTasks(sa), newTasks(sb)

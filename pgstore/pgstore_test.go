@@ -201,9 +201,7 @@ func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 		t.Fatalf("New with the clock 4 s behind (limit 3 s): %v; want ErrConfig", err)
 	}
 	tx, err := admin.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := tx.Exec(bg(), `LOCK TABLE "`+name+`" IN ACCESS EXCLUSIVE MODE`); err != nil {
 		tx.Rollback(bg())
 		t.Fatal(err)

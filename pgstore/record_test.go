@@ -239,9 +239,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	recorded := func(id string) {
 		t.Helper()
 		l, err := s.AcquireRecord(bg(), id, time.Minute, []byte("old fp"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		must(t, s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, id)
 	}
@@ -257,17 +255,13 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	})
 	t.Run("ConfirmLease of an ended lease", func(t *testing.T) {
 		l, err := s.AcquireLease(bg(), "b", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		recorded("b2")
 		expire(t, s, "b")
 		// The lease ended and someone recorded, then that expired too: a
 		// late ConfirmLease records afresh, without the record.
 		l2, err := s.AcquireRecord(bg(), "b", time.Minute, []byte("old fp"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		must(t, s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, "b")
 		must(t, s.ConfirmLease(bg(), "b", l.Token, until))
@@ -350,9 +344,7 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 	wantRecord(t, r, "acquire", replay.LeaseBusy, []byte("lost fp"), nil)
 
 	l, err := r.AcquireRecord(bg(), "confirm", time.Minute, []byte("fp"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	lostReply(t, d, "ConfirmRecord", func(id string) error {
 		w, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
 		if err != nil {
@@ -376,9 +368,7 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 func testKeys(t testing.TB) *ctoken.Keyring {
 	t.Helper()
 	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return kr
 }
 
@@ -414,9 +404,7 @@ func recordEditedInTheTableIsRefused(t *testing.T) {
 				Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
 				Route:  func(*http.Request) string { return "POST /payments" },
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				w.Header().Set("Content-Type", "application/json")

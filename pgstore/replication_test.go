@@ -78,9 +78,7 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 func baseBackup(t *testing.T, p *pgServer, prefix string, args ...string) string {
 	t.Helper()
 	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	b := make([]byte, 6)
 	rand.Read(b)
 	dir := filepath.Join(tmpRoot, prefix+hex.EncodeToString(b))
@@ -131,9 +129,7 @@ func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	lost := 0
 	for _, id := range acked {
 		first, err := promoted.Claim(bg(), id, until)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if first {
 			lost++
 		}

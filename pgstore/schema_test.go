@@ -142,9 +142,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 
 func schemaIsWhatMigrateRuns(t *testing.T) {
 	sql, err := Schema("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, want := range []string{`CREATE TABLE "ctoken_replay"`, `CREATE INDEX "ctoken_replay_until"`, `'-infinity'`} {
 		if !strings.Contains(sql, want) {
 			t.Fatalf("Schema lacks %q:\n%s", want, sql)
@@ -158,9 +156,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 	pool := p.pool(t)
 	name := uniqueTable(t, pool)
 	sql, err = Schema("public." + name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
@@ -285,13 +281,9 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 func migrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
 	p := needServer(t)
 	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+downPort(t), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	down, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(down.Close)
 	admin := p.pool(t)
 	readOnly := p.pool(t, "default_transaction_read_only", "on")

@@ -374,9 +374,7 @@ func ownServer(t testing.TB, extra ...string) *pgServer {
 	t.Helper()
 	needServer(t)
 	p, err := startServer(extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(p.kill)
 	must(t, Migrate(context.Background(), p.pool(t), ""))
 	return p
@@ -454,9 +452,7 @@ func mustRecord(t testing.TB, s *Store, id string, lease time.Duration, fp []byt
 func mustBegin(t testing.TB, pool *pgxpool.Pool) pgx.Tx {
 	t.Helper()
 	tx, err := pool.Begin(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { tx.Rollback(bg()) })
 	return tx
 }
@@ -545,9 +541,7 @@ func storeOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*Options)) *Store {
 		f(&o)
 	}
 	s, err := New(context.Background(), pool, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
 }

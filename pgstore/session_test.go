@@ -64,9 +64,7 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 			}
 
 			c, err := pool.Acquire(bg())
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer c.Release()
 			if pid != 0 && c.Conn().PgConn().PID() != pid {
 				t.Logf("the pool opened a new connection (the previous one was closed)")

@@ -123,9 +123,7 @@ func TestRefusedStatementAgreesWithTheServer(t *testing.T) {
 	s := newTestStore(t)
 	ctx := bg()
 	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer conn.Release()
 	pc := conn.Conn().PgConn()
 	var leads []string

@@ -43,9 +43,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 		}
 	}
 	l, err := s.AcquireLease(bg(), "lease", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	must(t, s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)))
 	// Expire the first claims and the done row on the database's clock.
 	keys := [][]byte{s.key("lease")}
@@ -164,9 +162,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 		mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 		// A sweeper's batch: the expired row locked, then deleted.
 		tx, err := admin.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		mustExec(t, tx, `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id))
 		type result struct {
 			ok  bool

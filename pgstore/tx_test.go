@@ -96,9 +96,7 @@ func claimInATransaction(t *testing.T) {
 			} else {
 				err = w.Rollback(bg())
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if first, err := s.Claim(bg(), id, until); err != nil || first == tt.commit {
 				t.Fatalf("Claim after the work %s = %v, %v; want first = %v", tt.name, first, err, !tt.commit)
 			}
@@ -107,13 +105,9 @@ func claimInATransaction(t *testing.T) {
 
 	t.Run("a one-time token redeemed in a transaction", func(t *testing.T) {
 		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: testKeys(t), Purpose: "pgtx", TTL: time.Minute, Replay: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		tok, err := iss.Mint(map[string]string{"sub": "a"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		tx := mustBegin(t, s.pool)
 		want := map[string]string{"sub": "a"}
 		if _, err := iss.Redeem(WithTx(bg(), tx), tok, want); err != nil {

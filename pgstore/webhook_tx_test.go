@@ -29,9 +29,7 @@ func runsTable(t testing.TB, pool *pgxpool.Pool) string {
 func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]int {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), "select delivery, count(*) from "+table+" group by delivery")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer rows.Close()
 	got := map[string]int{}
 	for rows.Next() {
@@ -65,9 +63,7 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 		cpu, wal := cpuPerOp(b, pool), walPerOp(b, pool)
 		for b.Loop() {
 			req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
-			if err := signer.Sign(req.Header, "msg_bench_"+strconv.FormatInt(n.Add(1), 10), []byte(body)); err != nil {
-				b.Fatal(err)
-			}
+			must(b, signer.Sign(req.Header, "msg_bench_"+strconv.FormatInt(n.Add(1), 10), []byte(body)))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if rec.Code != http.StatusCreated {

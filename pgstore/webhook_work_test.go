@@ -55,9 +55,7 @@ func whVerifier(t testing.TB, s *Store, lease time.Duration, transactional bool)
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
 		Replay: s, Namespace: "work", Lease: lease, Transactional: transactional})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v
 }
 
@@ -65,9 +63,7 @@ func whVerifier(t testing.TB, s *Store, lease time.Duration, transactional bool)
 func whSigner(t testing.TB) *webhook.Signer {
 	t.Helper()
 	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return s
 }
 
@@ -214,9 +210,7 @@ func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 	s := storeOn(t, pool, func(o *Options) { o.SweepInterval = -1 })
 	table := runsTable(t, pool)
 	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: testKeys(t), Purpose: "webhook", TTL: time.Minute, Replay: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	signer := whSigner(t)
 	claims := map[string]string{"caller": "alice"}
 	h := whVerifier(t, s, time.Minute, true).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -257,9 +251,7 @@ func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 		return rec.Code
 	}
 	tok, err := onetime.Mint(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	steps := []struct {
 		name    string
 		id      string

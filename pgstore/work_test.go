@@ -56,13 +56,9 @@ func charge(ctx context.Context, table, key, holder string) error {
 func chargesOf(t testing.TB, pool *pgxpool.Pool, table, key string) []string {
 	t.Helper()
 	rows, err := pool.Query(bg(), `SELECT holder FROM `+table+` WHERE key = $1 ORDER BY holder`, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	holders, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return holders
 }
 
@@ -115,9 +111,7 @@ func workRefusals(t *testing.T) {
 
 	t.Run("BeginWork", func(t *testing.T) {
 		r, err := s.AcquireRecord(bg(), "b", time.Minute, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		refusing := newTestStore(t)
 		refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
 		refusing.refusal.Store(&refusal)
@@ -459,14 +453,10 @@ func benchWork(b *testing.B, s *Store) {
 			b.Fatal(r.State, err)
 		}
 		w, err := s.BeginWork(bg(), key, r.Token)
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
 		if _, err := tx.Exec(ctx, insert, key); err != nil {
 			b.Fatal(err)
 		}
@@ -474,24 +464,16 @@ func benchWork(b *testing.B, s *Store) {
 	}
 	floor := func(key string) {
 		tx, err := s.pool.Begin(bg())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := tx.Exec(bg(), insert, key); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(bg()); err != nil {
-			b.Fatal(err)
-		}
+		must(b, err)
+		mustExec(b, tx, insert, key)
+		must(b, tx.Commit(bg()))
 	}
 	lease := `INSERT INTO ` + s.table + ` (key, state, token, until, fingerprint) VALUES ($1, 'l', $2, now() + interval '1 minute', $3) ON CONFLICT (key) DO NOTHING`
 	token := strings.Repeat("0", tokenLen)
 	paired(b, []string{"floor", "work", "floor+lease", "work-unpipelined", "separate"},
 		func(i int) { floor(id("f", i)) },
 		func(i int) {
-			if err := begin(id("w", i)).Commit(bg(), until, fp, result); err != nil {
-				b.Fatal(err)
-			}
+			must(b, begin(id("w", i)).Commit(bg(), until, fp, result))
 		},
 		func(i int) {
 			if tag, err := s.pool.Exec(bg(), lease, s.key(id("l", i)), token, fp); err != nil || tag.RowsAffected() != 1 {
@@ -504,12 +486,8 @@ func benchWork(b *testing.B, s *Store) {
 			w.stop()
 			defer w.pc.Release()
 			var zero int
-			if err := w.conn.QueryRow(bg(), fenceSQL(s.table), w.key, w.token, pgTime(until), fp, result, &w.xid, "").Scan(&zero); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := w.conn.Exec(bg(), "commit"); err != nil {
-				b.Fatal(err)
-			}
+			must(b, w.conn.QueryRow(bg(), fenceSQL(s.table), w.key, w.token, pgTime(until), fp, result, &w.xid, "").Scan(&zero))
+			mustExec(b, w.conn, "commit")
 		},
 		func(i int) {
 			key := id("s", i)
@@ -518,9 +496,7 @@ func benchWork(b *testing.B, s *Store) {
 				b.Fatal(r.State, err)
 			}
 			floor(key) // the handler's own transaction
-			if err := s.ConfirmRecord(bg(), key, r.Token, until, fp, result); err != nil {
-				b.Fatal(err)
-			}
+			must(b, s.ConfirmRecord(bg(), key, r.Token, until, fp, result))
 		})
 }
 

@@ -49,9 +49,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	w, _ := acquire(t, s, "h", time.Minute)
 	ctx := w.Context(bg())
 	tx, err := TxFrom(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for name, end := range map[string]func(context.Context) error{"Commit": tx.Commit, "Rollback": tx.Rollback} {
 		if err := end(ctx); !errors.Is(err, errTxOwned) {
 			t.Fatalf("handler's %s = %v, want a refusal", name, err)
@@ -63,9 +61,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	// A savepoint rolled back discards its charge; one committed keeps it;
 	// pgx.BeginFunc runs on savepoints too.
 	sp, err := tx.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`); err != nil {
 		t.Fatal(err)
 	}
@@ -128,9 +124,7 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
 			sp, err := tx.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			rows, err := sp.Query(ctx, `SELECT generate_series(1, 10000)`)
 			if err != nil || !rows.Next() {
 				t.Fatal(err)
@@ -157,9 +151,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	ctx := w.Context(bg())
 	tx, _ := TxFrom(ctx)
 	rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
 		t.Fatalf("Exec with Rows open = %v, want refused", err)
 	}
@@ -204,13 +196,9 @@ func workTxLargeObjects(t *testing.T) {
 	tx, _ := TxFrom(ctx)
 	lo := tx.LargeObjects()
 	oid, err := lo.Create(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	obj, err := lo.Open(ctx, oid, pgx.LargeObjectModeWrite|pgx.LargeObjectModeRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := obj.Write([]byte("receipt")); err != nil {
 		t.Fatal(err)
 	}
@@ -860,9 +848,7 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	ctx := w.Context(bg())
 	must(t, charge(ctx, table, "op-spoofer", "spoofer"))
 	tx, err := TxFrom(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := tx.Exec(ctx, "set local search_path = ctoken_op, pg_catalog, public"); err != nil {
 		t.Fatal(err)
 	}
