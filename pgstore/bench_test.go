@@ -141,8 +141,7 @@ func BenchmarkLeaseAcquireConfirm(b *testing.B) {
 // BenchmarkSweep is deleting expired rows, per row, in the default batches;
 // rows-left counts the expired rows still in the table afterwards.
 func BenchmarkSweep(b *testing.B) {
-	p := needServer(b)
-	pool := p.pool(b)
+	pool := needServer(b).pool(b)
 	s := newTestStore(b)
 	if _, err := pool.Exec(bg(), `INSERT INTO `+s.table+` (key, state, token, until)
 		SELECT convert_to($1 || g::text, 'UTF8'), 'c', '', now() - interval '1 second' FROM generate_series(1, $2) g`,

@@ -32,8 +32,7 @@ func TestChecks(t *testing.T) {
 func forgottenTableRefusesEveryClaim(t *testing.T) {
 	for _, forget := range []string{"TRUNCATE %s", "DELETE FROM %s", "DROP TABLE %s"} {
 		t.Run(strings.Fields(forget)[0], func(t *testing.T) {
-			p := needServer(t)
-			pool := p.pool(t)
+			pool := needServer(t).pool(t)
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			until := time.Now().Add(time.Hour)

@@ -314,8 +314,7 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 // in the work's transaction (a setting the handler set locally), not in
 // the store's own later ones.
 func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	table := chargeTable(t, pool)
 	for k, way := range workWays {
 		t.Run(way.name, func(t *testing.T) {
@@ -363,8 +362,7 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 // back, nothing kept, the lease as it was (BeginWork's row held, no row
 // for AcquireWork), and the retry runs and commits.
 func workDeferredConstraintFailureRollsBack(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	for _, path := range []string{"BeginWork", "AcquireWork"} {
 		t.Run(path, func(t *testing.T) {
 			s := storeOn(t, pool)

@@ -14,8 +14,7 @@ import (
 // interfaces call for, on tables of the shared server (two instances share
 // a prefix).
 func TestStore(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	storetest.Exercise(t, storetest.Harness{
 		NewStore:     func(t *testing.T) replay.Store { return storeOn(t, pool) },
 		NewInstances: func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, pool) },
@@ -68,8 +67,7 @@ func TestForgetContract(t *testing.T) {
 	for _, forget := range []string{"TRUNCATE", "DELETE FROM", "DROP TABLE"} {
 		t.Run(forget, func(t *testing.T) {
 			t.Parallel() // a table of its own
-			p := needServer(t)
-			pool := p.pool(t)
+			pool := needServer(t).pool(t)
 			name := migratedTable(t, pool)
 			replaytest.RunForgetContract(t,
 				func(t *testing.T) replaytest.Store { return storeOn(t, pool, func(o *Options) { o.Table = name }) },

@@ -532,11 +532,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			if tc.slow {
 				slowCommits(t, admin, app.table)
 			}
-			l := lease
-			if tc.lease != 0 {
-				l = tc.lease
-			}
-			base := serveApp(t, app.handler(t, s, l))
+			base := serveApp(t, app.handler(t, s, cmp.Or(tc.lease, lease)))
 			keys := effectKeyNames(8)
 			signer := whSigner(t)
 			client := &http.Client{Timeout: 10 * time.Second}

@@ -241,8 +241,7 @@ func transactionalFirstRequestCommitsOnce(t *testing.T) {
 // the key is released, so the retry charges exactly once and every later
 // retry gets its response.
 func transactionalHandlerEscapeChargesOnce(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	s := storeOn(t, pool)
 	client := &http.Client{Timeout: 10 * time.Second}
 	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "SET synchronous_commit = off"} {

@@ -779,9 +779,8 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			admin := primary.pool(t)
 			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
 			b := startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
-			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
-				mustExec(t, admin, q)
-			}
+			mustExec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '`+c.names+`'`)
+			mustExec(t, admin, `SELECT pg_reload_conf()`)
 			if c.bAway {
 				b.kill()
 			}

@@ -176,12 +176,8 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		id := fmt.Sprint("raced-", commit)
 		l := mustLease(t, s, id, time.Minute)
-		tx, err := s.pool.Begin(bg())
-		must(t, err)
-		if _, err := tx.Exec(bg(), `UPDATE `+s.table+` SET state = 'd', until = now() + interval '2 minutes' WHERE key = $1`, s.key(id)); err != nil {
-			tx.Rollback(bg())
-			t.Fatal(err)
-		}
+		tx := mustBegin(t, s.pool)
+		mustExec(t, tx, `UPDATE `+s.table+` SET state = 'd', until = now() + interval '2 minutes' WHERE key = $1`, s.key(id))
 		done := make(chan error, 1)
 		go func() { done <- s.RenewLease(bg(), id, l.Token, time.Hour) }()
 		select {
@@ -190,13 +186,12 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 			t.Fatalf("the renewal returned %v while another transaction held the row", err)
 		case <-time.After(300 * time.Millisecond):
 		}
+		end := tx.Rollback
 		if commit {
-			err = tx.Commit(bg())
-		} else {
-			err = tx.Rollback(bg())
+			end = tx.Commit
 		}
-		must(t, err)
-		err = <-done
+		must(t, end(bg()))
+		err := <-done
 		left, state := leaseLeft(t, s, id)
 		switch {
 		case commit && (!errors.Is(err, replay.ErrLeaseLost) || state != "d" || left > 2*time.Minute):
@@ -216,14 +211,10 @@ func renewIsBoundedByTheStoresTimeout(t *testing.T) {
 	s := newTestStore(t)
 	s.timeout = 300 * time.Millisecond // Options.Timeout, set after New so that its checks keep the generous one
 	l := mustLease(t, s, "locked", time.Minute)
-	tx, err := s.pool.Begin(bg())
-	must(t, err)
-	if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key("locked")); err != nil {
-		tx.Rollback(bg())
-		t.Fatal(err)
-	}
+	tx := mustBegin(t, s.pool)
+	mustExec(t, tx, `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key("locked"))
 	start := time.Now()
-	err = s.RenewLease(bg(), "locked", l.Token, time.Hour)
+	err := s.RenewLease(bg(), "locked", l.Token, time.Hour)
 	took := time.Since(start)
 	must(t, tx.Rollback(bg()))
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, replay.ErrLeaseLost) {
@@ -322,8 +313,7 @@ func renewThroughAWork(t *testing.T) {
 // (never ErrLeaseLost: whether the lease is live is unknown); invalid
 // arguments are refused before any statement, with their own errors.
 func renewOnAClosedPoolIsUnavailable(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	s := storeOn(t, pool)
 	l := mustLease(t, s, "a", time.Minute)
 	pool.Close()

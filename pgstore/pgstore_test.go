@@ -160,8 +160,7 @@ func newRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 }
 
 func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
 	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, behind); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New with the clock 2 min behind = %v, %v; want ErrConfig", s, err)
@@ -301,8 +300,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 // be first once per connection). Schema, Migrate, Rearm and New refuse it
 // with ErrConfig and create nothing.
 func tableInASystemSchemaIsRefused(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	for _, table := range []string{"pg_temp.ctoken_replay", "pg_catalog.ctoken_replay", "pg_toast.ctoken_replay", "pg_temp_1.ctoken_replay", "pg_.ctoken_replay"} {
 		t.Run(table, func(t *testing.T) {
 			if sql, err := Schema(table); sql != "" || !errors.Is(err, ErrConfig) {

@@ -23,8 +23,7 @@ import (
 // refuses a table that forgot its claims.
 func TestReadRecord(t *testing.T) {
 	t.Run("writes nothing and locks no row", func(t *testing.T) {
-		p := needServer(t)
-		pool := p.pool(t)
+		pool := needServer(t).pool(t)
 		s := storeOn(t, pool)
 		l := mustRecord(t, s, "leased", time.Minute, []byte("fp"))
 		d := mustRecord(t, s, "done", time.Minute, []byte("fp"))
@@ -81,8 +80,7 @@ func TestReadRecord(t *testing.T) {
 	})
 
 	t.Run("refuses a table that forgot its claims or is fenced", func(t *testing.T) {
-		p := needServer(t)
-		pool := p.pool(t)
+		pool := needServer(t).pool(t)
 		name := migratedTable(t, pool)
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		mustClaim(t, s, "a", time.Now().Add(time.Hour))
@@ -378,8 +376,7 @@ func testKeys(t testing.TB) *ctoken.Keyring {
 // 500, the handler is not run again, and nothing of the edited record is
 // replayed. The column holds the response sealed, never in clear.
 func recordEditedInTheTableIsRefused(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	keys := testKeys(t)
 	for _, tc := range []struct {
 		name string

@@ -43,11 +43,9 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 	if !sync {
 		want = "async"
 	}
-	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-		if !sync {
-			break
-		}
-		mustExec(t, admin, q)
+	if sync {
+		mustExec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '*'`)
+		mustExec(t, admin, `SELECT pg_reload_conf()`)
 	}
 	waitFor(t, 20*time.Second, func() (bool, string) {
 		var state string
@@ -211,16 +209,14 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 
 	// Synchronous replication covers any standby: the memory is cleared,
 	// and once it is reset the store (with no standby anywhere) serves.
-	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
-		mustExec(t, admin, q)
-	}
+	mustExec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '*'`)
+	mustExec(t, admin, `SELECT pg_reload_conf()`)
 	waitFor(t, 10*time.Second, func() (bool, string) {
 		d := s.Durability()
 		return d.WaitsForStandby(), fmt.Sprintf("Durability() = %+v; want synchronous_standby_names read", d)
 	})
-	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
-		mustExec(t, admin, q)
-	}
+	mustExec(t, admin, `ALTER SYSTEM RESET synchronous_standby_names`)
+	mustExec(t, admin, `SELECT pg_reload_conf()`)
 	waitFor(t, 10*time.Second, func() (bool, string) {
 		first, err := claim()
 		return first && err == nil,

@@ -55,8 +55,7 @@ func TestMigrate(t *testing.T) {
 // version finds no marker (fails closed); a table whose keys could read as
 // layout 2 is refused and left as it is.
 func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	const outer = "app:"
 	const inner = outer + "webhooks:"
 	until := time.Now().Add(time.Hour)
@@ -152,8 +151,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 		t.Fatalf("Schema of a bad name: %v", err)
 	}
 	// A team running its own migrations runs the SQL as printed.
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	name := uniqueTable(t, pool)
 	sql, err = Schema("public." + name)
 	must(t, err)
@@ -165,8 +163,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 }
 
 func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	name := uniqueTable(t, pool)
 	if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("New before Migrate: %v, want ErrConfig (no table is created on first use)", err)
@@ -201,8 +198,7 @@ func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 // column of the same name and another type is refused, and a table of key
 // layout 1 gets the columns too.
 func migrateAddsTheRecordColumns(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	prefix := uniquePrefix()
 
 	t.Run("rows of the earlier version", func(t *testing.T) {

@@ -32,8 +32,7 @@ func TestSweep(t *testing.T) {
 // live ones and the marker stay; several sweepers at once neither block
 // each other nor delete a row twice.
 func sweepDeletesOnlyExpiredRows(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 7 })
 	const expired, live = 500, 50
@@ -95,8 +94,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 // sweeperRunsUntilClose: the store's goroutine sweeps on its interval
 // and stops at Close.
 func sweeperRunsUntilClose(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	name := migratedTable(t, pool)
 	var mu sync.Mutex
 	var deleted, sweeps int64
@@ -153,8 +151,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 // the lock of an expired row which a sweeper then deletes does not report
 // the ID as taken: it runs again and takes the free ID.
 func claimRacingASweepIsDecidedAgain(t *testing.T) {
-	p := needServer(t)
-	admin := p.pool(t)
+	admin := needServer(t).pool(t)
 	s := newTestStore(t)
 	for _, step := range []string{"claim", "acquire"} {
 		id := "raced-" + step
@@ -192,8 +189,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 // another sweeper's batch — go through at once; nothing takes a table
 // lock.
 func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
+	pool := needServer(t).pool(t)
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 10; o.Timeout = 5 * time.Second })
 	for i := range 30 {

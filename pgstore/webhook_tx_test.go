@@ -52,8 +52,7 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 // the server's CPU per delivery (walPerOp, cpuPerOp): the loop must be
 // the server's only writer.
 func BenchmarkWebhookTransactional(b *testing.B) {
-	p := needServer(b)
-	pool := p.pool(b)
+	pool := needServer(b).pool(b)
 	store := storeOn(b, pool)
 	table := runsTable(b, pool)
 	signer := whSigner(b)
