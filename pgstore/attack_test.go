@@ -39,13 +39,11 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			table := chargeTable(t, pool)
 			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
-			if _, err := pool.Exec(bg(), `CREATE FUNCTION `+seen+`_late(k bytea) RETURNS int LANGUAGE plpgsql AS $$ BEGIN
+			mustExec(t, pool, `CREATE FUNCTION `+seen+`_late(k bytea) RETURNS int LANGUAGE plpgsql AS $$ BEGIN
 				PERFORM set_config('synchronous_commit', 'off', true);
 				INSERT INTO `+seen+` VALUES (k, current_setting('synchronous_commit'),
 					coalesce((SELECT state FROM `+s.table+` WHERE key = k), ''), pg_current_wal_insert_lsn());
-				RETURN 1; END $$`); err != nil {
-				t.Fatal(err)
-			}
+				RETURN 1; END $$`)
 			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_late(bytea)`) })
 			for i, declare := range []string{
 				`DECLARE ctoken_hold CURSOR WITH HOLD FOR SELECT ` + seen + `_late(%s)`,

@@ -143,11 +143,9 @@ func BenchmarkLeaseAcquireConfirm(b *testing.B) {
 func BenchmarkSweep(b *testing.B) {
 	pool := needServer(b).pool(b)
 	s := newTestStore(b)
-	if _, err := pool.Exec(bg(), `INSERT INTO `+s.table+` (key, state, token, until)
+	mustExec(b, pool, `INSERT INTO `+s.table+` (key, state, token, until)
 		SELECT convert_to($1 || g::text, 'UTF8'), 'c', '', now() - interval '1 second' FROM generate_series(1, $2) g`,
-		s.prefix, b.N); err != nil {
-		b.Fatal(err)
-	}
+		s.prefix, b.N)
 	b.ResetTimer()
 	for { // a backlog over 100 batches takes more than one call
 		n, err := s.Sweep(bg())

@@ -72,9 +72,7 @@ func callsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline(t *testing.T) {
 			if s.direct != c.direct {
 				t.Fatalf("Store.direct = %v; want %v", s.direct, c.direct)
 			}
-			if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("Claim = %v, %v", first, err)
-			}
+			mustClaim(t, s, "a", time.Now().Add(time.Minute))
 		})
 	}
 }

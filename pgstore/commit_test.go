@@ -264,10 +264,8 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 				t.Run(tt.name, func(t *testing.T) {
 					if tt.onStore {
 						trg := fmt.Sprintf("ctoken_test_off_%d", i)
-						if _, err := pool.Exec(bg(), `CREATE TRIGGER `+trg+` AFTER INSERT OR UPDATE ON `+s.table+`
-							FOR EACH ROW EXECUTE FUNCTION `+seen+`_off()`); err != nil {
-							t.Fatal(err)
-						}
+						mustExec(t, pool, `CREATE TRIGGER `+trg+` AFTER INSERT OR UPDATE ON `+s.table+`
+							FOR EACH ROW EXECUTE FUNCTION `+seen+`_off()`)
 						t.Cleanup(func() { pool.Exec(context.Background(), `DROP TRIGGER IF EXISTS `+trg+` ON `+s.table) })
 					}
 					id := fmt.Sprintf("sync-%d", i)

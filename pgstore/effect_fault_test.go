@@ -608,18 +608,14 @@ func waitSessionEnded(t testing.TB, admin *pgxpool.Pool, pid int32, limit time.D
 // for terminateInCommit to find it there.
 func slowCommits(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
-	if _, err := pool.Exec(bg(), `CREATE FUNCTION `+table+`_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+	mustExec(t, pool, `CREATE FUNCTION `+table+`_slow() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF current_setting('effect.slow_commit', true) = 'on' THEN PERFORM pg_sleep(10); END IF;
   RETURN NULL;
-END $$`); err != nil {
-		t.Fatal(err)
-	}
+END $$`)
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+table+`_slow() CASCADE`) })
-	if _, err := pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON `+table+`
-  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_slow()`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, pool, `CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON `+table+`
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_slow()`)
 }
 
 // terminateInCommit terminates backend pid once it waits in the deferred

@@ -636,16 +636,11 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	p := ownServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.RecheckInterval = time.Hour })
-	if first, err := s.Claim(bg(), "before", time.Now().Add(time.Minute)); err != nil || !first {
-		t.Fatalf("Claim on the timeline of the record = %v, %v", first, err)
-	}
+	mustClaim(t, s, "before", time.Now().Add(time.Minute))
 	// Works whose lease was taken on the timeline of the record: their
 	// commits come after the promotion below (the old path, a committed
 	// lease then BeginWork, and AcquireWork, the lease inside the work).
-	rec, err := s.AcquireRecord(bg(), "work-before", time.Minute, []byte("fp"))
-	if err != nil || rec.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord before = %+v, %v", rec, err)
-	}
+	rec := mustRecord(t, s, "work-before", time.Minute, []byte("fp"))
 	begun, err := s.BeginWork(bg(), "work-before", rec.Token)
 	must(t, err)
 	_, locked, err := s.AcquireWork(bg(), "locked-before", time.Minute, []byte("fp"))
@@ -804,9 +799,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			primary.kill()
 			acked := stopLoad()
 			if c.cut {
-				if err := a.restart(); err != nil { // a standby again, its primary gone
-					t.Fatal(err)
-				}
+				must(t, a.restart()) // a standby again, its primary gone
 			}
 			promoteStandby(t, a)
 			missing := missingOn(t, a, s, acked)

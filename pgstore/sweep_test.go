@@ -37,9 +37,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 7 })
 	const expired, live = 500, 50
 	for i := range expired + live {
-		if first, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatal(i, first, err)
-		}
+		mustClaim(t, s, fmt.Sprint("id-", i), time.Now().Add(time.Hour))
 	}
 	l, err := s.AcquireLease(bg(), "lease", time.Minute)
 	must(t, err)
