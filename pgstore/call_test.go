@@ -11,9 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestCall pins how every step's call ends: a cancelled context fails
-// closed, and a call runs on the caller's goroutine only where the driver
-// itself ends it at its deadline.
+// TestCall pins how every step's call ends.
 func TestCall(t *testing.T) {
 	subtests(t, []subtest{
 		{"cancelled context fails closed", cancelledContextFailsClosed},

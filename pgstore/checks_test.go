@@ -12,9 +12,7 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// TestChecks pins the server checks New runs and the recheck repeats every
-// second: a forgotten table, a standby, and each failing check refuse every
-// step until they pass again.
+// TestChecks pins the checks New runs and the recheck repeats every second.
 func TestChecks(t *testing.T) {
 	subtests(t, []subtest{
 		{"forgotten table refuses every claim", forgottenTableRefusesEveryClaim},

@@ -15,12 +15,9 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// TestClaim pins what PostgreSQL adds to the claim contract
-// (TestStore: first once, refused after, racing claims, release):
-// racing claims at every isolation level, expiry by the database's clock
-// (an expired row is taken over: the racers' rounds, and
-// slowInstanceClockNeverMakesAReplayFirst), and refusals that write
-// nothing.
+// TestClaim pins what PostgreSQL adds to the claim contract (TestStore:
+// first once, refused after, racing claims, release); an expired row taken
+// over: the racers' rounds and slowInstanceClockNeverMakesAReplayFirst.
 func TestClaim(t *testing.T) {
 	subtests(t, []subtest{
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
@@ -234,10 +231,8 @@ func refusalsWriteNothing(t *testing.T) {
 	must(t, s.ConfirmLease(bg(), "leased", l.Token, until))
 }
 
-// TestKeys pins the keys a Store writes: nested prefixes that never share
-// keys (TestStore's stores each have a prefix of their own on one table),
-// IDs refused before anything is recorded, the longest prefix and ID held,
-// and errors that never carry the ID.
+// TestKeys pins the keys a Store writes (TestStore's stores each have a
+// prefix of their own on one table).
 func TestKeys(t *testing.T) {
 	subtests(t, []subtest{
 		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},

@@ -72,9 +72,7 @@ func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
 	return 0
 }
 
-// TestFaults pins the steps against server faults: a serialization failure,
-// a backend terminated mid-statement and a paused server fail closed, and a
-// resend after a lost reply is safe.
+// TestFaults pins the steps against server faults.
 func TestFaults(t *testing.T) {
 	subtests(t, []subtest{
 		{"serialization failure fails closed", serializationFailureFailsClosed},

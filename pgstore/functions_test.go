@@ -10,10 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestWorkFunctions pins the table's functions (functions.go): made by
-// Migrate and by Schema's SQL in the table's schema, left alone by a
-// second Migrate, replaced by Migrate where they differ, and required by
-// New and by every recheck.
+// TestWorkFunctions pins the table's functions (functions.go).
 func TestWorkFunctions(t *testing.T) {
 	subtests(t, []subtest{
 		{"New refuses a table without them", newRefusesATableWithoutTheFunctions},

@@ -24,9 +24,7 @@ import (
 
 func strp(s string) *string { return &s }
 
-// TestHistory pins the history record and its judgement, without a server:
-// who could acknowledge, the synchronous standby names, the application
-// name of a conninfo, and the walreceiver's.
+// TestHistory pins the history record and its judgement, without a server.
 func TestHistory(t *testing.T) {
 	subtests(t, []subtest{
 		{"judge", judgeHistoryCases},

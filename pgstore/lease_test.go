@@ -12,11 +12,7 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// TestRenewLease pins [Store.RenewLease] against real PostgreSQL: the
-// database's clock, the row kept but for its end, the refusals of a
-// forgotten, fenced, rechecking or closed store (and the record's
-// confirmation's), a concurrent writer, the store's Timeout, and the two
-// kinds of Work.
+// TestRenewLease pins [Store.RenewLease] against real PostgreSQL.
 func TestRenewLease(t *testing.T) {
 	subtests(t, []subtest{
 		{"by the database's clock, row kept", renewIsMeasuredByTheDatabaseAndKeepsTheRow},

@@ -47,9 +47,7 @@ func busyAnswer(t *testing.T, r replay.Record, fp []byte) string {
 	return "same"
 }
 
-// TestAcquireWork pins [Store.AcquireWork]: it agrees with every other
-// acquire, commits at most once, keeps nothing when its connection is
-// terminated, refuses what it must, and its lease bounds the work.
+// TestAcquireWork pins [Store.AcquireWork].
 func TestAcquireWork(t *testing.T) {
 	subtests(t, []subtest{
 		{"agrees with every acquire", acquireWorkAgreesWithEveryAcquire},

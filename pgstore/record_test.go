@@ -139,10 +139,8 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 }
 
 // TestRecord pins the record steps ([Store.AcquireRecord] and the record's
-// confirmation): refusals write nothing, another holder's record is never
-// reported, a resend after a lost reply is safe, and an edited record is
-// refused (a forgotten, fenced or rechecking table:
-// TestRenewLease/held steps refuse a forgotten, fenced or refusing table).
+// confirmation); a forgotten, fenced or rechecking table: TestRenewLease/held
+// steps refuse a forgotten, fenced or refusing table.
 func TestRecord(t *testing.T) {
 	subtests(t, []subtest{
 		{"refusals write nothing", recordRefusalsWriteNothing},

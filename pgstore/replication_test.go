@@ -91,10 +91,7 @@ func baseBackup(t *testing.T, p *pgServer, prefix string, args ...string) string
 	return dir
 }
 
-// TestDurability pins what synchronous replication gives the claims:
-// commits wait for the standby (also while it is away), a stopped standby
-// fails every step closed, a failover to it loses nothing, and a restore
-// from an older backup needs a rearm.
+// TestDurability pins what synchronous replication gives the claims.
 func TestDurability(t *testing.T) {
 	subtests(t, []subtest{
 		{"waits for standby", durabilityWaitsForStandby},

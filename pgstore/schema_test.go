@@ -33,9 +33,7 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 	return name
 }
 
-// TestMigrate pins [Migrate], [Schema] and [Rearm]: the table created once
-// and never on first use, the older layouts upgraded keeping their claims,
-// and errors that match ErrUnavailable.
+// TestMigrate pins [Migrate], [Schema] and [Rearm].
 func TestMigrate(t *testing.T) {
 	subtests(t, []subtest{
 		{"schema is what migrate runs", schemaIsWhatMigrateRuns},

@@ -16,9 +16,7 @@ func countRows(t testing.TB, s *Store, where string) int {
 	return n
 }
 
-// TestSweep pins [Store.Sweep] and the sweeper: only expired rows deleted
-// and locked, the sweeper runs until Close, and a claim racing a sweep is
-// decided again.
+// TestSweep pins [Store.Sweep] and the sweeper.
 func TestSweep(t *testing.T) {
 	subtests(t, []subtest{
 		{"deletes only expired rows", sweepDeletesOnlyExpiredRows},

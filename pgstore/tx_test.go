@@ -15,8 +15,7 @@ import (
 )
 
 // TestTx pins claims in a caller's transaction ([WithTx], [TxFrom], a
-// Work's context): they hold only if it commits, only on the store's own
-// database and server, and a Store on another pool claims on its own.
+// Work's context).
 func TestTx(t *testing.T) {
 	subtests(t, []subtest{
 		{"claim in a transaction", claimInATransaction},

@@ -77,13 +77,10 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 	return w, r.Token
 }
 
-// TestWork pins the transactional work (a replay.Work) a Store begins:
-// Commit keeps the work and the record together or nothing, at most once
-// among racing holders, the first end wins, and a killed server keeps one
-// charge per key. (A process killed before its Commit keeps nothing:
-// replaytest's RunWorkContract, in TestStore, for a Work that ends
-// uncommitted and a lease that ran out; TestEffectsOnce/app kills for the
-// kill.)
+// TestWork pins the transactional work (a replay.Work) a Store begins. (A
+// process killed before its Commit keeps nothing: replaytest's
+// RunWorkContract, in TestStore, for a Work that ends uncommitted and a lease
+// that ran out; TestEffectsOnce/app kills for the kill.)
 func TestWork(t *testing.T) {
 	subtests(t, []subtest{
 		{"commit keeps the work and the record together", workCommitKeepsTheWorkAndTheRecordTogether},

@@ -19,9 +19,7 @@ import (
 )
 
 // TestWorkTx pins the handler's transaction in a work ([TxFrom] of its
-// context): its own commit and rollback, statements after the end, while
-// rows are open or while Commit runs, and statements that escape the
-// transaction are refused; an escape never ends as a success.
+// context): what it refuses, and that an escape never ends as a success.
 func TestWorkTx(t *testing.T) {
 	subtests(t, []subtest{
 		{"refuses the handler's commit and rollback", workTxRefusesTheHandlersCommitAndRollback},
