@@ -45,3 +45,22 @@ func countRows(t testing.TB, db *sql.DB, query string, args ...any) int {
 	}
 	return n
 }
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustExec runs query on db (a DB, Conn or Tx) with ctx, failing t on an
+// error.
+func mustExec(t testing.TB, ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, query string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+}

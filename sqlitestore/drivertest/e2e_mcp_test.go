@@ -71,13 +71,9 @@ func startMCP(t *testing.T, d Driver, path string, keys *ctoken.Keyring, answer 
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: m.store,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
-	if err := ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice"), AnswerRetries: answer}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice"), AnswerRetries: answer}))
 	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
 		if req.Params.RequestState == "" { // round one: ask, and remember the plan
 			return &mcp.CallToolResult{
@@ -133,9 +129,7 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	}).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: m.srv.URL, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { cs.Close() })
 	return cs
 }
@@ -150,9 +144,7 @@ func deployFile(t *testing.T, d Driver) (string, *ctoken.Keyring) {
 	}
 	db.Close()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return path, keys
 }
 

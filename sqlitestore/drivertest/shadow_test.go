@@ -71,9 +71,7 @@ func TestTempTableShadow(t *testing.T) {
 		{"on the connection of a WithTx transaction", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
 			ctx := context.Background()
 			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer tx.Rollback()
 			for _, q := range shadowStatements {
 				if _, err := tx.ExecContext(ctx, q); err != nil {

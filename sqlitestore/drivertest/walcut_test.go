@@ -49,9 +49,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	ctx := context.Background()
 	path := faultDB(t, d)
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	if err := sqlitestore.Migrate(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, table))
 	s := mustStore(t, db, sqlitestore.Options{Table: table, RecheckInterval: time.Hour, SweepInterval: -1})
 	checkpoint := func() { checkpointTruncate(t, db) }
 	id := func(prefix string, i int) string {
@@ -154,9 +152,7 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 	copyFile := func(from, to string) {
 		t.Helper()
 		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		writeFile(t, to, b)
 	}
 	np = filepath.Join(dir, filepath.Base(path))
@@ -185,13 +181,9 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile.Value)) {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for pgno, off := range last {
 		entries, _ := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
 		for _, e := range entries {
@@ -208,17 +200,11 @@ func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile
 func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) int {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	out, err := os.OpenFile(np, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer out.Close()
 	n := 0
 	for pgno, off := range last {
@@ -230,9 +216,7 @@ func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) in
 			t.Fatal(err)
 		}
 	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, out.Close())
 	return n
 }
 
@@ -271,9 +255,7 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	checkpointTruncate(t, db) // the leases' rows, keys on their pages, in the file
 	result := bytes.Repeat([]byte{'r'}, 2000)
 	for i := range 40 {
-		if err := s.ConfirmRecord(ctx, long(i), tokens[i], time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(ctx, long(i), tokens[i], time.Now().Add(time.Hour), fp, result))
 	}
 	np, link := walDeletedCopy(t, path, "")
 	cutRows := map[uint32]int{}
@@ -308,9 +290,7 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 	ctx := context.Background()
 	path := faultDB(t, d)
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	if err := sqlitestore.Migrate(ctx, db, "other"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, "other"))
 	a := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 	b := mustStore(t, db, sqlitestore.Options{Table: "other", RecheckInterval: time.Hour, SweepInterval: -1})
 	checkpointTruncate(t, db)
@@ -400,9 +380,7 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 			}
 			if tc.edit != nil {
 				wal, err := os.ReadFile(link)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				writeFile(t, link, tc.edit(wal))
 			}
 			if tc.refusal == "" {
@@ -464,19 +442,11 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 
 	// As the crash left them, the WAL in place the store's link.
 	np, link := walDeletedCopy(t, path, "")
-	if err := os.Link(link, np+"-wal"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Link(link, np+"-wal"))
 	other, err := sql.Open(driver.SQLName, driver.DSN(np, Safe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.ExecContext(ctx, `INSERT INTO effects (id) VALUES ('after the kill')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
+	mustExec(t, ctx, other, `INSERT INTO effects (id) VALUES ('after the kill')`)
+	must(t, other.Close())
 	if _, err := os.Stat(np + "-wal"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the WAL is still in place after the other program closed (%v): no case made", err)
 	}
@@ -492,9 +462,7 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 func framesAfterTheLog(t *testing.T, link string) int {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	if err != nil && !errors.Is(err, walfile.ErrDamaged) { // what it read, whichever
 		t.Fatal(err)
