@@ -361,9 +361,7 @@ func transactionalRequestCommitsOnce(t *testing.T) {
 		for _, f := range fronts {
 			t.Run(d.Name+"/"+f.name, func(t *testing.T) {
 				db, path := openMigrated(t, d)
-				if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, context.Background(), db, chargesSchema)
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				send := f.wrap(t, s, &chargeApp{})
 				send("ref_warm") // the writer's connection opened, its statements prepared

@@ -456,9 +456,7 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 		must(t, err)
 		conns[i] = c
 	}
-	if _, err := conns[0].ExecContext(ctx, `PRAGMA synchronous = `+level); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, ctx, conns[0], `PRAGMA synchronous = `+level)
 	conns[0].Close()
 	var once sync.Once
 	release = func() {

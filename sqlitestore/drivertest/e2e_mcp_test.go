@@ -139,9 +139,7 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 func deployFile(t *testing.T, d Driver) (string, *ctoken.Keyring) {
 	t.Helper()
 	db, path := openMigrated(t, d)
-	if _, err := db.ExecContext(context.Background(), `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`)
 	db.Close()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	must(t, err)

@@ -728,9 +728,7 @@ func walLinksAfterACrash(t *testing.T) {
 				t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
 			}
 			db := d.Open(t, path)
-			if _, err := db.Exec(`SELECT count(*) FROM effects`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, context.Background(), db, `SELECT count(*) FROM effects`)
 			if !othersSeeSQLiteLock(t, path) {
 				t.Fatal("another process sees no SQLite lock of this one's open connection: the probe does not work here")
 			}
@@ -866,9 +864,7 @@ func lostWhileRunning(t *testing.T) {
 	}{
 		{"file deleted", func(t *testing.T, path, _ string) { removeDatabase(t, path) }},
 		{"file replaced by an older copy", restoreCopy},
-		{"WAL deleted", func(t *testing.T, path, _ string) {
-			must(t, os.Remove(path+"-wal"))
-		}},
+		{"WAL deleted", func(t *testing.T, path, _ string) { must(t, os.Remove(path+"-wal")) }},
 	}
 	pools := []struct {
 		name    string

@@ -205,9 +205,7 @@ func requireDBPage(t *testing.T, db *sql.DB) {
 // to db, then empties the WAL.
 func appPages(t *testing.T, db *sql.DB, pages int) {
 	t.Helper()
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`)
 	if _, err := db.Exec(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
 		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages); err != nil {
 		t.Fatal(err)

@@ -93,9 +93,7 @@ func TestTempTableShadow(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				db, path := openMigrated(t, d)
-				if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				other := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				if !tc.claim(t, s, db, "token") {

@@ -63,9 +63,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	}
 	checkpoint()
 	// As a sweep does: half the rows go, the pages keep room.
-	if _, err := db.Exec(`DELETE FROM ` + table + ` WHERE state = 'c' AND random() % 2 = 0`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `DELETE FROM `+table+` WHERE state = 'c' AND random() % 2 = 0`)
 	checkpoint()
 	var acked []string
 	for i := range 60 {
@@ -232,16 +230,12 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	// Low pages an app table frees, so the records' overflow pages are
 	// taken below the store's leaves, as in any file that was sweeping.
 	for i := range 2000 {
-		if _, err := db.Exec(`INSERT INTO effects (id) VALUES (?)`, fmt.Sprintf("%0200d", i)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, context.Background(), db, `INSERT INTO effects (id) VALUES (?)`, fmt.Sprintf("%0200d", i))
 	}
 	checkpointTruncate(t, db)
 	claimAll(t, s, idList("old-", 300), time.Now().Add(time.Hour))
 	checkpointTruncate(t, db)
-	if _, err := db.Exec(`DELETE FROM effects`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `DELETE FROM effects`)
 	checkpointTruncate(t, db)
 	fp := bytes.Repeat([]byte{1}, 32)
 	var tokens []string

@@ -18,9 +18,7 @@ import (
 func workStore(t *testing.T, d Driver, opts sqlitestore.Options) (*sqlitestore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openMigrated(t, d)
-	if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 	opts.SweepInterval = -1
 	return mustStore(t, db, opts), db
 }
@@ -106,9 +104,7 @@ func workAutocheckpoint(t *testing.T, d Driver) {
 	t.Run("a DSN that sets 0", func(t *testing.T) {
 		db := d.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), With("wal_autocheckpoint", "0"))
 		must(t, sqlitestore.Migrate(context.Background(), db, ""))
-		if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 		handlerAutocheckpoint(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}))
 	})
 }
