@@ -199,12 +199,7 @@ func TestSweep(t *testing.T) {
 		go func() {
 			n, mid := 0, 0
 			defer func() { claimed <- [2]int{n, mid} }()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !isClosed(stop) {
 				if first, err := s.Claim(ctx, fmt.Sprint("during-", n), until); !first || err != nil {
 					t.Errorf("Claim(during-%d) while sweeping = %v, %v; want first", n, first, err)
 					return

@@ -64,3 +64,13 @@ func mustExec(t testing.TB, ctx context.Context, db interface {
 		t.Fatal(err)
 	}
 }
+
+// isClosed reports whether stop is closed.
+func isClosed(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}

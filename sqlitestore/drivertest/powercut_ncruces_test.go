@@ -195,12 +195,7 @@ func pcStart(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(st
 	wg.Go(func() { pcReader(ctx, db, stop) })
 	for range 6 {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !isClosed(stop) {
 				i := next.Add(1) - 1
 				id := prefix + strconv.FormatInt(i, 10)
 				kind := pcKindOf(i, send != nil)
@@ -233,12 +228,7 @@ func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
 		return
 	}
 	defer conn.Close()
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for i := 0; !isClosed(stop); i++ {
 		var n int
 		if _, err := conn.ExecContext(ctx, `BEGIN`); err == nil {
 			_ = conn.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n)

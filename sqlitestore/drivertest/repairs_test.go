@@ -351,12 +351,7 @@ func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
 			stop, stopped := make(chan struct{}), make(chan struct{})
 			go func() {
 				defer close(stopped)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for !isClosed(stop) {
 					took, err := insert()
 					if err != nil {
 						failed = append(failed, err)
