@@ -25,10 +25,7 @@ import (
 // connection lowered after New, and a Store not built with New. (Tables
 // of their own in one file: TestWALLoss's two tables.)
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"refuses", newRefuses},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
@@ -39,9 +36,7 @@ func TestNew(t *testing.T) {
 		{"lowered connection refuses", loweredConnectionRefuses},
 		{"zero Store refuses", zeroStoreRefuses},
 		{"Close gives the writer's connection back as the pool opened it", closeGivesTheConnectionBack},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // closeGivesTheConnectionBack: the store runs its writer's checkpoints
@@ -159,10 +154,9 @@ func newRefuses(t *testing.T) {
 }
 
 // sidecarNamesNeverCollide: the table audit in replay.db and the
-// default table in replay.db-audit (whose sidecars older versions both
-// named replay.db-audit-ctoken) are each migrated, built, used, closed
-// and built again; neither takes the other for a loss, and each keeps
-// its claims.
+// default table in replay.db-audit (sidecar names a naive scheme would
+// share) are each migrated, built, used, closed and built again; neither
+// takes the other for a loss, and each keeps its claims.
 func sidecarNamesNeverCollide(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()

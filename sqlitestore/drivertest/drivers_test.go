@@ -12,6 +12,19 @@ type driverCase struct {
 	fn   func(t *testing.T, d Driver)
 }
 
+// A namedTest is a row of a table of subtests.
+type namedTest struct {
+	name string
+	test func(*testing.T)
+}
+
+// runEach runs each of tests as a subtest, in order.
+func runEach(t *testing.T, tests []namedTest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // eachDriver runs fn on every driver of the test binary, each in a
 // parallel subtest named after the driver.
 func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {

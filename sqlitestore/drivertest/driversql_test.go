@@ -31,16 +31,11 @@ func readPragmas(t *testing.T, c *sql.Conn) (journal string, sync, busy int) {
 // DSN setting every connection of the pool, the SQL the store runs, and
 // Schema's SQL run by a team's own migration.
 func TestDriver(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"DSN sets every connection", dsnSetsEveryConnection},
 		{"SQL the store needs", driverSQL},
 		{"Schema runs through ExecContext", schemaRunsThroughExecContext},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // dsnSetsEveryConnection: the driver's DSN applies each pragma to

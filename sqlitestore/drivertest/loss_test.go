@@ -77,10 +77,7 @@ func idList(prefix string, n int) []string {
 // replaced by an older copy or cannot be written: while no store runs,
 // after a crash, and while one runs.
 func TestLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
@@ -90,9 +87,7 @@ func TestLoss(t *testing.T) {
 		{"the application's VACUUM, drops and deletes while running", appVacuumWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // restoreProcedure follows docs/sqlitestore.md's procedure literally
