@@ -471,10 +471,7 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, id, time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease(%s) = %+v, %v", id, l, err)
-	}
+	l := mustLease(t, s, id, time.Minute)
 	w, err := s.BeginWork(ctx, id, l.Token)
 	if err != nil {
 		t.Fatalf("BeginWork(%s): %v", id, err)
@@ -520,10 +517,7 @@ func loweredConnectionRefuses(t *testing.T) {
 				s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
 					RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
 				until := time.Now().Add(time.Minute)
-				lease, err := s.AcquireLease(ctx, "leased", time.Minute)
-				if err != nil || lease.State != replay.LeaseAcquired {
-					t.Fatalf("AcquireLease before the change = %+v, %v", lease, err)
-				}
+				lease := mustLease(t, s, "leased", time.Minute) // before the change
 				calls := []struct {
 					name string
 					call func(id string) error
