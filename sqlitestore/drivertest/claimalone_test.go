@@ -29,11 +29,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 				ctx := context.Background()
 				db, _ := openMigrated(t, d)
 				s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-				for _, id := range []string{"a", "b"} {
-					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
-					}
-				}
+				claimAll(t, s, []string{"a", "b"}, time.Now().Add(time.Hour))
 				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
 					t.Fatalf("%s: %v", tc.tamper, err)
 				}
@@ -122,11 +118,7 @@ func TestWithTxRefusesASequenceGoneBack(t *testing.T) {
 		db, _ := openMigrated(t, d)
 		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 		until := time.Now().Add(time.Hour)
-		for _, id := range []string{"a", "b", "c"} {
-			if first, err := s.Claim(ctx, id, until); !first || err != nil {
-				t.Fatalf("Claim(%s) = %v, %v", id, first, err)
-			}
-		}
+		claimAll(t, s, []string{"a", "b", "c"}, until)
 		mustExec(t, ctx, db, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`)
 		tx, err := db.BeginTx(ctx, nil)
 		must(t, err)

@@ -56,11 +56,7 @@ func closeGivesTheConnectionBack(t *testing.T) {
 	}
 	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 	must(t, err)
-	for i := range 50 {
-		if first, err := s.Claim(ctx, fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil || !first {
-			t.Fatalf("Claim = %v, %v; want true, nil", first, err)
-		}
-	}
+	claimAll(t, s, idList("id-", 50), time.Now().Add(time.Hour))
 	s.Close()
 	n := db.Stats().OpenConnections
 	if n == 0 {
