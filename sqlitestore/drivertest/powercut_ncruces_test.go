@@ -68,8 +68,6 @@ func pcFront(t *testing.T, s *sqlitestore.Store) func(ref string) answer {
 	return idempotencyFront(t, s, &chargeApp{})
 }
 
-// pcOptions are the stores' options: frequent checks, so the marker's
-// sequence advances and the sidecar is written during the short rounds.
 // pcSeed returns the seed of a randomized test: CTOKEN_SEED when set (to
 // run a failed round again), the clock otherwise. It logs the seed.
 func pcSeed(t *testing.T) uint64 {
@@ -85,6 +83,8 @@ func pcSeed(t *testing.T) uint64 {
 	return seed
 }
 
+// pcOptions are the stores' options: frequent checks, so the marker's
+// sequence advances and the sidecar is written during the short rounds.
 func pcOptions() sqlitestore.Options {
 	return sqlitestore.Options{
 		Timeout:         time.Second,
