@@ -145,26 +145,20 @@ func TestSidecar(t *testing.T) {
 		}
 	})
 	t.Run("written and read back", func(t *testing.T) {
-		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 7}, false); err != nil {
-			t.Fatal(err)
-		}
+		must(t, writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 7}, false))
 		c, ok, err := readSidecar(sidecarFile(db, DefaultTable))
 		if !ok || err != nil || c != (sidecar{Incarnation: "inc", Seq: 7}) {
 			t.Fatalf("readSidecar = %+v, %v, %v", c, ok, err)
 		}
 	})
 	t.Run("a lower sequence never replaces a higher one", func(t *testing.T) {
-		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 3}, false); err != nil {
-			t.Fatal(err)
-		}
+		must(t, writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 3}, false))
 		if c, _, _ := readSidecar(sidecarFile(db, DefaultTable)); c.Seq != 7 {
 			t.Fatalf("sequence %d after writing 3 over 7; want 7", c.Seq)
 		}
 	})
 	t.Run("force replaces it", func(t *testing.T) {
-		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "other", Seq: 1}, true); err != nil {
-			t.Fatal(err)
-		}
+		must(t, writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "other", Seq: 1}, true))
 		if c, _, _ := readSidecar(sidecarFile(db, DefaultTable)); c != (sidecar{Incarnation: "other", Seq: 1}) {
 			t.Fatalf("sidecar %+v after a forced write", c)
 		}
@@ -177,9 +171,7 @@ func TestSidecar(t *testing.T) {
 	})
 	for _, junk := range []string{"", "{}", `{"incarnation":"x","seq":-1}`, "not json", `{"incarnation":""}`} {
 		t.Run("refuses "+junk, func(t *testing.T) {
-			if err := os.WriteFile(sidecarFile(db, DefaultTable), []byte(junk), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			must(t, os.WriteFile(sidecarFile(db, DefaultTable), []byte(junk), 0o600))
 			if _, ok, err := readSidecar(sidecarFile(db, DefaultTable)); ok || !errors.Is(err, ErrForgotten) {
 				t.Fatalf("readSidecar(%q) = %v, %v; want ErrForgotten", junk, ok, err)
 			}
@@ -195,9 +187,7 @@ func FuzzReadSidecar(f *testing.F) {
 	f.Add([]byte(`[]`))
 	db := filepath.Join(f.TempDir(), "replay.db")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := os.WriteFile(sidecarFile(db, DefaultTable), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(sidecarFile(db, DefaultTable), b, 0o600))
 		c, ok, err := readSidecar(sidecarFile(db, DefaultTable))
 		if ok != (err == nil) {
 			t.Fatalf("ok %v with err %v", ok, err)
@@ -210,9 +200,7 @@ func FuzzReadSidecar(f *testing.F) {
 
 func schemaNamesTheTable(t *testing.T) {
 	sql, err := Schema("my_table")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, want := range []string{`CREATE TABLE "my_table"`, `CREATE INDEX "my_table_until" ON "my_table"`, `VALUES (x'0000', 'm', '`} {
 		if !strings.Contains(sql, want) {
 			t.Errorf("Schema lacks %q:\n%s", want, sql)
@@ -239,9 +227,7 @@ func FuzzWALRows(f *testing.F) {
 	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 0x10, 0}, make([]byte, 4096)...), uint8(8))
 	link := filepath.Join(f.TempDir(), "wal")
 	f.Fuzz(func(t *testing.T, b []byte, reserved uint8) {
-		if err := os.WriteFile(link, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(link, b, 0o600))
 		seq, rows, cut, err := walRows(link, "inc", int(reserved), 0)
 		switch {
 		case len(b) == 0 && (seq != 0 || rows != nil || cut != 0 || err != nil):

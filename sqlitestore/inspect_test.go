@@ -18,14 +18,10 @@ import (
 // named, pass unchanged.
 func TestRefusalNamesHiddenFilesAndTheCommandThatLiftsIt(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "it's here")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Mkdir(dir, 0o755))
 	path := filepath.Join(dir, "app.db")
 	for _, f := range []string{".app.db-ctoken", ".app.db-ctoken.wal-1", ".app.db-ctoken.orders", "app.db", "app.db-wal"} {
-		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(filepath.Join(dir, f), nil, 0o644))
 	}
 	p := place{path, `main."ctoken_replay"`, 90 * time.Minute}
 	loss := fmt.Errorf("%w: gone", ErrForgotten)

@@ -40,3 +40,11 @@ func TestErrorsMatchReplay(t *testing.T) {
 		t.Fatalf("a zero Store's Claim = %v; want an error matching replay.ErrConfig", err)
 	}
 }
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

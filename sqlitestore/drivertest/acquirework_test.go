@@ -138,9 +138,7 @@ func acquireWorkAfterLease(t *testing.T, d Driver) {
 	if got := wantWork(t, s, "job", workOther, replay.LeaseBusy); !bytes.Equal(got.Fingerprint, workFP) {
 		t.Errorf("AcquireWork beside a live lease = %+v; want busy with the lease's fingerprint", got)
 	}
-	if err := s.ConfirmRecord(ctx, "job", r.Token, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.ConfirmRecord(ctx, "job", r.Token, time.Now().Add(time.Hour), workFP, []byte("r")))
 	if got := wantWork(t, s, "job", workFP, replay.LeaseDone); string(got.Result) != "r" {
 		t.Errorf("AcquireWork after ConfirmRecord = %+v; want done with the result", got)
 	}
@@ -257,9 +255,7 @@ func acquireWorkEscapedRollback(t *testing.T, d Driver) {
 				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
 			}
 			wantRefused(t, s, "job")
-			if err := s.Release(ctx, "job"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.Release(ctx, "job"))
 			acquire(t, s, "job", time.Minute, workFP) // an operator's Release frees it
 		})
 	}
@@ -286,9 +282,7 @@ func acquireWorkRefusals(t *testing.T, d Driver) {
 	w, _, wctx := acquire(t, s, "held", time.Minute, workFP)
 	db := d.Open(t, t.TempDir()+"/other.db")
 	otx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer otx.Rollback()
 	closed, _ := workStore(t, d, sqlitestore.Options{})
 	closed.Close()
@@ -319,9 +313,7 @@ func acquireWorkRefusals(t *testing.T, d Driver) {
 			}
 		})
 	}
-	if err := w.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	must(t, w.Rollback(ctx))
 	// Nothing was taken by the refused calls.
 	for _, id := range []string{"a", "held"} {
 		w, _, _ := acquire(t, s, id, time.Minute, workFP)
@@ -369,9 +361,7 @@ func transactionalRequestCommitsOnce(t *testing.T) {
 		for _, f := range fronts {
 			t.Run(d.Name+"/"+f.name, func(t *testing.T) {
 				db, path := openMigrated(t, d)
-				if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, context.Background(), db, chargesSchema)
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				send := f.wrap(t, s, &chargeApp{})
 				send("ref_warm") // the writer's connection opened, its statements prepared
@@ -535,9 +525,7 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 			s, _ := workStore(t, d, sqlitestore.Options{Timeout: 3 * time.Second})
 			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
 			rows, err := tx.QueryContext(ctx, `SELECT 1 UNION ALL SELECT 2`)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer rows.Close()
 			rows.Next()
 			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
@@ -587,12 +575,8 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 				pragmas = []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}} // busy_timeout first: the switch waits for other connections
 			}
 			db := d.OpenWith(t, path, pragmas)
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.ExecContext(ctx, `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, ""))
+			mustExec(t, ctx, db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 			w, tx, _ := acquire(t, s, "bad", time.Minute, workFP)
 			if _, err := tx.ExecContext(ctx, `ROLLBACK; PRAGMA journal_mode = OFF; BEGIN`); err != nil {
@@ -613,9 +597,7 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 					t.Fatalf("AcquireWork = %+v", r)
 				}
 				tx, err := sqlitestore.TxFrom(w.Context(ctx))
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				for i := range 50 {
 					insertApp(t, tx, fmt.Sprint("good-", i))
 				}
@@ -641,9 +623,7 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 func acquireWorkJoinedByAnotherTable(t *testing.T, d Driver) {
 	ctx := context.Background()
 	a, db := workStore(t, d, sqlitestore.Options{})
-	if err := sqlitestore.Migrate(ctx, db, "tokens"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, "tokens"))
 	b := mustStore(t, db, sqlitestore.Options{Table: "tokens", SweepInterval: -1})
 	otherDB, _ := openMigrated(t, d)
 	other := mustStore(t, otherDB, sqlitestore.Options{SweepInterval: -1})

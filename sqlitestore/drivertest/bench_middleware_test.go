@@ -90,14 +90,14 @@ func BenchmarkMiddlewareTransactionalVsFloor(b *testing.B) {
 					floorHandler = benchOwnWork(b, benchStore(b, floor), benchCharge(nil))
 				}
 				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-				benchMust(b, err)
+				must(b, err)
 				mw, err := idempotency.New(idempotency.Config{
 					Store:         s,
 					Keys:          keys,
 					Caller:        func(*http.Request) (string, error) { return "acct_1", nil },
 					Transactional: true,
 				})
-				benchMust(b, err)
+				must(b, err)
 				mux := http.NewServeMux()
 				mux.Handle("POST /mw/charges", mw.Wrap(benchCharge(nil)))
 				mux.Handle("POST /floor/charges", floorHandler)
@@ -138,14 +138,14 @@ func benchOwnWork(b *testing.B, s *sqlitestore.Store, next http.Handler) http.Ha
 		start := time.Now()
 		id := idempotency.StoreID("acct_1", "POST /mw/charges", r.Header.Get(refHeader))
 		_, work, err := s.AcquireWork(r.Context(), id, idempotency.DefaultLease, fp)
-		benchMust(b, err)
+		must(b, err)
 		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(idempotency.DefaultLease/4*3))
 		defer cancel()
 		rec := httptest.NewRecorder()
 		next.ServeHTTP(rec, r.WithContext(work.Context(ctx)))
 		enc, err := idempotency.EncodeResponse(idempotency.Response{Status: rec.Code, Header: [][2]string{{"Content-Type", rec.Header().Get("Content-Type")}}, Body: rec.Body.Bytes()})
-		benchMust(b, err)
-		benchMust(b, work.Commit(r.Context(), time.Now().Add(idempotency.DefaultWindow), fp, append(enc, make([]byte, benchSealOverhead)...)))
+		must(b, err)
+		must(b, work.Commit(r.Context(), time.Now().Add(idempotency.DefaultWindow), fp, append(enc, make([]byte, benchSealOverhead)...)))
 		w.WriteHeader(rec.Code)
 		w.Write(rec.Body.Bytes())
 	})
@@ -167,10 +167,10 @@ func benchServed(b *testing.B, h http.Handler, request func(ctx context.Context,
 		r.RequestURI = ""
 		r.URL.Scheme, r.URL.Host = "http", srv.Listener.Addr().String()
 		resp, err := client.Do(r)
-		benchMust(b, err)
+		must(b, err)
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		benchMust(b, err)
+		must(b, err)
 		return resp
 	}
 	do(httptest.NewRequest(http.MethodGet, "/", nil))

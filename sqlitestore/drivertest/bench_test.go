@@ -134,13 +134,6 @@ func benchDrivers(b *testing.B, fn func(b *testing.B, d Driver)) {
 	}
 }
 
-// benchMust fails b with err unless it is nil.
-func benchMust(b *testing.B, err error) {
-	if err != nil {
-		b.Fatal(err)
-	}
-}
-
 // BenchmarkClaim: Store.Claim of fresh IDs, one at a time.
 func BenchmarkClaim(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, d Driver) {
@@ -150,7 +143,7 @@ func BenchmarkClaim(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			benchMust(b, benchClaim(s, ids[i], until))
+			must(b, benchClaim(s, ids[i], until))
 		}
 	})
 }
@@ -165,7 +158,7 @@ func BenchmarkClaimFloor(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			benchMust(b, benchFloorRow(db, keys[i], until))
+			must(b, benchFloorRow(db, keys[i], until))
 		}
 	})
 }
@@ -299,9 +292,7 @@ func BenchmarkTransactionalFloor(b *testing.B) {
 func benchAppRows(b *testing.B, db *sql.DB, want int) {
 	b.Helper()
 	var n int
-	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM app`).Scan(&n); err != nil {
-		b.Fatal(err)
-	}
+	must(b, db.QueryRowContext(context.Background(), `SELECT count(*) FROM app`).Scan(&n))
 	if n != want {
 		b.Fatalf("app rows = %d; want %d", n, want)
 	}
@@ -359,8 +350,8 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 		keys := benchKeys(ids)
 		until := time.Now().Add(time.Hour)
 		benchPaired(b,
-			func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
-			func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+			func(i int) { must(b, benchClaim(s, ids[i], until)) },
+			func(i int) { must(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
 	})
 }
 
@@ -383,8 +374,8 @@ func BenchmarkClaimAfterWorkVsFloor(b *testing.B) {
 				benchWorkRequest(b, s, "work-"+works[i], until)
 				benchHandlerTx(b, floor, "work-"+works[i])
 			},
-			func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
-			func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+			func(i int) { must(b, benchClaim(s, ids[i], until)) },
+			func(i int) { must(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
 	})
 }
 
@@ -460,7 +451,7 @@ func benchHandler(b *testing.B, w replay.Work, id string, until time.Time) {
 // benchHandlerTx is the handler's own transaction on a connection of
 // db's pool (benchOwnTx) with the handler's row.
 func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
-	benchMust(b, benchOwnTx(context.Background(), db, id, benchBody))
+	must(b, benchOwnTx(context.Background(), db, id, benchBody))
 }
 
 // BenchmarkClaimWhileSweeping: serial claims on an idle store (b.N of
@@ -474,12 +465,12 @@ func BenchmarkClaimWhileSweeping(b *testing.B) {
 		ctx := context.Background()
 		db := benchDB(b, d)
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-		benchMust(b, err)
+		must(b, err)
 		b.Cleanup(func() { s.Close() })
 		until := time.Now().Add(time.Hour)
 		claim := func(id string) time.Duration {
 			start := time.Now()
-			benchMust(b, benchClaim(s, id, until))
+			must(b, benchClaim(s, id, until))
 			return time.Since(start)
 		}
 		idle := make([]time.Duration, 0, b.N)
@@ -529,10 +520,10 @@ func BenchmarkClaimWhileSweeping(b *testing.B) {
 		b.ReportMetric(float64(r.len.Milliseconds()), "sweep-ms")
 		b.ReportMetric(float64(len(during)), "claims-while-sweeping")
 		var path string
-		benchMust(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
+		must(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
 		for _, f := range []struct{ name, path string }{{"file-bytes", path}, {"wal-bytes", path + "-wal"}} {
 			fi, err := os.Stat(f.path)
-			benchMust(b, err)
+			must(b, err)
 			b.ReportMetric(float64(fi.Size()), f.name)
 		}
 	})
@@ -556,9 +547,9 @@ func BenchmarkSweepKeepsUp(b *testing.B) {
 				ctx := context.Background()
 				path := filepath.Join(b.TempDir(), "keepsup.db")
 				db := d.Open(b, path)
-				benchMust(b, sqlitestore.Migrate(ctx, db, ""))
+				must(b, sqlitestore.Migrate(ctx, db, ""))
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: time.Second})
-				benchMust(b, err)
+				must(b, err)
 				b.Cleanup(func() { s.Close() })
 				size := func(p string) int64 {
 					fi, err := os.Stat(p)
@@ -595,7 +586,7 @@ func BenchmarkSweepKeepsUp(b *testing.B) {
 						}
 					}
 					var rows, free int64
-					benchMust(b, db.QueryRow(`SELECT count(*), (SELECT freelist_count FROM pragma_freelist_count) FROM ctoken_replay`).Scan(&rows, &free))
+					must(b, db.QueryRow(`SELECT count(*), (SELECT freelist_count FROM pragma_freelist_count) FROM ctoken_replay`).Scan(&rows, &free))
 					file, wal := size(path), size(path+"-wal")
 					b.Logf("t=%ds claims=%d rows=%d file=%d wal=%d free-pages=%d", second, sent, rows, file, wal, free)
 					if second == b.N/2 {
@@ -625,7 +616,7 @@ func benchReadRow(b *testing.B, db *sql.DB, key []byte) {
 	var st, tok string
 	var until int64
 	var fp, res []byte
-	benchMust(b, db.QueryRowContext(context.Background(), `SELECT state, token, until, fingerprint, result FROM ctoken_replay WHERE key = ?`, key).Scan(&st, &tok, &until, &fp, &res))
+	must(b, db.QueryRowContext(context.Background(), `SELECT state, token, until, fingerprint, result FROM ctoken_replay WHERE key = ?`, key).Scan(&st, &tok, &until, &fp, &res))
 }
 
 // BenchmarkReadRecord: ReadRecord of one ID, a live lease (state=busy) or
@@ -641,9 +632,9 @@ func BenchmarkReadRecord(b *testing.B) {
 				ids := benchIDs(1)
 				key := benchKeys(ids)[0]
 				l, err := s.AcquireRecord(ctx, ids[0], time.Hour, benchFingerprint)
-				benchMust(b, err)
+				must(b, err)
 				if state == replay.LeaseDone {
-					benchMust(b, s.ConfirmRecord(ctx, ids[0], l.Token, time.Now().Add(time.Hour), benchFingerprint, benchResult))
+					must(b, s.ConfirmRecord(ctx, ids[0], l.Token, time.Now().Add(time.Hour), benchFingerprint, benchResult))
 				}
 				benchPaired(b,
 					func(int) {
@@ -699,15 +690,15 @@ func benchTaskRow(b *testing.B, db *sql.DB, status string) []byte {
 	state := map[string]string{"working": "l", "completed": "d"}[status]
 	n := 2 + len(sqlitestore.DefaultPrefix) + len("mcpt:") + 22
 	rows, err := db.QueryContext(context.Background(), `SELECT key FROM ctoken_replay WHERE length(key) = ? AND state = ?`, n, state)
-	benchMust(b, err)
+	must(b, err)
 	defer rows.Close()
 	var keys [][]byte
 	for rows.Next() {
 		var k []byte
-		benchMust(b, rows.Scan(&k))
+		must(b, rows.Scan(&k))
 		keys = append(keys, k)
 	}
-	benchMust(b, rows.Err())
+	must(b, rows.Err())
 	if len(keys) != 1 {
 		b.Fatalf("%d rows of a %s task's entry; want 1", len(keys), status)
 	}

@@ -29,11 +29,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 				ctx := context.Background()
 				db, _ := openMigrated(t, d)
 				s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-				for _, id := range []string{"a", "b"} {
-					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
-					}
-				}
+				claimAll(t, s, []string{"a", "b"}, time.Now().Add(time.Hour))
 				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
 					t.Fatalf("%s: %v", tc.tamper, err)
 				}
@@ -42,9 +38,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 					t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)
 				}
 				var n int
-				if err := db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
+				must(t, db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n))
 				if want := 2; n != want {
 					t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
 				}
@@ -66,9 +60,7 @@ func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
 		seq := func() int64 {
 			t.Helper()
 			var n int64
-			if err := db.QueryRowContext(ctx, `SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.QueryRowContext(ctx, `SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&n))
 			return n
 		}
 		until := time.Now().Add(time.Hour)
@@ -126,18 +118,10 @@ func TestWithTxRefusesASequenceGoneBack(t *testing.T) {
 		db, _ := openMigrated(t, d)
 		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 		until := time.Now().Add(time.Hour)
-		for _, id := range []string{"a", "b", "c"} {
-			if first, err := s.Claim(ctx, id, until); !first || err != nil {
-				t.Fatalf("Claim(%s) = %v, %v", id, first, err)
-			}
-		}
-		if _, err := db.ExecContext(ctx, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`); err != nil {
-			t.Fatal(err)
-		}
+		claimAll(t, s, []string{"a", "b", "c"}, until)
+		mustExec(t, ctx, db, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`)
 		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer tx.Rollback()
 		if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "d", until); first || !errors.Is(err, sqlitestore.ErrForgotten) {
 			t.Fatalf("Claim in a caller's transaction after the sequence went back = %v, %v; want ErrForgotten", first, err)

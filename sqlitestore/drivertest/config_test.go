@@ -25,10 +25,7 @@ import (
 // connection lowered after New, and a Store not built with New. (Tables
 // of their own in one file: TestWALLoss's two tables.)
 func TestNew(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"refuses", newRefuses},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
@@ -39,9 +36,7 @@ func TestNew(t *testing.T) {
 		{"lowered connection refuses", loweredConnectionRefuses},
 		{"zero Store refuses", zeroStoreRefuses},
 		{"Close gives the writer's connection back as the pool opened it", closeGivesTheConnectionBack},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // closeGivesTheConnectionBack: the store runs its writer's checkpoints
@@ -53,25 +48,15 @@ func TestNew(t *testing.T) {
 func closeGivesTheConnectionBack(t *testing.T) {
 	ctx := context.Background()
 	db := driver.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), With("wal_autocheckpoint", "16"))
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, ""))
 	var want int
-	if err := db.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&want); err != nil {
-		t.Fatal(err)
-	}
+	must(t, db.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&want))
 	if want == 0 {
 		t.Fatal("the pool's connections run no automatic checkpoint")
 	}
 	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 {
-		if first, err := s.Claim(ctx, fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil || !first {
-			t.Fatalf("Claim = %v, %v; want true, nil", first, err)
-		}
-	}
+	must(t, err)
+	claimAll(t, s, idList("id-", 50), time.Now().Add(time.Hour))
 	s.Close()
 	n := db.Stats().OpenConnections
 	if n == 0 {
@@ -79,14 +64,10 @@ func closeGivesTheConnectionBack(t *testing.T) {
 	}
 	for i := range n {
 		c, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer c.Close()
 		var pages int
-		if err := c.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
-			t.Fatal(err)
-		}
+		must(t, c.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages))
 		if pages != want {
 			t.Errorf("connection %d of %d: wal_autocheckpoint = %d after Close; want the pool's %d", i+1, n, pages, want)
 		}
@@ -169,10 +150,9 @@ func newRefuses(t *testing.T) {
 }
 
 // sidecarNamesNeverCollide: the table audit in replay.db and the
-// default table in replay.db-audit (whose sidecars older versions both
-// named replay.db-audit-ctoken) are each migrated, built, used, closed
-// and built again; neither takes the other for a loss, and each keeps
-// its claims.
+// default table in replay.db-audit (sidecar names a naive scheme would
+// share) are each migrated, built, used, closed and built again; neither
+// takes the other for a loss, and each keeps its claims.
 func sidecarNamesNeverCollide(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
@@ -226,9 +206,7 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 				// accepts with EXTRA only; the lock check is then what
 				// refuses.
 				db, err := sql.Open(d.SQLName, d.DSN(path, With("synchronous", "EXTRA"))+"&"+param)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				t.Cleanup(func() { db.Close() })
 				if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
 					t.Logf("%s: Migrate = %v (the driver refused the DSN)", param, err)
@@ -244,13 +222,9 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 				}
 				s.Close()
 				a, b := conns(t, db)
-				if _, err := a.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, ctx, a, `BEGIN IMMEDIATE`)
 				defer a.ExecContext(ctx, `ROLLBACK`)
-				if _, err := b.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, ctx, b, `PRAGMA busy_timeout = 0`)
 				if _, err := b.ExecContext(ctx, `BEGIN IMMEDIATE`); err == nil {
 					t.Fatalf("%s: New served a store, and two connections both took the write lock", param)
 				}
@@ -272,13 +246,9 @@ func newWaitsForAnotherWriter(t *testing.T) {
 		db, path := openMigrated(t, d)
 		other := d.Open(t, path)
 		holder, err := other.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer holder.Close()
-		if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, ctx, holder, `BEGIN IMMEDIATE`)
 		done := make(chan error, 1)
 		go func() {
 			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: time.Second, SweepInterval: -1})
@@ -288,9 +258,7 @@ func newWaitsForAnotherWriter(t *testing.T) {
 			done <- err
 		}()
 		time.Sleep(2 * time.Second)
-		if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, ctx, holder, `ROLLBACK`)
 		if err := <-done; err != nil {
 			t.Fatalf("New while another connection held the write lock for 2 s (busy_timeout 5 s, Timeout 1 s) = %v; want a store", err)
 		}
@@ -304,9 +272,7 @@ func conns(t *testing.T, db *sql.DB) (*sql.Conn, *sql.Conn) {
 	var cs [2]*sql.Conn
 	for i := range cs {
 		c, err := db.Conn(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		t.Cleanup(func() {
 			c.Raw(func(any) error { return sqldriver.ErrBadConn })
 			c.Close()
@@ -328,20 +294,14 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				c, _ := conns(t, db)
-				if _, err := c.ExecContext(ctx, `PRAGMA `+pragma); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, ctx, c, `PRAGMA `+pragma)
 				tx, err := c.BeginTx(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "lowered", time.Now().Add(time.Minute))
 				if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
 					t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
 				}
-				if err := tx.Commit(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, tx.Commit())
 				if first, err := s.Claim(ctx, "lowered", time.Now().Add(time.Minute)); !first || err != nil {
 					t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
 				}
@@ -373,9 +333,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
 		opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
 		s, err := sqlitestore.New(ctx, db, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if first, err := s.Claim(ctx, "before", time.Now().Add(time.Hour)); !first || err != nil {
 			t.Fatalf("Claim = %v, %v", first, err)
 		}
@@ -397,9 +355,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		// with no store running, which would write it back).
 		m["boot"] = "a-boot-before-the-crash"
 		b, _ := json.Marshal(m)
-		if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(sidecarOf(path), b, 0o600))
 		for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {
 			pool := db
 			if !o.AllowNormalSync {
@@ -412,9 +368,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 				t.Fatalf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store = %v; want ErrForgotten naming NORMAL", o.AllowNormalSync, err)
 			}
 		}
-		if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
-			t.Fatal(err)
-		}
+		must(t, sqlitestore.Rearm(ctx, db, "", 0))
 		s3 := mustStore(t, db, opts)
 		if first, err := s3.Claim(ctx, "after", time.Now().Add(time.Hour)); !first || err != nil {
 			t.Fatalf("Claim after Rearm = %v, %v", first, err)
@@ -489,14 +443,10 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 	conns := make([]*sql.Conn, size-1)
 	for i := range conns {
 		c, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		conns[i] = c
 	}
-	if _, err := conns[0].ExecContext(ctx, `PRAGMA synchronous = `+level); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, ctx, conns[0], `PRAGMA synchronous = `+level)
 	conns[0].Close()
 	var once sync.Once
 	release = func() {
@@ -517,18 +467,13 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, id, time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease(%s) = %+v, %v", id, l, err)
-	}
+	l := mustLease(t, s, id, time.Minute)
 	w, err := s.BeginWork(ctx, id, l.Token)
 	if err != nil {
 		t.Fatalf("BeginWork(%s): %v", id, err)
 	}
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if _, err := tx.ExecContext(ctx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`); err != nil {
 		t.Fatalf("PRAGMA synchronous = %s in the Work: %v", level, err)
 	}
@@ -568,10 +513,7 @@ func loweredConnectionRefuses(t *testing.T) {
 				s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
 					RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
 				until := time.Now().Add(time.Minute)
-				lease, err := s.AcquireLease(ctx, "leased", time.Minute)
-				if err != nil || lease.State != replay.LeaseAcquired {
-					t.Fatalf("AcquireLease before the change = %+v, %v", lease, err)
-				}
+				lease := mustLease(t, s, "leased", time.Minute) // before the change
 				calls := []struct {
 					name string
 					call func(id string) error

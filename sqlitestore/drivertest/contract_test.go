@@ -57,13 +57,9 @@ func TestStore(t *testing.T) {
 		}
 		t.Run("mcp tasks work refused", func(t *testing.T) {
 			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: store(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			run := func(context.Context, *mcptoken.TaskCall) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }
 			if err := ts.Add(mcptoken.TaskTool{Name: "tx", Run: run, Transactional: true}); !errors.Is(err, ctoken.ErrConfig) {
 				t.Fatalf("Add of a Transactional task tool = %v; want ctoken.ErrConfig", err)
@@ -165,9 +161,7 @@ func TestSweep(t *testing.T) {
 		insertExpired(t, db, s, 250)
 		for _, commit := range []bool{false, true} {
 			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if n, err := s.Sweep(sqlitestore.WithTx(ctx, tx)); n != 250 || err != nil {
 				tx.Rollback()
 				t.Fatalf("Sweep in a transaction = %d, %v; want the 250 expired rows", n, err)
@@ -178,9 +172,7 @@ func TestSweep(t *testing.T) {
 			} else {
 				err, want = tx.Rollback(), 250
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if left := expiredRows(t, db); left != want {
 				t.Fatalf("%d expired rows after the transaction (commit %v); want %d", left, commit, want)
 			}
@@ -207,12 +199,7 @@ func TestSweep(t *testing.T) {
 		go func() {
 			n, mid := 0, 0
 			defer func() { claimed <- [2]int{n, mid} }()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !isClosed(stop) {
 				if first, err := s.Claim(ctx, fmt.Sprint("during-", n), until); !first || err != nil {
 					t.Errorf("Claim(during-%d) while sweeping = %v, %v; want first", n, first, err)
 					return
@@ -248,9 +235,7 @@ func TestSweep(t *testing.T) {
 		const backlog = 20000
 		insertExpired(t, db, nil, backlog)
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Timeout: 10 * time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		// Once the sweep has begun, a Work holds the writer: the sweep's
 		// next step waits behind it until Close.
 		for deadline := time.Now().Add(time.Minute); expiredRows(t, db) == backlog; {
@@ -259,9 +244,7 @@ func TestSweep(t *testing.T) {
 			}
 		}
 		_, w, err := s.AcquireWork(ctx, "holds-the-writer", time.Hour, []byte("fp"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		left := expiredRows(t, db)
 		if left == 0 {
 			t.Fatalf("the sweep of %d rows ended before a Work could stop it (the machine stalled the test)", backlog)

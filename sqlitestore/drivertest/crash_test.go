@@ -417,13 +417,9 @@ func startFault(t *testing.T, job faultJob) *faultProc {
 func launchFault(t *testing.T, job faultJob) *faultProc {
 	t.Helper()
 	spec, err := json.Marshal(job)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	p := &faultProc{cmd: exec.Command(exe, "-test.run=^$"), ready: make(chan struct{}), exited: make(chan struct{}), mode: job.Mode}
 	p.cmd.Env = append(os.Environ(), faultChildEnv+"="+string(spec))
 	var once sync.Once
@@ -435,9 +431,7 @@ func launchFault(t *testing.T, job faultJob) *faultProc {
 			t.Fatal(err)
 		}
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, p.cmd.Start())
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.exited)
@@ -630,15 +624,9 @@ func faultDB(t *testing.T, d Driver) string {
 	path := filepath.Join(t.TempDir(), "replay.db")
 	db := d.Open(t, path)
 	ctx := context.Background()
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, ""))
+	mustExec(t, ctx, db, `CREATE TABLE effects (id TEXT PRIMARY KEY)`)
+	must(t, db.Close())
 	return path
 }
 
@@ -785,19 +773,13 @@ func sigkillCheck(t *testing.T, d Driver, path, mode string, tally *faultTally, 
 	case "transactional", "acquirework":
 		effects := map[string]int{}
 		rows, err := db.QueryContext(ctx, `SELECT id FROM effects`)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		for rows.Next() {
 			var id string
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
+			must(t, rows.Scan(&id))
 			effects[id]++
 		}
-		if err := rows.Close(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Close())
 		var missing []string
 		for _, id := range acked {
 			if effects[id] != 1 {

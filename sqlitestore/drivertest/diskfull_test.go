@@ -25,9 +25,7 @@ import (
 func smallDisk(t *testing.T, size string) string {
 	t.Helper()
 	mnt := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Mkdir(mnt, 0o700))
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("a disk that fills up needs a small tmpfs, and mounting one needs root: mount: %v: %s", err, bytes.TrimSpace(out))
 	}
@@ -46,16 +44,12 @@ func smallDisk(t *testing.T, size string) string {
 func fillDisk(t *testing.T, filler string, free int64) {
 	t.Helper()
 	f, err := os.OpenFile(filler, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer f.Close()
 	chunk := make([]byte, 64<<10)
 	for {
 		var st syscall.Statfs_t
-		if err := syscall.Statfs(filepath.Dir(filler), &st); err != nil {
-			t.Fatal(err)
-		}
+		must(t, syscall.Statfs(filepath.Dir(filler), &st))
 		avail := int64(st.Bavail) * st.Bsize
 		if free > 0 && avail <= free {
 			return
@@ -104,14 +98,10 @@ func fullDisk(t *testing.T, d Driver) {
 	mnt := smallDisk(t, "2m")
 	path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
 	db := d.Open(t, path)
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, ""))
 	rep := newRepairs()
 	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer s.Close()
 
 	result := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)
@@ -255,9 +245,7 @@ func fullDisk(t *testing.T, d Driver) {
 	db2.Close()
 
 	// Room again: the same store serves.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Remove(filler))
 	failures = nil
 	// A driver that reports the full disk as an I/O error (ncruces) made
 	// the store repair: it serves once the repair ended.

@@ -12,6 +12,19 @@ type driverCase struct {
 	fn   func(t *testing.T, d Driver)
 }
 
+// A namedTest is a row of a table of subtests.
+type namedTest struct {
+	name string
+	test func(*testing.T)
+}
+
+// runEach runs each of tests as a subtest, in order.
+func runEach(t *testing.T, tests []namedTest) {
+	for _, tc := range tests {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // eachDriver runs fn on every driver of the test binary, each in a
 // parallel subtest named after the driver.
 func eachDriver(t *testing.T, fn func(t *testing.T, d Driver)) {
@@ -44,4 +57,33 @@ func countRows(t testing.TB, db *sql.DB, query string, args ...any) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustExec runs query on db (a DB, Conn or Tx) with ctx, failing t on an
+// error.
+func mustExec(t testing.TB, ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, query string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// isClosed reports whether stop is closed.
+func isClosed(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }

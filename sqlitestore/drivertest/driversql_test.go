@@ -31,16 +31,11 @@ func readPragmas(t *testing.T, c *sql.Conn) (journal string, sync, busy int) {
 // DSN setting every connection of the pool, the SQL the store runs, and
 // Schema's SQL run by a team's own migration.
 func TestDriver(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"DSN sets every connection", dsnSetsEveryConnection},
 		{"SQL the store needs", driverSQL},
 		{"Schema runs through ExecContext", schemaRunsThroughExecContext},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // dsnSetsEveryConnection: the driver's DSN applies each pragma to
@@ -72,9 +67,7 @@ func dsnSetsEveryConnection(t *testing.T) {
 					// Four connections held at once: four the pool opened.
 					for i := range 4 {
 						c, err := db.Conn(ctx)
-						if err != nil {
-							t.Fatal(err)
-						}
+						must(t, err)
 						defer c.Close()
 						j, s, b := readPragmas(t, c)
 						if j != tc.journal || s != tc.sync || b != tc.busy {
@@ -85,9 +78,7 @@ func dsnSetsEveryConnection(t *testing.T) {
 						t.Fatalf("%d connections open; want 4", n)
 					}
 					if tc.name == "Safe" {
-						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-							t.Fatal(err)
-						}
+						must(t, sqlitestore.Migrate(ctx, db, ""))
 						mustStore(t, db, sqlitestore.Options{})
 					}
 				})
@@ -108,18 +99,14 @@ func driverSQL(t *testing.T) {
 			db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), With("busy_timeout", "50"))
 
 			var version string
-			if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version))
 			var major, minor, patch int
 			if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil || major != 3 || minor < 35 {
 				t.Fatalf("SQLite %s; want 3.35 or newer (RETURNING)", version)
 			}
 			t.Logf("SQLite %s", version)
 
-			if _, err := db.ExecContext(ctx, "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)"); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, db, "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
 			var k, v int
 			if err := db.QueryRowContext(ctx, "INSERT INTO t (v) VALUES (?) RETURNING k, v", 7).Scan(&k, &v); err != nil || v != 7 {
 				t.Fatalf("INSERT … RETURNING = %d, %d, %v; want v 7", k, v, err)
@@ -132,14 +119,10 @@ func driverSQL(t *testing.T) {
 			}
 
 			c1, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer c1.Close()
 			c2, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer c2.Close()
 			exec := func(c *sql.Conn, query string) error {
 				_, err := c.ExecContext(ctx, query)
@@ -148,18 +131,14 @@ func driverSQL(t *testing.T) {
 			count := func(c *sql.Conn) int {
 				t.Helper()
 				var n int
-				if err := c.QueryRowContext(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
-					t.Fatal(err)
-				}
+				must(t, c.QueryRowContext(ctx, "SELECT count(*) FROM t").Scan(&n))
 				return n
 			}
 
 			if err := exec(c1, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatalf("BEGIN IMMEDIATE on a *sql.Conn: %v", err)
 			}
-			if err := exec(c1, "INSERT INTO t (v) VALUES (1)"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, exec(c1, "INSERT INTO t (v) VALUES (1)"))
 			if err := exec(c2, "BEGIN IMMEDIATE"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "locked") {
 				t.Fatalf("a second BEGIN IMMEDIATE while the first holds the write lock: %v; want database is locked", err)
 			}
@@ -179,9 +158,7 @@ func driverSQL(t *testing.T) {
 			if err := exec(c2, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatalf("BEGIN IMMEDIATE once the first ROLLBACK released the lock: %v", err)
 			}
-			if err := exec(c2, "INSERT INTO t (v) VALUES (2)"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, exec(c2, "INSERT INTO t (v) VALUES (2)"))
 			if err := exec(c2, "COMMIT"); err != nil {
 				t.Fatalf("COMMIT: %v", err)
 			}
@@ -204,13 +181,9 @@ func schemaRunsThroughExecContext(t *testing.T) {
 			ctx := context.Background()
 			db := d.Open(t, filepath.Join(t.TempDir(), "x.db"))
 			schema, err := sqlitestore.Schema("team_replay")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			c, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer c.Close()
 			if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
 				t.Fatalf("Schema's SQL in one ExecContext: %v", err)

@@ -1,9 +1,9 @@
 package drivertest
 
-// The MCP flow of issue 53, end to end, driven by go-sdk's own client: a
-// two-round deploy tool secured by ctokenmcp.SecureRequestState with a
-// single-use request state recorded in the file, its server restarted on
-// the same file and keys between the client's rounds.
+// An MCP flow end to end, driven by go-sdk's own client: a two-round
+// deploy tool secured by ctokenmcp.SecureRequestState with a single-use
+// request state recorded in the file, its server restarted on the same
+// file and keys between the client's rounds.
 
 import (
 	"context"
@@ -71,13 +71,9 @@ func startMCP(t *testing.T, d Driver, path string, keys *ctoken.Keyring, answer 
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: m.store,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
-	if err := ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice"), AnswerRetries: answer}); err != nil {
-		t.Fatal(err)
-	}
+	must(t, ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice"), AnswerRetries: answer}))
 	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
 		if req.Params.RequestState == "" { // round one: ask, and remember the plan
 			return &mcp.CallToolResult{
@@ -133,9 +129,7 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	}).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: m.srv.URL, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { cs.Close() })
 	return cs
 }
@@ -145,14 +139,10 @@ func connectMCP(t *testing.T, m *mcpServer) *mcp.ClientSession {
 func deployFile(t *testing.T, d Driver) (string, *ctoken.Keyring) {
 	t.Helper()
 	db, path := openMigrated(t, d)
-	if _, err := db.ExecContext(context.Background(), `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`)
 	db.Close()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return path, keys
 }
 
@@ -175,15 +165,10 @@ func roundOne(t *testing.T, cs *mcp.ClientSession) *mcp.CallToolParams {
 // the server. (Idempotent tools on every store, this one's transactional
 // mode included: mcp/drivertest.)
 func TestMCP(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"retry of a lost round across a restart", mcpRetryOfALostRoundAcrossARestart},
 		{"a round whose server stopped", mcpRoundWhoseServerStopped},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // resultOf returns the JSON-RPC result member of a response body.
@@ -198,12 +183,12 @@ func resultOf(t *testing.T, body []byte) string {
 	return string(r.Result)
 }
 
-// mcpRetryOfALostRoundAcrossARestart: the continuation of issue 54 on
-// the SQLite store. go-sdk's client runs round one of the deploy tool;
-// round two deploys (one row) but its response is lost (502 after the
-// server wrote it); the server restarts on the same file with the same
-// keys; the client sends the same call with the same state again and gets
-// the lost result, the same bytes, read back from the file: one deploy.
+// mcpRetryOfALostRoundAcrossARestart: go-sdk's client runs round one of
+// the deploy tool; round two deploys (one row) but its response is lost
+// (502 after the server wrote it); the server restarts on the same file
+// with the same keys; the client sends the same call with the same state
+// again and gets the lost result, the same bytes, read back from the
+// file: one deploy.
 // A retry without AnswerRetries is already used (1026). (A changed
 // argument or a tampered state is refused as invalid, 1023, before the
 // store is asked: mcp's TestAnswerRetries.)

@@ -27,15 +27,11 @@ import (
 func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	db, path := openMigrated(t, driver)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, ctx, db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 	// A connection held open: no other connection's close is the last
 	// one, which would checkpoint.
 	hold, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer hold.Close()
 	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour})
 	for i := range 20 {
@@ -44,17 +40,13 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 		}
 	}
 	before, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	_, w, err := s.AcquireWork(ctx, "escaped", time.Minute, nil)
 	if err != nil || w == nil {
 		t.Fatalf("AcquireWork = %v, %v", w, err)
 	}
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, q := range []string{`PRAGMA wal_autocheckpoint = 1`, `INSERT INTO app (id) VALUES ('x')`, `ROLLBACK`} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -67,9 +59,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 		t.Fatalf("AcquireLease of the escaped ID = %+v, %v; want it recorded as escaped, not acquired", l, err)
 	}
 	after, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if !bytes.Equal(before, after) {
 		t.Error("the database file changed with the record of the escape: SQLite checkpointed after its commit, with the handler's wal_autocheckpoint")
 	}

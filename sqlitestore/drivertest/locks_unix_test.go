@@ -50,9 +50,7 @@ func sharedRangeLocked(path string) (bool, error) {
 func othersSeeSQLiteLock(t *testing.T, path string) bool {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), lockProbeEnv+"="+path)
 	out, err := cmd.Output()

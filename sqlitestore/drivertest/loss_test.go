@@ -53,9 +53,7 @@ func removeDatabase(t *testing.T, path string) {
 func restoreCopy(t *testing.T, path, copy string) {
 	t.Helper()
 	removeDatabase(t, path)
-	if err := os.Rename(copy, path); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Rename(copy, path))
 }
 
 func claimAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time) {
@@ -79,10 +77,7 @@ func idList(prefix string, n int) []string {
 // replaced by an older copy or cannot be written: while no store runs,
 // after a crash, and while one runs.
 func TestLoss(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
+	runEach(t, []namedTest{
 		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
@@ -92,9 +87,7 @@ func TestLoss(t *testing.T) {
 		{"the application's VACUUM, drops and deletes while running", appVacuumWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	})
 }
 
 // restoreProcedure follows docs/sqlitestore.md's procedure literally
@@ -112,25 +105,19 @@ func restoreProcedure(t *testing.T) {
 		{"older copy, sidecar kept", func(t *testing.T, path, copy, _ string) { restoreCopy(t, path, copy) }},
 		{"older copy and its sidecar", func(t *testing.T, path, copy, side string) {
 			restoreCopy(t, path, copy)
-			if err := os.Rename(side, sidecarOf(path)); err != nil {
-				t.Fatal(err)
-			}
+			must(t, os.Rename(side, sidecarOf(path)))
 		}},
 		{"copy taken just before the stop", func(t *testing.T, path, _, _ string) {
 			latest := path + ".latest"
 			db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			snapshot(t, db, latest)
 			db.Close()
 			restoreCopy(t, path, latest)
 		}},
 		{"both files deleted", func(t *testing.T, path, _, _ string) {
 			removeDatabase(t, path)
-			if err := os.Remove(sidecarOf(path)); err != nil {
-				t.Fatal(err)
-			}
+			must(t, os.Remove(sidecarOf(path)))
 		}},
 	}
 	eachDriver(t, func(t *testing.T, d Driver) {
@@ -142,24 +129,16 @@ func restoreProcedure(t *testing.T) {
 				copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, ".copy.db-ctoken")
 				until := time.Now().Add(time.Hour)
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				before := idList("before-", 8)
 				claimAll(t, s, before, until)
 				s.Close()
 				snapshot(t, db, copy)
 				b, err := os.ReadFile(sidecarOf(path))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(side, b, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
+				must(t, os.WriteFile(side, b, 0o600))
 				s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				after := idList("after-", 8)
 				claimAll(t, s, after, until)
 				// 1. Stop.
@@ -201,20 +180,14 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 		a, b := idList("a-", 8), idList("b-", 8)
 
 		db := d.Open(t, path)
-		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-			t.Fatal(err)
-		}
+		must(t, sqlitestore.Migrate(ctx, db, ""))
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		claimAll(t, s, a, until)
 		s.Close()
 		snapshot(t, db, copy)
 		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		claimAll(t, s, b, until)
 		s.Close()
 		db.Close()
@@ -287,14 +260,10 @@ func olderCopyRestoredAfterACrash(t *testing.T) {
 		path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
 		until := time.Now().Add(time.Hour)
 		db := d.Open(t, path)
-		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-			t.Fatal(err)
-		}
+		must(t, sqlitestore.Migrate(ctx, db, ""))
 		const recheck = 20 * time.Millisecond
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer s.Close()
 		claimAll(t, s, idList("a-", 8), until)
 		snapshot(t, db, copy)
@@ -327,9 +296,7 @@ func deletedWhileStopped(t *testing.T) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		claimAll(t, s, idList("a-", 4), time.Now().Add(time.Hour))
 		s.Close()
 		db.Close()
@@ -368,9 +335,7 @@ func withoutItsSidecar(t *testing.T) {
 			to := filepath.Join(dir, filepath.Base(f))
 			if cp {
 				b, err := os.ReadFile(f)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				writeFile(t, to, b)
 			} else if err := os.Rename(f, to); err != nil {
 				t.Fatal(err)
@@ -398,9 +363,7 @@ func withoutItsSidecar(t *testing.T) {
 			dir := plainTempDir(t)
 			other := filepath.Join(dir, filepath.Base(path))
 			db := d.Open(t, other)
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, ""))
 			db.Close()
 			removeFiles(t, other)
 			return mvGlob(t, path, dir, true)
@@ -431,9 +394,7 @@ func withoutItsSidecar(t *testing.T) {
 					t.Fatalf("New = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
 				}
 				t.Logf("New: %v", err)
-				if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
-					t.Fatal(err)
-				}
+				must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				everyCallRefuses(t, s, "a-0", sqlitestore.ErrUnavailable)
 			})
@@ -443,17 +404,11 @@ func withoutItsSidecar(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "replay.db")
 				db := d.Open(t, path)
 				if how == "Migrate" {
-					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-						t.Fatal(err)
-					}
+					must(t, sqlitestore.Migrate(ctx, db, ""))
 				} else {
 					schema, err := sqlitestore.Schema("")
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := db.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
+					mustExec(t, ctx, db, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n")
 				}
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
@@ -474,15 +429,11 @@ func withoutItsSidecar(t *testing.T) {
 			// they read and write the sidecar and the marker in any
 			// order.
 			schema, err := sqlitestore.Schema("")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			for round := range 50 {
 				path := filepath.Join(t.TempDir(), "replay.db")
 				db := d.Open(t, path)
-				if _, err := db.ExecContext(ctx, schema); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, ctx, db, schema)
 				db.Close()
 				errs := make([]error, 4)
 				var wg sync.WaitGroup
@@ -560,13 +511,9 @@ func walLinksAfterACrash(t *testing.T) {
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 300)
 			wal, err := os.ReadFile(path + "-wal")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 			info, serr := f.Stat()
 			if err != nil || serr != nil {
@@ -595,12 +542,8 @@ func walLinksAfterACrash(t *testing.T) {
 			if _, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
 				t.Fatalf("New = %v; want ErrForgotten", err)
 			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(links[0], path+"-wal"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.Close())
+			must(t, os.Rename(links[0], path+"-wal"))
 			if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
 				t.Fatal(err)
 			}
@@ -701,9 +644,7 @@ func walLinksAfterACrash(t *testing.T) {
 			{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
 				to := filepath.Join(plainTempDir(t), filepath.Base(path))
 				for _, suffix := range []string{"", "-wal", "-shm"} {
-					if err := os.Rename(path+suffix, to+suffix); err != nil {
-						t.Fatal(err)
-					}
+					must(t, os.Rename(path+suffix, to+suffix))
 				}
 				removeFiles(t, to+"-wal", to+"-shm")
 				return to
@@ -711,14 +652,10 @@ func walLinksAfterACrash(t *testing.T) {
 			{"the directory copied without hard links", func(t *testing.T, path string) string {
 				dir := plainTempDir(t)
 				ents, err := os.ReadDir(filepath.Dir(path))
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				for _, e := range ents {
 					b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 					writeFile(t, filepath.Join(dir, e.Name()), b)
 				}
 				return filepath.Join(dir, filepath.Base(path))
@@ -733,9 +670,7 @@ func walLinksAfterACrash(t *testing.T) {
 			}, false, false},
 			{"a store of another table in the file restarts first", func(t *testing.T, path string) string {
 				db := d.Open(t, path)
-				if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-					t.Fatal(err)
-				}
+				must(t, sqlitestore.Migrate(ctx, db, "other_table"))
 				other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
 				claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
 				other.Close()
@@ -765,9 +700,7 @@ func walLinksAfterACrash(t *testing.T) {
 					t.Logf("New: %v", err)
 					// The operator's decision, with a fence: no
 					// acknowledged ID is accepted either.
-					if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
-						t.Fatal(err)
-					}
+					must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
 					refused(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), tally)
 				case err != nil:
 					t.Fatalf("New = %v; want a store (nothing was lost)", err)
@@ -790,9 +723,7 @@ func walLinksAfterACrash(t *testing.T) {
 				t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
 			}
 			db := d.Open(t, path)
-			if _, err := db.Exec(`SELECT count(*) FROM effects`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, context.Background(), db, `SELECT count(*) FROM effects`)
 			if !othersSeeSQLiteLock(t, path) {
 				t.Fatal("another process sees no SQLite lock of this one's open connection: the probe does not work here")
 			}
@@ -820,9 +751,7 @@ func walLinksAfterACrash(t *testing.T) {
 			del := []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}}
 			for round := range 2 {
 				db, err := sql.Open(d.SQLName, d.DSN(path, del))
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				// A minute a call: synchronous=EXTRA's fsyncs on a loaded
 				// machine outlast the default 2 s.
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute})
@@ -872,9 +801,7 @@ func refused(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
 func removeFiles(t *testing.T, files ...string) {
 	t.Helper()
 	for _, f := range files {
-		if err := os.Remove(f); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.Remove(f))
 	}
 }
 
@@ -932,11 +859,7 @@ func lostWhileRunning(t *testing.T) {
 	}{
 		{"file deleted", func(t *testing.T, path, _ string) { removeDatabase(t, path) }},
 		{"file replaced by an older copy", restoreCopy},
-		{"WAL deleted", func(t *testing.T, path, _ string) {
-			if err := os.Remove(path + "-wal"); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"WAL deleted", func(t *testing.T, path, _ string) { must(t, os.Remove(path+"-wal")) }},
 	}
 	pools := []struct {
 		name    string
@@ -1012,23 +935,15 @@ func appVacuumWhileRunning(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "replay.db")
 		db := d.OpenWith(t, path, With("wal_autocheckpoint", "16"))
 		for _, q := range []string{`CREATE TABLE early (v BLOB)`, `CREATE TABLE app (id INTEGER PRIMARY KEY, v BLOB)`} {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, db, q)
 		}
-		if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-			t.Fatal(err)
-		}
+		must(t, sqlitestore.Migrate(ctx, db, ""))
 		var rootBefore, rootAfter int
 		root := `SELECT rootpage FROM sqlite_master WHERE name = 'ctoken_replay'`
-		if err := db.QueryRowContext(ctx, root).Scan(&rootBefore); err != nil {
-			t.Fatal(err)
-		}
+		must(t, db.QueryRowContext(ctx, root).Scan(&rootBefore))
 		opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond}
 		s, err := sqlitestore.New(ctx, db, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		until := time.Now().Add(time.Hour)
 		var claimed []string
 		blob := make([]byte, 3000)
@@ -1039,13 +954,9 @@ func appVacuumWhileRunning(t *testing.T) {
 			early := round <= 3 // dropped in round 3
 			for i := range 40 {
 				if early {
-					if _, err := db.ExecContext(ctx, `INSERT INTO early (v) VALUES (?)`, blob); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, ctx, db, `INSERT INTO early (v) VALUES (?)`, blob)
 				}
-				if _, err := db.ExecContext(ctx, `INSERT INTO app (id, v) VALUES (?, ?)`, round*100+i, blob); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, ctx, db, `INSERT INTO app (id, v) VALUES (?, ?)`, round*100+i, blob)
 			}
 			app := []string{`DELETE FROM app WHERE id % 2 = 0`, `VACUUM`}
 			switch {
@@ -1061,9 +972,7 @@ func appVacuumWhileRunning(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond) // checks
 		}
-		if err := db.QueryRowContext(ctx, root).Scan(&rootAfter); err != nil {
-			t.Fatal(err)
-		}
+		must(t, db.QueryRowContext(ctx, root).Scan(&rootAfter))
 		if rootAfter == rootBefore {
 			t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
 		}
@@ -1094,9 +1003,7 @@ func readOnlyFile(t *testing.T) {
 			}{
 				{"mode=ro", func(t *testing.T, path string) *sql.DB {
 					db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&mode=ro")
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 					t.Cleanup(func() { db.Close() })
 					return db
 				}},
@@ -1156,9 +1063,7 @@ func readOnlyFile(t *testing.T) {
 					// refuses a read-only remount while a file is open
 					// for writing) and the next connection finds it so.
 					db.SetMaxIdleConns(0)
-					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-						t.Fatal(err)
-					}
+					must(t, sqlitestore.Migrate(ctx, db, ""))
 					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 					until := time.Now().Add(time.Hour)
 					before := idList("before-", 4)
@@ -1193,12 +1098,8 @@ func chmodReadOnly(t *testing.T, path string) {
 		t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
 	}
 	dir := filepath.Dir(path)
-	if err := os.Chmod(path, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o555); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Chmod(path, 0o444))
+	must(t, os.Chmod(dir, 0o555))
 	t.Cleanup(func() {
 		os.Chmod(dir, 0o755)
 		os.Chmod(path, 0o644)

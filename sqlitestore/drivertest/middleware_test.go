@@ -121,17 +121,13 @@ func idempotencyFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(s
 		Transactional: true,
 		Logger:        slog.New(slog.DiscardHandler),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", mw.Wrap(h))
 	srv := loopback(t, mux)
 	return func(ref string) answer {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":1999,"currency":"eur"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", ref)
 		req.Header.Set(refHeader, ref)
@@ -149,25 +145,17 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(strin
 		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: true,
 		OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) { t.Errorf("OnLeaseError: %v", err) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	srv := loopback(t, v.Middleware(h))
 	return func(ref string) answer {
 		body := `{"type":"charge.requested","charge":"` + ref + `"}`
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(refHeader, ref)
-		if err := signer.Sign(req.Header, ref, []byte(body)); err != nil {
-			t.Fatal(err)
-		}
+		must(t, signer.Sign(req.Header, ref, []byte(body)))
 		return attempt(t, srv.Client(), req)
 	}
 }

@@ -68,8 +68,6 @@ func pcFront(t *testing.T, s *sqlitestore.Store) func(ref string) answer {
 	return idempotencyFront(t, s, &chargeApp{})
 }
 
-// pcOptions are the stores' options: frequent checks, so the marker's
-// sequence advances and the sidecar is written during the short rounds.
 // pcSeed returns the seed of a randomized test: CTOKEN_SEED when set (to
 // run a failed round again), the clock otherwise. It logs the seed.
 func pcSeed(t *testing.T) uint64 {
@@ -85,6 +83,8 @@ func pcSeed(t *testing.T) uint64 {
 	return seed
 }
 
+// pcOptions are the stores' options: frequent checks, so the marker's
+// sequence advances and the sidecar is written during the short rounds.
 func pcOptions() sqlitestore.Options {
 	return sqlitestore.Options{
 		Timeout:         time.Second,
@@ -195,12 +195,7 @@ func pcStart(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(st
 	wg.Go(func() { pcReader(ctx, db, stop) })
 	for range 6 {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !isClosed(stop) {
 				i := next.Add(1) - 1
 				id := prefix + strconv.FormatInt(i, 10)
 				kind := pcKindOf(i, send != nil)
@@ -233,12 +228,7 @@ func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
 		return
 	}
 	defer conn.Close()
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for i := 0; !isClosed(stop); i++ {
 		var n int
 		if _, err := conn.ExecContext(ctx, `BEGIN`); err == nil {
 			_ = conn.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n)
@@ -454,9 +444,7 @@ type pcFile struct {
 func (f pcFile) open(t *testing.T) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(driver.SQLName, f.v.DSN(driver, f.path, f.pragmas))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return db
 }
 
@@ -468,15 +456,9 @@ func newPCFile(t *testing.T, v *crashVFS, pragmas []Pragma) pcFile {
 	ctx := context.Background()
 	db := f.open(t)
 	defer db.Close()
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, chargesSchema); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, ""))
+	mustExec(t, ctx, db, `CREATE TABLE effects (id TEXT PRIMARY KEY)`)
+	mustExec(t, ctx, db, chargesSchema)
 	return f
 }
 
@@ -981,22 +963,14 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 				claim(fmt.Sprintf("a-%04d", i))
 			}
 			reader, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			var n int
-			if _, err := reader.ExecContext(ctx, `BEGIN`); err != nil {
-				t.Fatal(err)
-			}
-			if err := reader.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, reader, `BEGIN`)
+			must(t, reader.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n))
 			for i := range 1200 { // past the checkpoint of wal_autocheckpoint 1000
 				claim(fmt.Sprintf("z-%05d", i))
 			}
-			if _, err := reader.ExecContext(ctx, `COMMIT`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, reader, `COMMIT`)
 			reader.Close()
 			failed := v.Stats().FailedSyncs
 			v.ArmSyncFailure("replay.db", 0, 0)
@@ -1028,9 +1002,7 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			s.Close()
 			db.Close()
 			cut, err := v.PowerCut(crashDrop, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			db = f.open(t)
 			defer db.Close()
 			// The store's Close after the cut met I/O errors: the next New
@@ -1162,13 +1134,9 @@ func TestCrashVFS(t *testing.T) {
 	table := func(t *testing.T, v *crashVFS, journal string) string {
 		path := filepath.Join(t.TempDir(), "plain.db")
 		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer db.Close()
-		if _, err := db.ExecContext(ctx, `CREATE TABLE rows (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, ctx, db, `CREATE TABLE rows (id INTEGER PRIMARY KEY, v BLOB)`)
 		return path
 	}
 	// count returns the rows present among ids, after checking the file's
@@ -1176,9 +1144,7 @@ func TestCrashVFS(t *testing.T) {
 	count := func(t *testing.T, v *crashVFS, path string, ids []int) int {
 		t.Helper()
 		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, Safe))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer db.Close()
 		var ok string
 		if err := db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
@@ -1202,14 +1168,10 @@ func TestCrashVFS(t *testing.T) {
 				v := newCrashVFS(t)
 				path := table(t, v, journal)
 				db, err := sql.Open(driver.SQLName, v.DSN(driver, path, []Pragma{{"journal_mode", journal}, {"synchronous", "OFF"}, {"busy_timeout", "5000"}}))
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				var ids []int
 				for i := range 50 {
-					if _, err := db.ExecContext(ctx, `INSERT INTO rows (id, v) VALUES (?, ?)`, i, blob); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, ctx, db, `INSERT INTO rows (id, v) VALUES (?, ?)`, i, blob)
 					ids = append(ids, i)
 				}
 				if !closeFirst {
@@ -1217,9 +1179,7 @@ func TestCrashVFS(t *testing.T) {
 				}
 				db.Close()
 				cut, err := v.PowerCut(crashDrop, r)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				n := count(t, v, path, ids)
 				t.Logf("%s, OFF, closed before the cut %v: %d of %d committed rows survive (%v; %d syncs)", journal, closeFirst, n, len(ids), cut, v.Stats().Syncs)
 				if n == len(ids) {
@@ -1236,9 +1196,7 @@ func TestCrashVFS(t *testing.T) {
 					v := newCrashVFS(t)
 					path := table(t, v, journal)
 					db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 					v.ArmCut(10+r.IntN(60), r.IntN(2) == 0)
 					var (
 						mu   sync.Mutex
@@ -1261,9 +1219,7 @@ func TestCrashVFS(t *testing.T) {
 					wg.Wait()
 					db.Close()
 					cut, err := v.PowerCut(mode, r)
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 					n := count(t, v, path, ids)
 					t.Logf("%s FULL %v #%d: %d of %d committed rows survive (%s; %v)", journal, mode, rep, n, len(ids), strings.Join(v.Events(), "; "), cut)
 					if n != len(ids) {
@@ -1281,22 +1237,14 @@ func TestCrashVFS(t *testing.T) {
 		v := newCrashVFS(t)
 		path := table(t, v, journal)
 		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer db.Close()
 		conn, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		// Another connection keeps the file (and its WAL index) open.
 		other, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := other.PingContext(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
+		must(t, other.PingContext(ctx))
 		v.ArmSyncFailure("", 2+r.IntN(15), 0)
 		var before, after []int
 		var failures []string
@@ -1306,9 +1254,7 @@ func TestCrashVFS(t *testing.T) {
 			if normal && id%2 == 0 {
 				level = "NORMAL"
 			}
-			if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = `+level); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, conn, `PRAGMA synchronous = `+level)
 			_, err := conn.ExecContext(ctx, `INSERT INTO rows (id, v) VALUES (?, ?)`, id, blob[:r2(id)])
 			switch {
 			case level == "NORMAL":
@@ -1329,9 +1275,7 @@ func TestCrashVFS(t *testing.T) {
 		db.Close()
 		events := strings.Join(v.Events(), "; ")
 		cut, err := v.PowerCut(crashDrop, r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		nb, na := count(t, v, path, before), count(t, v, path, after)
 		t.Logf("%s, every other commit NORMAL %v: %s; %d statements failed %q; committed with FULL before the failure %d (%d survive), after it %d (%d survive) (%v)",
 			journal, normal, events, len(failures), failures[:min(2, len(failures))], len(before), nb, len(after), na, cut)
@@ -1447,21 +1391,15 @@ func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
 func charges(t testing.TB, db *sql.DB) map[string][]string {
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(), `SELECT ref, body FROM charges`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer rows.Close()
 	out := map[string][]string{}
 	for rows.Next() {
 		var ref, body string
-		if err := rows.Scan(&ref, &body); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&ref, &body))
 		out[ref] = append(out[ref], body)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return out
 }
 

@@ -30,13 +30,9 @@ func readStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB, string) {
 func files(t *testing.T, path string) (db, wal []byte) {
 	t.Helper()
 	db, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	wal, err = os.ReadFile(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return db, wal
 }
 
@@ -61,9 +57,7 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 	tb.Helper()
 	ctx := context.Background()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		tb.Fatal(err)
-	}
+	must(tb, err)
 	wait := mcptoken.TaskTool{Name: "wait", Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
@@ -73,13 +67,9 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 	}}
 	instance := func() *mcptoken.Tasks {
 		ts, err := mcptoken.NewTasks(mcptoken.TasksConfig{Keys: keys, Store: s, PollInterval: time.Hour, Hold: 10 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			tb.Fatal(err)
-		}
+		must(tb, err)
 		for _, tool := range []mcptoken.TaskTool{wait, answer} {
-			if err := ts.Add(tool); err != nil {
-				tb.Fatal(err)
-			}
+			must(tb, ts.Add(tool))
 		}
 		return ts
 	}
@@ -139,9 +129,7 @@ func TestReadsWriteNothing(t *testing.T) {
 		if err != nil || dn.State != replay.LeaseAcquired {
 			t.Fatal(dn.Lease, err)
 		}
-		if err := s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(ctx, "done", dn.Token, time.Now().Add(time.Hour), fp, result))
 		type read struct {
 			name string
 			read func() error
@@ -175,9 +163,7 @@ func TestReadsWriteNothing(t *testing.T) {
 			t.Run(r.name, func(t *testing.T) {
 				dbBefore, walBefore := files(t, path)
 				for range 100 {
-					if err := r.read(); err != nil {
-						t.Fatal(err)
-					}
+					must(t, r.read())
 				}
 				dbAfter, walAfter := files(t, path)
 				if !bytes.Equal(walBefore, walAfter) {

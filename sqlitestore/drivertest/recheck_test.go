@@ -31,12 +31,7 @@ func TestRecheckDuringClaims(t *testing.T) {
 		var readers, wg sync.WaitGroup
 		for range 4 {
 			readers.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for !isClosed(stop) {
 					if _, err := s.ReadRecord(ctx, "0/0"); err != nil {
 						errs <- fmt.Errorf("ReadRecord beside the commits: %w", err)
 						return

@@ -108,9 +108,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 						if !errors.Is(err, sqlitestore.ErrForgotten) {
 							t.Fatalf("New after a restart with a repair unfinished = %v; want ErrForgotten", err)
 						}
-						if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
-							t.Fatal(err)
-						}
+						must(t, sqlitestore.Rearm(ctx, db, "", 0))
 						if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
 							t.Fatalf("New after Rearm = %v", err)
 						}
@@ -146,13 +144,9 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 func sidecarMap(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(sidecarOf(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	must(t, json.Unmarshal(b, &m))
 	return m
 }
 
@@ -170,12 +164,8 @@ func setSidecarField(t *testing.T, path, field string, v any) {
 	m := sidecarMap(t, path)
 	m[field] = v
 	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
+	must(t, os.WriteFile(sidecarOf(path), b, 0o600))
 }
 
 // repairBoot returns this boot's id, which the sidecar's repair mark
@@ -195,9 +185,7 @@ func repairBoot(t *testing.T) string {
 func markRepair(t *testing.T, db *sql.DB, path string) {
 	t.Helper()
 	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s.Close()
 	setSidecarField(t, path, "repair", repairBoot(t))
 }
@@ -217,9 +205,7 @@ func requireDBPage(t *testing.T, db *sql.DB) {
 // to db, then empties the WAL.
 func appPages(t *testing.T, db *sql.DB, pages int) {
 	t.Helper()
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`)
 	if _, err := db.Exec(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
 		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages); err != nil {
 		t.Fatal(err)
@@ -233,9 +219,7 @@ func appPages(t *testing.T, db *sql.DB, pages int) {
 func fileSize(t *testing.T, path string) int64 {
 	t.Helper()
 	info, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return info.Size()
 }
 
@@ -253,21 +237,15 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 			opts := sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute}
 			path := filepath.Join(t.TempDir(), "replay.db")
 			db := d.OpenWith(t, path, With("busy_timeout", "60000"))
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, ""))
 			appPages(t, db, 2000)
 			markRepair(t, db, path)
 			watch, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer watch.Close()
 			version := func() int64 {
 				var v int64
-				if err := watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
-					t.Fatal(err)
-				}
+				must(t, watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v))
 				return v
 			}
 			inserts := 0
@@ -318,9 +296,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 			rep := newRepairs()
 			opts.Observer = rep.observe
 			s, err := sqlitestore.New(ctx, db, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			rep.wait(t)
 			s.Close()
 			watch.Close()
@@ -366,9 +342,7 @@ func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
 			var idle []time.Duration
 			for range 300 {
 				took, err := insert()
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				idle = append(idle, took)
 				time.Sleep(time.Millisecond)
 			}
@@ -377,12 +351,7 @@ func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
 			stop, stopped := make(chan struct{}), make(chan struct{})
 			go func() {
 				defer close(stopped)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for !isClosed(stop) {
 					took, err := insert()
 					if err != nil {
 						failed = append(failed, err)
@@ -439,9 +408,7 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 			markRepair(t, db, path)
 			rep := newRepairs()
 			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer s.Close()
 			rep.wait(t)
 			const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
@@ -469,9 +436,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 			mnt := smallDisk(t, "32m")
 			path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
 			db := d.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, ""))
 			appPages(t, db, 500) // 2 MiB, less what the WAL's file holds already
 			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 			ids := idList("before-", 50)
@@ -484,9 +449,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 			logs := &logRecords{}
 			rep := newRepairs()
 			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer s.Close()
 			// The refusal names the figures once the repair measured the space.
 			deadline := time.Now().Add(2 * time.Minute)
@@ -510,9 +473,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 			if logs.warns("waits for free space") == 0 {
 				t.Fatal("no Warn logged for the free space the repair waits for")
 			}
-			if err := os.Remove(filler); err != nil {
-				t.Fatal(err)
-			}
+			must(t, os.Remove(filler))
 			rep.wait(t)
 			for _, id := range ids {
 				if first, err := s.Claim(ctx, id, until); first || err != nil {
@@ -544,9 +505,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 			s.Close()
 			setSidecarField(t, path, "repair", repairBoot(t))
 			rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer rows.Close()
 			if !rows.Next() {
 				t.Fatal(rows.Err())
@@ -554,9 +513,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 			logs := &logRecords{}
 			rep := newRepairs()
 			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer s.Close()
 			rep.wait(t)
 			if logs.infos("holds it back") == 0 {

@@ -71,9 +71,7 @@ func TestTempTableShadow(t *testing.T) {
 		{"on the connection of a WithTx transaction", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
 			ctx := context.Background()
 			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer tx.Rollback()
 			for _, q := range shadowStatements {
 				if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -95,9 +93,7 @@ func TestTempTableShadow(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				db, path := openMigrated(t, d)
-				if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				other := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				if !tc.claim(t, s, db, "token") {

@@ -49,9 +49,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	ctx := context.Background()
 	path := faultDB(t, d)
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	if err := sqlitestore.Migrate(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, table))
 	s := mustStore(t, db, sqlitestore.Options{Table: table, RecheckInterval: time.Hour, SweepInterval: -1})
 	checkpoint := func() { checkpointTruncate(t, db) }
 	id := func(prefix string, i int) string {
@@ -65,9 +63,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	}
 	checkpoint()
 	// As a sweep does: half the rows go, the pages keep room.
-	if _, err := db.Exec(`DELETE FROM ` + table + ` WHERE state = 'c' AND random() % 2 = 0`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `DELETE FROM `+table+` WHERE state = 'c' AND random() % 2 = 0`)
 	checkpoint()
 	var acked []string
 	for i := range 60 {
@@ -154,9 +150,7 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 	copyFile := func(from, to string) {
 		t.Helper()
 		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		writeFile(t, to, b)
 	}
 	np = filepath.Join(dir, filepath.Base(path))
@@ -185,13 +179,9 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile.Value)) {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for pgno, off := range last {
 		entries, _ := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
 		for _, e := range entries {
@@ -208,17 +198,11 @@ func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile
 func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) int {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	out, err := os.OpenFile(np, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer out.Close()
 	n := 0
 	for pgno, off := range last {
@@ -230,9 +214,7 @@ func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) in
 			t.Fatal(err)
 		}
 	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, out.Close())
 	return n
 }
 
@@ -248,16 +230,12 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	// Low pages an app table frees, so the records' overflow pages are
 	// taken below the store's leaves, as in any file that was sweeping.
 	for i := range 2000 {
-		if _, err := db.Exec(`INSERT INTO effects (id) VALUES (?)`, fmt.Sprintf("%0200d", i)); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, context.Background(), db, `INSERT INTO effects (id) VALUES (?)`, fmt.Sprintf("%0200d", i))
 	}
 	checkpointTruncate(t, db)
 	claimAll(t, s, idList("old-", 300), time.Now().Add(time.Hour))
 	checkpointTruncate(t, db)
-	if _, err := db.Exec(`DELETE FROM effects`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `DELETE FROM effects`)
 	checkpointTruncate(t, db)
 	fp := bytes.Repeat([]byte{1}, 32)
 	var tokens []string
@@ -271,9 +249,7 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	checkpointTruncate(t, db) // the leases' rows, keys on their pages, in the file
 	result := bytes.Repeat([]byte{'r'}, 2000)
 	for i := range 40 {
-		if err := s.ConfirmRecord(ctx, long(i), tokens[i], time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatal(err)
-		}
+		must(t, s.ConfirmRecord(ctx, long(i), tokens[i], time.Now().Add(time.Hour), fp, result))
 	}
 	np, link := walDeletedCopy(t, path, "")
 	cutRows := map[uint32]int{}
@@ -308,9 +284,7 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 	ctx := context.Background()
 	path := faultDB(t, d)
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	if err := sqlitestore.Migrate(ctx, db, "other"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, "other"))
 	a := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 	b := mustStore(t, db, sqlitestore.Options{Table: "other", RecheckInterval: time.Hour, SweepInterval: -1})
 	checkpointTruncate(t, db)
@@ -400,9 +374,7 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 			}
 			if tc.edit != nil {
 				wal, err := os.ReadFile(link)
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				writeFile(t, link, tc.edit(wal))
 			}
 			if tc.refusal == "" {
@@ -464,19 +436,11 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 
 	// As the crash left them, the WAL in place the store's link.
 	np, link := walDeletedCopy(t, path, "")
-	if err := os.Link(link, np+"-wal"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Link(link, np+"-wal"))
 	other, err := sql.Open(driver.SQLName, driver.DSN(np, Safe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.ExecContext(ctx, `INSERT INTO effects (id) VALUES ('after the kill')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
+	mustExec(t, ctx, other, `INSERT INTO effects (id) VALUES ('after the kill')`)
+	must(t, other.Close())
 	if _, err := os.Stat(np + "-wal"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the WAL is still in place after the other program closed (%v): no case made", err)
 	}
@@ -492,9 +456,7 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 func framesAfterTheLog(t *testing.T, link string) int {
 	t.Helper()
 	wal, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	if err != nil && !errors.Is(err, walfile.ErrDamaged) { // what it read, whichever
 		t.Fatal(err)

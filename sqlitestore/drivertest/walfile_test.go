@@ -3,7 +3,6 @@ package drivertest
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,19 +42,15 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		db.SetMaxOpenConns(1) // one connection, held: the WAL stays when the test reads it
 		ctx := context.Background()
 		conn, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		defer conn.Close()
-		mustExec(t, conn, `CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)`)
+		mustExec(t, ctx, conn, `CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)`)
 		for range 2 + r.IntN(30) {
 			if r.IntN(8) == 0 {
-				mustExec(t, conn, `PRAGMA wal_checkpoint(RESTART)`)
+				mustExec(t, ctx, conn, `PRAGMA wal_checkpoint(RESTART)`)
 			}
 			tx, err := conn.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			for range 1 + r.IntN(6) {
 				k := r.IntN(200)
 				switch r.IntN(3) {
@@ -64,22 +59,14 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 				default:
 					_, err = tx.Exec(`INSERT OR REPLACE INTO t (k, v) VALUES (?, randomblob(?))`, k, r.IntN(3000))
 				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 			}
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, tx.Commit())
 		}
 		base, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		wal, err := os.ReadFile(path + "-wal")
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		wal = wal[:min(len(wal), int(cut))]
 		if flip != 0 && len(wal) > 0 {
 			wal[int(flip)%len(wal)] ^= 0x55
@@ -127,30 +114,19 @@ func applyWAL(base, wal []byte, size int, last map[uint32]int64) []byte {
 	return base
 }
 
-func mustExec(t *testing.T, conn *sql.Conn, query string) {
-	t.Helper()
-	if _, err := conn.ExecContext(context.Background(), query); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // plainTempDir is a temporary directory removed when the test ends,
 // whose path holds no character a file: URI reads otherwise.
 func plainTempDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "drivertest")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
 
 func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, b, 0o600))
 }
 
 // dumpTable reads table t of the database at path (and the integrity
@@ -161,9 +137,7 @@ func dumpTable(t *testing.T, d Driver, path string) string {
 	defer db.Close()
 	var b bytes.Buffer
 	var ok string
-	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&ok); err != nil {
-		t.Fatal(err)
-	}
+	must(t, db.QueryRow(`PRAGMA integrity_check`).Scan(&ok))
 	fmt.Fprintln(&b, ok)
 	rows, err := db.Query(`SELECT k, hex(sha3(v)) FROM t ORDER BY k`)
 	if err != nil {
@@ -172,9 +146,7 @@ func dumpTable(t *testing.T, d Driver, path string) string {
 	if err != nil && strings.Contains(err.Error(), "no such table") {
 		return b.String() + "no table t\n" // the WAL was cut before its commit
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer rows.Close()
 	cols, _ := rows.Columns()
 	vals := make([]any, len(cols))
@@ -182,17 +154,13 @@ func dumpTable(t *testing.T, d Driver, path string) string {
 		vals[i] = new(any)
 	}
 	for rows.Next() {
-		if err := rows.Scan(vals...); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(vals...))
 		for _, v := range vals {
 			fmt.Fprint(&b, *(v.(*any)), " ")
 		}
 		fmt.Fprintln(&b)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Err())
 	return b.String()
 }
 
@@ -217,26 +185,21 @@ func TestWALFileReadsBigEndianChecksumsAndLargePages(t *testing.T) {
 			path := filepath.Join(dir, "w.db")
 			db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
 			db.SetMaxOpenConns(1)
-			conn, err := db.Conn(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustExec(t, conn, `PRAGMA journal_mode = DELETE`)
-			mustExec(t, conn, fmt.Sprintf(`PRAGMA page_size = %d`, pageSize))
-			mustExec(t, conn, `VACUUM`)
-			mustExec(t, conn, `PRAGMA journal_mode = WAL`)
-			mustExec(t, conn, `CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)`)
+			ctx := context.Background()
+			conn, err := db.Conn(ctx)
+			must(t, err)
+			mustExec(t, ctx, conn, `PRAGMA journal_mode = DELETE`)
+			mustExec(t, ctx, conn, fmt.Sprintf(`PRAGMA page_size = %d`, pageSize))
+			mustExec(t, ctx, conn, `VACUUM`)
+			mustExec(t, ctx, conn, `PRAGMA journal_mode = WAL`)
+			mustExec(t, ctx, conn, `CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)`)
 			for i := range 20 {
-				mustExec(t, conn, fmt.Sprintf(`INSERT OR REPLACE INTO t VALUES (%d, randomblob(%d))`, i%7, 100+i*500))
+				mustExec(t, ctx, conn, fmt.Sprintf(`INSERT OR REPLACE INTO t VALUES (%d, randomblob(%d))`, i%7, 100+i*500))
 			}
 			base, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			wal, err := os.ReadFile(path + "-wal")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			conn.Close()
 			if got := int(be.Uint32(wal[8:])); got != pageSize {
 				t.Fatalf("page size %d in the WAL header; want %d", got, pageSize)
@@ -280,12 +243,8 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 	dir := plainTempDir(t)
 	path := filepath.Join(dir, "replay.db")
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(ctx, db, ""))
+	mustExec(t, ctx, db, `PRAGMA wal_checkpoint(TRUNCATE)`)
 	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 	until := time.Now().Add(time.Hour)
 	for i := range 120 {
@@ -297,40 +256,26 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 			mustLease(t, s, id, time.Hour)
 		default:
 			r, err := s.AcquireRecord(ctx, id, time.Minute, []byte("fp"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.ConfirmRecord(ctx, id, r.Token, until, []byte("fp"), bytes.Repeat([]byte{byte(i)}, i*60)); err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
+			must(t, s.ConfirmRecord(ctx, id, r.Token, until, []byte("fp"), bytes.Repeat([]byte{byte(i)}, i*60)))
 		}
 	}
 	want := map[string]string{}
 	rows, err := db.QueryContext(ctx, `SELECT key, state, until FROM ctoken_replay`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for rows.Next() {
 		var key []byte
 		var state string
 		var u int64
-		if err := rows.Scan(&key, &state, &u); err != nil {
-			t.Fatal(err)
-		}
+		must(t, rows.Scan(&key, &state, &u))
 		want[string(key)] = fmt.Sprint(state, " ", u)
 	}
-	if err := rows.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, rows.Close())
 
 	wal, err := os.ReadFile(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	got := map[string]string{}
 	for pgno, off := range last {
 		entries, err := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)

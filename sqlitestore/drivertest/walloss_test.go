@@ -177,17 +177,13 @@ func walLossChild(job faultJob) error {
 func walSession(t *testing.T, path string, stmts ...string) {
 	t.Helper()
 	db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, q := range stmts {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, db.Close())
 }
 
 // wantNewRefusesAfterWALDeleted deletes the WAL and shared memory and
@@ -280,9 +276,7 @@ func TestWALLoss(t *testing.T) {
 		{"claims of keys another table holds are found", func(t *testing.T) {
 			path := faultDB(t, driver)
 			db := driver.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, "other_table"))
 			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
 			claimAll(t, other, idList("x-", 30), time.Now().Add(time.Hour))
 			other.Close()
@@ -298,18 +292,14 @@ func TestWALLoss(t *testing.T) {
 		{"another table's releases after the WAL was deleted refuse this table", func(t *testing.T) {
 			path := faultDB(t, driver)
 			db := driver.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, "other_table"))
 			db.Close()
 			runToDone(t, faultJob{Scenario: "two tables", DB: path, N: 30})
 			walSession(t, path, `SELECT count(*) FROM sqlite_master`)
 			db = driver.Open(t, path)
 			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
 			for i := range 10 {
-				if err := other.Release(ctx, fmt.Sprintf("x-%d", i)); err != nil {
-					t.Fatal(err)
-				}
+				must(t, other.Release(ctx, fmt.Sprintf("x-%d", i)))
 			}
 			other.Close()
 			db.Close()
@@ -336,9 +326,7 @@ func TestWALLoss(t *testing.T) {
 		{"two tables' stores restarted, each after its own migration step, lose nothing", func(t *testing.T) {
 			path := faultDB(t, driver)
 			db := driver.Open(t, path)
-			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, sqlitestore.Migrate(ctx, db, "other_table"))
 			db.Close()
 			runToDone(t, faultJob{Scenario: "two tables", DB: path, N: 30})
 			// Each restart: Migrate on a handle of its own (closed: SQLite
@@ -347,9 +335,7 @@ func TestWALLoss(t *testing.T) {
 			for round := range 2 {
 				for _, table := range []string{"", "other_table"} {
 					migrated := driver.Open(t, path)
-					if err := sqlitestore.Migrate(ctx, migrated, table); err != nil {
-						t.Fatal(err)
-					}
+					must(t, sqlitestore.Migrate(ctx, migrated, table))
 					migrated.Close()
 					s := serves(t, path, table, twoTablesIDs(table))
 					claimAll(t, s, idList(fmt.Sprint("r", round, table, "-"), 20), time.Now().Add(time.Hour))

@@ -18,9 +18,7 @@ import (
 func workStore(t *testing.T, d Driver, opts sqlitestore.Options) (*sqlitestore.Store, *sql.DB) {
 	t.Helper()
 	db, _ := openMigrated(t, d)
-	if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 	opts.SweepInterval = -1
 	return mustStore(t, db, opts), db
 }
@@ -105,12 +103,8 @@ func workAutocheckpoint(t *testing.T, d Driver) {
 	})
 	t.Run("a DSN that sets 0", func(t *testing.T) {
 		db := d.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), With("wal_autocheckpoint", "0"))
-		if err := sqlitestore.Migrate(context.Background(), db, ""); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
-			t.Fatal(err)
-		}
+		must(t, sqlitestore.Migrate(context.Background(), db, ""))
+		mustExec(t, context.Background(), db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 		handlerAutocheckpoint(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}))
 	})
 }
@@ -120,9 +114,7 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 	read := func(tx *sqlitestore.Tx) int {
 		t.Helper()
 		var n int
-		if err := tx.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
+		must(t, tx.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&n))
 		return n
 	}
 	ends := []struct {
@@ -155,9 +147,7 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 			if n := read(tx); n != 0 {
 				t.Fatalf("%s: the handler reads wal_autocheckpoint = %d on the store's connection; want 0", id, n)
 			}
-			if _, err := tx.ExecContext(ctx, `PRAGMA wal_autocheckpoint = 1`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, tx, `PRAGMA wal_autocheckpoint = 1`)
 			if err := e.end(w); err != nil {
 				t.Fatalf("%s: %s = %v", id, e.name, err)
 			}
@@ -242,9 +232,7 @@ func workClaim(t *testing.T, d Driver) {
 					t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
 				}
 				if commit {
-					if err := w.Commit(ctx, until, way.fp, way.rec); err != nil {
-						t.Fatal(err)
-					}
+					must(t, w.Commit(ctx, until, way.fp, way.rec))
 				} else if err := w.Rollback(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -264,13 +252,9 @@ func withTx(t *testing.T, d Driver) {
 			s, db := workStore(t, d, sqlitestore.Options{})
 			until := time.Now().Add(time.Hour)
 			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('job')`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, ctx, tx, `INSERT INTO app (id) VALUES ('job')`)
 			if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "token-1", until); !first || err != nil {
 				t.Fatalf("Claim in the caller's transaction = %v, %v; want first", first, err)
 			}
@@ -279,9 +263,7 @@ func withTx(t *testing.T, d Driver) {
 			} else {
 				err = tx.Rollback()
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			first, err := s.Claim(ctx, "token-1", until)
 			if err != nil || first == commit {
 				t.Fatalf("Claim after the transaction (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
@@ -301,9 +283,7 @@ func withTxOtherDatabase(t *testing.T, d Driver) {
 	for name, other := range map[string]*sql.DB{"migrated": migratedOther, "without the table": bare} {
 		t.Run(name, func(t *testing.T) {
 			tx, err := other.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			defer tx.Rollback()
 			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "token-1", time.Now().Add(time.Hour))
 			if first || !errors.Is(err, sqlitestore.ErrConfig) {
@@ -374,9 +354,7 @@ func workEscapedRollback(t *testing.T, d Driver) {
 				// Nothing was kept: the lease is as it was, and its
 				// holder may release it.
 				wantLease(t, s, "job", replay.LeaseBusy)
-				if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
-					t.Fatal(err)
-				}
+				must(t, s.ReleaseLease(ctx, "job", l.Token))
 				mustLease(t, s, "job", time.Minute)
 				return
 			}
@@ -424,9 +402,7 @@ func workEscapedCommit(t *testing.T, d Driver) {
 				t.Fatal("AcquireLease after the lease's time = nil error; want the escaped work's refusal")
 			}
 			// An operator's Release frees it.
-			if err := s.Release(ctx, "job"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, s.Release(ctx, "job"))
 			mustLease(t, s, "job", time.Minute)
 		})
 	}
@@ -456,9 +432,7 @@ func txAfterEnd(t *testing.T, d Driver) {
 			} else {
 				err = w.Rollback(ctx)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
 				t.Errorf("ExecContext after the work ended = %v; want sql.ErrTxDone", err)
 			}

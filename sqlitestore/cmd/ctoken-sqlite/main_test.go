@@ -22,11 +22,17 @@ import (
 func openApp(t *testing.T, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	must(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// must fails t on an error.
+func must(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 // start is an application's start: Migrate, then New.
@@ -47,18 +53,14 @@ func claims(t *testing.T, path string, ids ...string) {
 	t.Helper()
 	db := openApp(t, path)
 	s, err := start(t, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, id := range ids {
 		if first, err := s.Claim(t.Context(), id, time.Now().Add(time.Hour)); err != nil || !first {
 			t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
 		}
 	}
 	s.Close()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, db.Close())
 }
 
 // command is the command line a refusal ends with, split as a POSIX shell
@@ -110,19 +112,13 @@ func runCmd(args ...string) (code int, stdout, stderr string) {
 // Horizon's fence, and New serves again (fenced, as it said).
 func TestRefusalAfterARestoredCopyNamesTheCommandThatLiftsIt(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "my data") // a path the command line must quote
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Mkdir(dir, 0o755))
 	path := filepath.Join(dir, "app.db")
 	claims(t, path, "a")
 	backup, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	claims(t, path, "b")
-	if err := os.WriteFile(path, backup, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, backup, 0o644))
 
 	db := openApp(t, path)
 	_, err = sqlitestore.New(t.Context(), db, sqlitestore.Options{Logger: discardLogger()})
@@ -170,9 +166,7 @@ func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 	claims(t, path, "a")
 	files, _ := filepath.Glob(path + "*") // what rm app.db* removes
 	for _, f := range files {
-		if err := os.Remove(f); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.Remove(f))
 	}
 
 	db := openApp(t, path)
@@ -198,9 +192,7 @@ func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 	}
 	db = openApp(t, path)
 	s, err := start(t, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if first, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("Claim after rearm -fence 0 = %v, %v; want first", first, err)
 	}
@@ -211,18 +203,14 @@ func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	files := map[string]string{}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), "-shm") {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		files[e.Name()] = string(b)
 	}
 	return files
@@ -237,9 +225,7 @@ func TestStatusChangesNothing(t *testing.T) {
 	live := filepath.Join(t.TempDir(), "app.db")
 	db := openApp(t, live)
 	s, err := start(t, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, id := range []string{"a", "b", "c"} {
 		if _, err := s.Claim(t.Context(), id, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
@@ -248,9 +234,7 @@ func TestStatusChangesNothing(t *testing.T) {
 	// The image: the database file last, so it holds no commit its WAL lacks.
 	crash := t.TempDir()
 	entries, err := os.ReadDir(filepath.Dir(live))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, e := range entries {
 		if e.Name() != "app.db" && !strings.HasSuffix(e.Name(), "-shm") {
 			copyFile(t, filepath.Join(filepath.Dir(live), e.Name()), filepath.Join(crash, e.Name()))
@@ -270,9 +254,7 @@ func TestStatusChangesNothing(t *testing.T) {
 		t.Fatalf("status changed the files: %v before, %v after", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 	}
 
-	if err := os.Remove(path + "-wal"); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Remove(path+"-wal"))
 	os.Remove(path + "-shm")
 	before = snapshot(t, crash)
 	code, out, _ := runCmd("status", "-db", path)
@@ -287,12 +269,8 @@ func TestStatusChangesNothing(t *testing.T) {
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
+	must(t, os.WriteFile(to, b, 0o644))
 }
 
 // TestRearmRefusesADatabaseInUse: with an application's store open on the
@@ -301,9 +279,7 @@ func TestRearmRefusesADatabaseInUse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	db := openApp(t, path)
 	s, err := start(t, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if code, out, errOut := runCmd("status", "-db", path); code != 0 || !strings.Contains(out, "New       serves") {
 		t.Fatalf("status beside a running store = %d:\n%s%s\nwant 0, serving", code, out, errOut)
 	}
@@ -372,9 +348,7 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestARunningStoresRefusalNamesTheCommand(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	db := openApp(t, path)
-	if err := sqlitestore.Migrate(t.Context(), db, ""); err != nil {
-		t.Fatal(err)
-	}
+	must(t, sqlitestore.Migrate(t.Context(), db, ""))
 	events := make(chan replay.Event, 16)
 	s, err := sqlitestore.New(t.Context(), db, sqlitestore.Options{
 		Logger: discardLogger(), RecheckInterval: 10 * time.Millisecond, Horizon: time.Hour,
@@ -385,16 +359,10 @@ func TestARunningStoresRefusalNamesTheCommand(t *testing.T) {
 			}
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer s.Close()
-	if err := os.Rename(path, path+".old"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Rename(path, path+".old"))
+	must(t, os.WriteFile(path, nil, 0o644))
 	for e := range events {
 		if e.Kind == replay.EventRefusing {
 			break
@@ -410,9 +378,7 @@ func TestARunningStoresRefusalNamesTheCommand(t *testing.T) {
 // TestInspectRefusesAnInMemoryDatabase: no file, no store to inspect.
 func TestInspectRefusesAnInMemoryDatabase(t *testing.T) {
 	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer db.Close()
 	if _, err := sqlitestore.Inspect(t.Context(), db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), "open a file") {
 		t.Fatalf("Inspect of :memory: = %v; want ErrConfig", err)
