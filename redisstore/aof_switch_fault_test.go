@@ -46,10 +46,7 @@ func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 	for _, fl := range flavors {
 		t.Run(fl.name, func(t *testing.T) {
 			srv := newServerBin(t, fl.bin, "--appendonly", "yes", "--appendfsync", "always")
-			info, err := srv.client().Info(context.Background(), "server").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			info := mustInfo(t, srv.client(), "server")
 			closed := versionAtLeast(info, 7, 2)
 			version := serverVersion(info)
 			if v := infoValue(info, "valkey_version"); v != "" {

@@ -576,9 +576,7 @@ func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", tag, i)
-		if first, err := s.Claim(context.Background(), ids[i], time.Now().Add(10*time.Minute)); !first || err != nil {
-			t.Fatalf("claim %d = %v, %v", i, first, err)
-		}
+		wantClaim(t, s, ids[i], time.Now().Add(10*time.Minute), true)
 	}
 	return ids
 }
@@ -645,9 +643,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		var accepted []string
 		for i := range 20 {
 			id := fmt.Sprint("acked-", i)
-			if first, err := s2.Claim(ctx, id, time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim with both replicas = %v, %v", first, err)
-			}
+			wantClaim(t, s2, id, time.Now().Add(time.Minute), true)
 			accepted = append(accepted, id)
 		}
 		b.signal(syscall.SIGSTOP)
@@ -665,9 +661,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		s3 := mustOpen(t, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
 		defer s3.Close()
 		for _, id := range accepted {
-			if first, err := s3.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
-				t.Fatalf("replay of %q on the promoted replica = %v, %v; want taken", id, first, err)
-			}
+			wantClaim(t, s3, id, time.Now().Add(time.Minute), false)
 		}
 	})
 	t.Run("replica away", func(t *testing.T) {
@@ -744,9 +738,7 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 			}
 			must(t, c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err())
 			recheckNow(t, s)
-			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after", time.Now().Add(time.Minute), true)
 			if n := ev.count(replay.EventFenceRaised); n != 0 {
 				t.Fatalf("%d shards fenced for a condition", n)
 			}
@@ -765,9 +757,7 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	c := srv.client()
 	var ev events
 	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim = %v, %v", first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.FlushAll(ctx).Err())
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
 		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
@@ -816,24 +806,14 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// What the operator's checks kept of the server is not the
 			// fleet's: drop it, so the count below is the fleet user's.
 			must(t, admin.Del(ctx, op.serversKey()).Err())
-			s, err := Open(ctx, c, Options{Prefix: "acl:", Logger: quietLogger()})
-			if err != nil {
-				t.Fatalf("Open under the ACL: %v", err)
-			}
+			s := mustOpen(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
 			t.Cleanup(func() { s.Close() })
-			if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim under the ACL = %v, %v", first, err)
-			}
+			wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
 			recheckNow(t, s)
-			if first, err := s.Claim(ctx, "y", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim after a recheck under the ACL = %v, %v", first, err)
-			}
+			wantClaim(t, s, "y", time.Now().Add(time.Minute), true)
 			// A webhook delivery's lease steps: their scripts read the
 			// marker and the entry with MGET.
-			l, err := s.AcquireLease(ctx, "d", time.Minute)
-			if err != nil || l.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireLease under the ACL = %+v, %v", l, err)
-			}
+			l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
 			if err := s.RenewLease(ctx, "d", l.Token, time.Minute); err != nil {
 				t.Fatalf("RenewLease under the ACL: %v", err)
 			}
@@ -842,10 +822,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			}
 			// An idempotency record is written and replayed: the confirm
 			// script's RENAME and PEXPIREAT run under the caller's ACL.
-			r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-			if err != nil || r.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-			}
+			r := acquireRecord(t, s, "k", []byte("fp"), replay.LeaseAcquired)
 			if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
 				t.Fatalf("ConfirmRecord under the ACL: %v", err)
 			}
@@ -862,9 +839,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// Without +rename the confirm fails closed, and says why: the
 			// ACL, not a staged record that expired.
 			must(t, admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err())
-			if r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-			}
+			r = acquireRecord(t, s, "k2", []byte("fp"), replay.LeaseAcquired)
 			err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
 			if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
 				!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
@@ -932,9 +907,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				var old []string
 				for i := range 200 {
 					id := fmt.Sprint("old-", i)
-					if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); !first || err != nil {
-						t.Fatalf("claim before the change = %v, %v", first, err)
-					}
+					wantClaim(t, s, id, time.Now().Add(time.Minute), true)
 					old = append(old, id)
 				}
 				ch.change(t, c)
@@ -967,11 +940,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	t.Helper()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	used, _ := strconv.ParseInt(infoValue(info, "used_memory"), 10, 64)
+	used := infoInt(t, c, "memory", "used_memory")
 	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-lru"}, {"maxmemory", strconv.FormatInt(used-4096, 10)}} {
 		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
@@ -983,11 +952,7 @@ func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	for _, kv := range after {
 		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
-	info, err = c.Info(ctx, "stats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := strconv.ParseInt(infoValue(info, "evicted_keys"), 10, 64); n == 0 {
+	if infoInt(t, c, "stats", "evicted_keys") == 0 {
 		t.Fatal("nothing was evicted: the test did not test eviction")
 	}
 }
@@ -1013,9 +978,7 @@ func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := provisioned(t, c, opts)
 	until := func() time.Time { return time.Now().Add(time.Minute) }
-	if first, err := s.Claim(ctx, "before", until()); !first || err != nil {
-		t.Fatalf("claim on the master the checks read = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, "before", until(), true)
 	at.Store(&b)
 	c.ReloadState(ctx)
 	marker, _, _ := s.keys("moved")
@@ -1029,7 +992,5 @@ func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
 	}
 	s.Claim(ctx, "starts-the-check", until())
 	waitChecks(t, s)
-	if first, err := s.Claim(ctx, "moved", until()); !first || err != nil {
-		t.Fatalf("claim once a check read the new master = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, "moved", until(), true)
 }

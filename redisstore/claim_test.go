@@ -14,6 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// wantClaim is Claim failing the test on an error or on first other than
+// want.
+func wantClaim(t *testing.T, s *Store, id string, until time.Time, want bool) {
+	t.Helper()
+	if first, err := s.Claim(context.Background(), id, until); err != nil || first != want {
+		t.Fatalf("Claim(%q) = %v, %v; want %v, nil", id, first, err, want)
+	}
+}
+
 // TestClaim pins what Redis adds to the claim contract (TestStore:
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
@@ -85,9 +94,7 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
-	if first, err := s.Claim(ctx, "abs2", until.Add(400*time.Microsecond)); err != nil || !first {
-		t.Fatalf("first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, "abs2", until.Add(400*time.Microsecond), true)
 	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
 	if err != nil {
 		t.Fatal(err)
@@ -283,9 +290,7 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 			t.Fatalf("resent claim = %v, %v; want first", first, err)
 		}
 		for _, st := range []*Store{r, s} {
-			if first, err := st.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("replay after a resent claim = %v, %v; want taken", first, err)
-			}
+			wantClaim(t, st, id, until, false)
 		}
 	}
 	if n := ev.count(replay.EventClaimResent); n != 10 {
@@ -418,9 +423,7 @@ func claimFailsClosedWhenRedisIsFull(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	s := provisioned(t, c, Options{})
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
-		t.Fatalf("claim with room: first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {

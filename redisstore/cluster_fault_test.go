@@ -140,9 +140,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 		}
 	}
 	must(t, s.Release(ctx, "race-0"))
-	if first, err := s.Claim(ctx, "race-0", until); err != nil || !first {
-		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
-	}
+	wantClaim(t, s, "race-0", until, true)
 }
 
 // recordingClient records every command the store sends.
@@ -182,12 +180,8 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	until := time.Now().Add(time.Minute)
 	for i := range 30 {
 		id := fmt.Sprint("one-key-", i)
-		if first, err := s.Claim(ctx, id, until); err != nil || !first {
-			t.Fatalf("claim: first = %v, err = %v", first, err)
-		}
-		if first, err := s.Claim(ctx, id, until); err != nil || first {
-			t.Fatalf("second claim: first = %v, err = %v", first, err)
-		}
+		wantClaim(t, s, id, until, true)
+		wantClaim(t, s, id, until, false)
 		must(t, s.Release(ctx, id))
 	}
 	if len(rec.cmds) < 90 {
@@ -198,13 +192,8 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	leaseFrom := len(rec.cmds)
 	for i := range 30 {
 		id := fmt.Sprint("lease-", i)
-		l, err := s.AcquireLease(ctx, id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("acquire: %v, %v", l.State, err)
-		}
-		if busy, err := s.AcquireLease(ctx, id, time.Minute); err != nil || busy.State != replay.LeaseBusy {
-			t.Fatalf("second acquire: %v, %v; want busy", busy.State, err)
-		}
+		l := acquireLease(t, s, id, time.Minute, replay.LeaseAcquired)
+		acquireLease(t, s, id, time.Minute, replay.LeaseBusy)
 		if err := s.RenewLease(ctx, id, l.Token, 2*time.Minute); err != nil {
 			t.Fatalf("renew: %v", err)
 		}
@@ -213,9 +202,7 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 			continue
 		}
 		must(t, s.ConfirmLease(ctx, id, l.Token, until))
-		if done, err := s.AcquireLease(ctx, id, time.Minute); err != nil || done.State != replay.LeaseDone {
-			t.Fatalf("acquire after confirm: %v, %v; want done", done.State, err)
-		}
+		acquireLease(t, s, id, time.Minute, replay.LeaseDone)
 	}
 	scripts := 0
 	for _, args := range rec.cmds[leaseFrom:] {
@@ -549,9 +536,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 		if first || !errors.Is(err, ErrNotDurable) {
 			t.Fatalf("claim without a replica to wait for = %v, %v; want ErrNotDurable", first, err)
 		}
-		if first, err := s.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
-			t.Fatalf("resent claim = %v, %v; want refused (applied on its master)", first, err)
-		}
+		wantClaim(t, s, id, time.Now().Add(time.Minute), false)
 	}
 	// Redis 7.0 has no WAITAOF: refused; 7.2 (the nodes run with AOF): runs.
 	if _, err := Open(ctx, c, Options{Prefix: prefix, Durability: Durability{LocalAOF: true}}); err != nil && !errors.Is(err, ErrConfig) {
@@ -584,9 +569,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	defer short.Close()
 	long := mustNew(t, c, opts)
 	defer long.Close()
-	if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
-		t.Fatalf("short claim: %v, %v", first, err)
-	}
+	wantClaim(t, short, "short-0", time.Now().Add(time.Second), true)
 	// One ID per shard for the long store, claimed before the loss.
 	var ids [Shards]string
 	latest := time.Now().Add(8 * time.Second)

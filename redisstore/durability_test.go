@@ -69,13 +69,8 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
 		Durability: Durability{Replicas: 1, Timeout: time.Second}})
 	ctx := context.Background()
-	if first, err := s.Claim(ctx, "up", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim with the replica attached = %v, %v; want first", first, err)
-	}
-	l, err := s.AcquireLease(ctx, "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	wantClaim(t, s, "up", time.Now().Add(time.Minute), true)
+	l := acquireLease(t, s, "a", time.Minute, replay.LeaseAcquired)
 	fp, result := []byte("fp"), []byte("result")
 	up := acquireRecord(t, s, "rec", fp, replay.LeaseAcquired)
 	replica.signal(syscall.SIGSTOP)
@@ -176,10 +171,7 @@ func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := srv.client()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, c, "server")
 	has := versionAtLeast(info, 7, 2)
 	if has {
 		provisionFirst(t, c, Options{Durability: Durability{LocalAOF: true}})
@@ -242,10 +234,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	ctx := context.Background()
 	const token = "0123456789abcdef0123456789abcdef"
 	sets := func() int64 {
-		info, err := c.Info(ctx, "persistence").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := mustInfo(t, c, "persistence")
 		n, err := strconv.ParseInt(infoValue(info, "rdb_changes_since_last_save"), 10, 64)
 		if err != nil {
 			t.Fatalf("rdb_changes_since_last_save: %v", err)
@@ -268,9 +257,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 		t.Fatalf("lease PTTL after the resend = %v; want its remaining time, at most 5s", ttl)
 	}
 	// Another token still finds the lease busy.
-	if l, err := s.AcquireLease(ctx, "delivery-1", 5*time.Second); err != nil || l.State != replay.LeaseBusy {
-		t.Fatalf("acquire by another holder = %+v, %v; want busy", l, err)
-	}
+	acquireLease(t, s, "delivery-1", 5*time.Second, replay.LeaseBusy)
 }
 
 // WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
@@ -288,10 +275,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := primary.client()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, c, "server")
 	if !versionAtLeast(info, 7, 2) {
 		if _, err := Open(ctx, c, Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Open with LocalAOF on %s = %v; want ErrConfig", serverVersion(info), err)
@@ -356,10 +340,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			ctx := context.Background()
 			srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 			c := srv.client()
-			info, err := c.Info(ctx, "server").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			info := mustInfo(t, c, "server")
 			closed := versionAtLeast(info, 7, 2)
 			s := provisioned(t, c, Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: tt.recheck})
 			before := claimUntilRefusedOrN(t, s, "before", 200)

@@ -138,9 +138,7 @@ func claimOld(t *testing.T, s *Store, n int) ([]string, time.Time) {
 	until := time.Now().Add(10 * time.Minute)
 	for i := range ids {
 		ids[i] = "old-" + strconv.Itoa(i)
-		if first, err := s.Claim(context.Background(), ids[i], until); !first || err != nil {
-			t.Fatalf("claim %d before the change = %v, %v", i, first, err)
-		}
+		wantClaim(t, s, ids[i], until, true)
 	}
 	return ids, until
 }
@@ -251,23 +249,6 @@ func recheckAll(t *testing.T, s *Store) {
 	waitChecks(t, s)
 }
 
-// mustInfo returns one INFO section of c.
-func mustInfo(t *testing.T, c *redis.Client, section string) string {
-	t.Helper()
-	v, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// infoInt returns one integer field of an INFO section of c (0 when absent).
-func infoInt(t *testing.T, c *redis.Client, section, field string) int64 {
-	t.Helper()
-	n, _ := strconv.ParseInt(infoValue(mustInfo(t, c, section), field), 10, 64)
-	return n
-}
-
 // evictOn switches eviction on at c's server: policy, with maxmemory the
 // memory in use less the data set divided by part (1: all of it). It
 // reports a refused setting with t.Error, so that it can run while
@@ -353,9 +334,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			raised := ev.count(replay.EventFenceRaised)
 			recheckAll(t, s)
 			recheckAll(t, s)
-			if first, err := s.Claim(ctx, "after-reopen", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim after the key space was reopened = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after-reopen", time.Now().Add(time.Minute), true)
 			if n := ev.count(replay.EventFenceRaised); n != raised {
 				t.Fatalf("%d more fences after the reopen: the evidence was not consumed", n-raised)
 			}

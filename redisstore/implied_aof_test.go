@@ -21,10 +21,7 @@ import (
 func newWAITAOFServer(t *testing.T, extraArgs ...string) *server {
 	t.Helper()
 	srv := newServer(t, extraArgs...)
-	info, err := srv.client().Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, srv.client(), "server")
 	if versionAtLeast(info, 7, 2) {
 		return srv
 	}

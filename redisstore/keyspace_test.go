@@ -202,9 +202,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if n, err := s.ProvisionNew(ctx); n != 0 || err != nil {
 		t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
 	}
-	if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim after Provision = %v, %v", first, err)
-	}
+	wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
 	// One shard loses its marker (a partial loss): Provision refuses to
 	// reopen it, and that shard alone is fenced.
 	lostID, otherID := "x", ""
@@ -221,9 +219,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if first, err := s.Claim(ctx, lostID, time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
 		t.Fatalf("claim on the shard that lost its marker = %v, %v; want ErrFenced", first, err)
 	}
-	if first, err := s.Claim(ctx, otherID, time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim on another shard = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, otherID, time.Now().Add(time.Minute), true)
 }
 
 func unknownMarkerValueRefuses(t *testing.T) {
@@ -250,10 +246,7 @@ func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	if _, err := s.AcquireLease(ctx, "far", time.Hour+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
 		t.Fatalf("lease past the horizon: %v", err)
 	}
-	l, err := s.AcquireLease(ctx, "far", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := acquireLease(t, s, "far", time.Minute, replay.LeaseAcquired)
 	if err := s.ConfirmLease(ctx, "far", l.Token, far); !errors.Is(err, ErrInvalidClaim) {
 		t.Fatalf("confirm past the horizon: %v", err)
 	}
@@ -312,9 +305,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if first, err := s.Claim(ctx, "kept", until()); !first || err != nil {
-				t.Fatal(first, err)
-			}
+			wantClaim(t, s, "kept", until(), true)
 			for i, m := range s.tags {
 				if i != shardOf("kept") {
 					c.Del(ctx, m)
@@ -383,9 +374,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			if err != nil || n != Shards {
 				t.Fatalf("ReprovisionNeverUsed = %d, %v; want %d, nil", n, err, Shards)
 			}
-			if first, err := s.Claim(ctx, "after", until()); !first || err != nil {
-				t.Fatalf("claim after ReprovisionNeverUsed = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after", until(), true)
 			if n, err := s.ReprovisionNeverUsed(ctx); !errors.Is(err, ErrConfig) {
 				t.Fatalf("ReprovisionNeverUsed of a key space that served = %d, %v; want ErrConfig", n, err)
 			}
@@ -684,9 +673,7 @@ func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	c := srv.client()
 	opts := Options{Prefix: "pay:", Logger: quietLogger()}
 	s := provisioned(t, c, opts)
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	s.Close()
 	srv.restart(syscall.SIGKILL)
 	_, err := Open(ctx, c, opts)

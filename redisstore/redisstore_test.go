@@ -240,9 +240,7 @@ func zeroOptionsUseDefaultPrefix(t *testing.T) {
 	rand.Read(b)
 	id := "zero-options-" + hex.EncodeToString(b)
 	t.Cleanup(func() { c.Del(context.Background(), s.key(id)) })
-	if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); err != nil || !first {
-		t.Fatalf("first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, id, time.Now().Add(time.Minute), true)
 	if !strings.HasPrefix(s.key(id), DefaultPrefix+"{") {
 		t.Fatalf("key %q not under the default prefix", s.key(id))
 	}
@@ -453,9 +451,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	t.Run("claims", func(t *testing.T) {
 		for _, id := range ids {
 			for _, s := range []*Store{outer, inner} {
-				if first, err := s.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("%s claim %q = %v, %v; want first", s.Prefix(), id, first, err)
-				}
+				wantClaim(t, s, id, until, true)
 			}
 		}
 	})

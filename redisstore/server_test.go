@@ -199,6 +199,23 @@ func standaloneClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// mustInfo returns one INFO section of c.
+func mustInfo(t testing.TB, c *redis.Client, section string) string {
+	t.Helper()
+	v, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// infoInt returns one integer field of an INFO section of c (0 when absent).
+func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	n, _ := strconv.ParseInt(infoValue(mustInfo(t, c, section), field), 10, 64)
+	return n
+}
+
 // newReplica starts a replica of primary and waits until the primary
 // reports it connected and in sync.
 func newReplica(t testing.TB, primary *server) *server {
