@@ -208,10 +208,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 	// Every fence after the restart (kept by the AOF rewrite, or raised by
 	// s2's checks) was raised before this instant.
 	detected = time.Now()
-	st, err := s2.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s2)
 	if st.Lifetime != r.life {
 		t.Fatalf("the key space's recorded lifetime after the restart %v; want the store's before the crash, %v", st.Lifetime, r.life)
 	}

@@ -270,8 +270,7 @@ func BenchmarkClaimCost(b *testing.B) {
 func BenchmarkRecordCost(b *testing.B) {
 	ctx := context.Background()
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-record:"})
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
@@ -390,8 +389,7 @@ func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 func BenchmarkRecordBytes(b *testing.B) {
 	ctx := context.Background()
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-bytes:"})
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }

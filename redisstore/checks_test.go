@@ -111,14 +111,7 @@ func closeEndsTheWatch(t *testing.T) {
 	f := newFake()
 	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	s.Close()
-	waitFor(t, 10*time.Second, "the watch to end", func() bool {
-		select {
-		case <-s.watched:
-			return true
-		default:
-			return false
-		}
-	})
+	waitFor(t, 10*time.Second, "the watch to end", func() bool { return isClosed(s.watched) })
 	f.set(func(f *fakeServer) { f.roles = 0 })
 	s.lastCheck.Store(0)
 	s.Claim(context.Background(), "after-close", time.Now().Add(time.Minute))
@@ -138,13 +131,18 @@ func waitDropped(t *testing.T, s **Store) {
 	*s = nil
 	waitFor(t, 10*time.Second, "the watch of a dropped store to end", func() bool {
 		runtime.GC()
-		select {
-		case <-watched:
-			return true
-		default:
-			return false
-		}
+		return isClosed(watched)
 	})
+}
+
+// isClosed reports whether ch is closed (or holds a value).
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // A Store dropped without Close is collected, and its watch ends.
@@ -416,14 +414,9 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			opts.Observer = ev.observe
 			opts.RecheckInterval = time.Hour // the test runs the rechecks
 			provisionFirst(t, srv.client(), opts)
-			s, err := Open(context.Background(), srv.client(), opts)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
+			s := mustOpen(t, srv.client(), opts)
 			t.Cleanup(func() { s.Close() })
-			if _, err := s.ProvisionNew(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			check := func(want int) {
 				t.Helper()
 				var got []replay.Event
@@ -627,10 +620,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		var ev events
 		provisionFirst(t, c, Options{Prefix: "two:", Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
-		s, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
-		if err != nil {
-			t.Fatalf("Open with AllowFewerReplicas: %v", err)
-		}
+		s := mustOpen(t, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
 		s.Close()
 		if ev.count(replay.EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
 			t.Fatalf("events %+v; want one replay.EventRiskAccepted for AllowFewerReplicas", ev.all)
@@ -648,10 +638,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		b.signal(syscall.SIGSTOP)
 		for i := range 20 {
-			first, err := s2.Claim(ctx, fmt.Sprint("cut-", i), time.Now().Add(time.Minute))
-			if first || !errors.Is(err, ErrNotDurable) {
-				t.Fatalf("claim while B is cut = %v, %v; want ErrNotDurable", first, err)
-			}
+			wantRefused(t, s2, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
 		}
 		// Promote B (the replica that was cut): every ID reported first is
 		// refused there.
@@ -695,10 +682,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 // lossNoted reports whether the key space's ledger holds a loss entry.
 func lossNoted(t *testing.T, s *Store) bool {
 	t.Helper()
-	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	for _, e := range l {
 		if e.Kind == ledgerLoss {
 			return true
@@ -732,9 +716,7 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
 			recheckNow(t, s)
 			for i := range 3 {
-				if first, err := s.Claim(ctx, fmt.Sprint("while-", i), time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
-					t.Fatalf("claim while %s = %v, %v; want ErrConfig", tt.name, first, err)
-				}
+				wantRefused(t, s, fmt.Sprint("while-", i), time.Now().Add(time.Minute), ErrConfig)
 			}
 			must(t, c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err())
 			recheckNow(t, s)
@@ -759,9 +741,7 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
 	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.FlushAll(ctx).Err())
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
-	}
+	wantRefused(t, s, "before", time.Now().Add(time.Minute), ErrFenced)
 	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
 	waitChecks(t, s)
 	if n := ev.count(replay.EventFenceRaised); n != 1+Shards {
@@ -814,18 +794,12 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// A webhook delivery's lease steps: their scripts read the
 			// marker and the entry with MGET.
 			l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
-			if err := s.RenewLease(ctx, "d", l.Token, time.Minute); err != nil {
-				t.Fatalf("RenewLease under the ACL: %v", err)
-			}
-			if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)); err != nil {
-				t.Fatalf("ConfirmLease under the ACL: %v", err)
-			}
+			must(t, s.RenewLease(ctx, "d", l.Token, time.Minute))
+			must(t, s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)))
 			// An idempotency record is written and replayed: the confirm
 			// script's RENAME and PEXPIREAT run under the caller's ACL.
 			r := acquireRecord(t, s, "k", []byte("fp"), replay.LeaseAcquired)
-			if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
-				t.Fatalf("ConfirmRecord under the ACL: %v", err)
-			}
+			must(t, s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")))
 			if got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp")); err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
 				t.Fatalf("replay under the ACL = %+v, %v", got, err)
 			}

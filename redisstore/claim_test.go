@@ -23,6 +23,14 @@ func wantClaim(t *testing.T, s *Store, id string, until time.Time, want bool) {
 	}
 }
 
+// wantRefused is Claim failing the test unless it is refused with target.
+func wantRefused(t *testing.T, s *Store, id string, until time.Time, target error) {
+	t.Helper()
+	if first, err := s.Claim(context.Background(), id, until); first || !errors.Is(err, target) {
+		t.Fatalf("Claim(%q) = %v, %v; want %v", id, first, err, target)
+	}
+}
+
 // TestClaim pins what Redis adds to the claim contract (TestStore:
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
@@ -282,13 +290,10 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 	})
 	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
 	r := mustNew(t, resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
-	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	for i := range 10 {
 		id := fmt.Sprint("lost-reply-", i)
-		if first, err := r.Claim(ctx, id, until); !first || err != nil {
-			t.Fatalf("resent claim = %v, %v; want first", first, err)
-		}
+		wantClaim(t, r, id, until, true)
 		for _, st := range []*Store{r, s} {
 			wantClaim(t, st, id, until, false)
 		}
@@ -392,9 +397,7 @@ func stepsFailClosedOnUnexpectedReplies(t *testing.T) {
 				return cmd
 			}), Options{})
 			ctx := context.Background()
-			if first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("Claim = %v, %v; want false, ErrUnavailable", first, err)
-			}
+			wantRefused(t, s, "id", time.Now().Add(time.Minute), ErrUnavailable)
 			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
 				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
 			}

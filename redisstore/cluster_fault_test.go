@@ -194,9 +194,7 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		id := fmt.Sprint("lease-", i)
 		l := acquireLease(t, s, id, time.Minute, replay.LeaseAcquired)
 		acquireLease(t, s, id, time.Minute, replay.LeaseBusy)
-		if err := s.RenewLease(ctx, id, l.Token, 2*time.Minute); err != nil {
-			t.Fatalf("renew: %v", err)
-		}
+		must(t, s.RenewLease(ctx, id, l.Token, 2*time.Minute))
 		if i%2 == 0 {
 			must(t, s.ReleaseLease(ctx, id, l.Token))
 			continue
@@ -511,11 +509,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
-	s := mustNew(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := provisioned(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
 	// Two IDs on each master that holds a shard (the slot migration test
 	// may have moved shards' slots between masters).
 	perMaster := map[string]int{}
@@ -532,10 +526,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 			continue
 		}
 		perMaster[m]++
-		first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
-		if first || !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("claim without a replica to wait for = %v, %v; want ErrNotDurable", first, err)
-		}
+		wantRefused(t, s, id, time.Now().Add(time.Minute), ErrNotDurable)
 		wantClaim(t, s, id, time.Now().Add(time.Minute), false)
 	}
 	// Redis 7.0 has no WAITAOF: refused; 7.2 (the nodes run with AOF): runs.
@@ -580,9 +571,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 		}
 		ids[shardOf(id)] = id
 		n++
-		if first, err := long.Claim(ctx, id, latest); !first || err != nil {
-			t.Fatalf("long claim: %v, %v", first, err)
-		}
+		wantClaim(t, long, id, latest, true)
 	}
 	// The loss takes every marker and the lifetime record, as a restart
 	// without persistence does.
@@ -911,9 +900,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			onLost := 0
 			for i := range n {
 				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-100*time.Millisecond)
-				if first, err := app.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("claim %d = %v, %v", i, first, err)
-				}
+				wantClaim(t, app, id, until, true)
 				untils[id] = until
 				if lost[shardOf(id)] {
 					onLost++
@@ -935,10 +922,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			// them (a new process: a new client).
 			op := mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
-			st, err := op.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := mustStatus(t, op)
 			empty := 0
 			for _, ss := range st.Servers {
 				if ss.AppendOnly == "no" && !ss.StartedAt.IsZero() && time.Since(ss.StartedAt) < 10*time.Second {
@@ -1024,9 +1008,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 				for i := 0; id == "" || lost[shardOf(id)]; i++ {
 					id = fmt.Sprint("kept-", i)
 				}
-				if first, err := waiting.Claim(ctx, id, time.Now().Add(time.Second)); !first || err != nil {
-					t.Fatalf("claim on a surviving shard = %v, %v; want first", first, err)
-				}
+				wantClaim(t, waiting, id, time.Now().Add(time.Second), true)
 			}
 			defer waiting.Close()
 			fresh := 0

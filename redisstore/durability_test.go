@@ -23,15 +23,10 @@ func TestDurabilityContract(t *testing.T) {
 	c := primary.client()
 	var ev events
 	provisionFirst(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	s, err := Open(context.Background(), c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
+	s := mustOpen(t, c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
 		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	mustProvision(t, s)
 	replaytest.RunDurabilityContract(t, s,
 		func(t *testing.T) { replica.signal(syscall.SIGSTOP) },
 		func(t *testing.T) { replica.signal(syscall.SIGCONT); waitReplicas(t, primary, 1) })
@@ -108,12 +103,8 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 
 	replica.signal(syscall.SIGCONT)
 	waitReplicas(t, primary, 1)
-	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
-		t.Fatalf("renewal retried with the replica back = %v", err)
-	}
-	if err := s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("retried ConfirmRecord = %v", err)
-	}
+	must(t, s.RenewLease(ctx, "a", l.Token, 2*time.Minute))
+	must(t, s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result))
 	if d := acquireRecord(t, s, "rec", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 		t.Fatalf("done = %+v", d)
 	}
@@ -147,9 +138,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 	// A Store from New finds it at its first call, and keeps refusing.
 	s := mustNew(t, c, Options{})
 	for range 2 {
-		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
-			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
-		}
+		wantRefused(t, s, "x", time.Now().Add(time.Minute), ErrConfig)
 	}
 	if _, err := s.ProvisionNew(ctx); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision: %v; want ErrConfig", err)
@@ -285,12 +274,8 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	}
 	until := time.Now().Add(time.Minute)
 	local := provisioned(t, c, Options{Prefix: "aof-local:", Logger: quietLogger(), Durability: Durability{LocalAOF: true}})
-	if first, err := local.Claim(ctx, "a", until); !first || err != nil {
-		t.Fatalf("LocalAOF claim = %v, %v; want first", first, err)
-	}
-	if first, err := local.Claim(ctx, "a", until); first || err != nil {
-		t.Fatalf("LocalAOF replay = %v, %v; want taken", first, err)
-	}
+	wantClaim(t, local, "a", until, true)
+	wantClaim(t, local, "a", until, false)
 
 	must(t, c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
 	replica := newServer(t, "--replicaof", "127.0.0.1", primary.port, "--appendonly", "yes", "--appendfsync", "always")
@@ -308,10 +293,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	}
 	must(t, replica.client().ConfigSet(ctx, "appendonly", "no").Err())
 	for i := range 10 {
-		first, err := s.Claim(ctx, fmt.Sprint("unfsynced-", i), until)
-		if first || !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("claim after the replica stopped its AOF = %v, %v; want ErrNotDurable", first, err)
-		}
+		wantRefused(t, s, fmt.Sprint("unfsynced-", i), until, ErrNotDurable)
 	}
 }
 

@@ -118,10 +118,7 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 // noteLossAt sets r.lossAt from the ledger's first loss entry.
 func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
 	t.Helper()
-	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	for _, e := range l {
 		if e.Kind == ledgerLoss {
 			r.lossAt = e.At.Sub(r.changedAt)
@@ -500,10 +497,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 		t.Fatalf("claim of an old ID after the new Open = %v; want ErrFenced", refusal)
 	}
 	fenceEndsInLifetime(t, s2, "after a new Open", refusal, detected, expiry, resetAt)
-	l, err := s.readLedger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	t.Logf("Open = %v; %d of %d refused, %d accepted twice; ledger %+v", openErr, refused, len(old), twice, l)
 	if twice != 0 {
 		t.Fatalf("%d of %d IDs accepted twice after eviction and CONFIG RESETSTAT", twice, len(old))
@@ -531,10 +525,7 @@ func fenceEndsInLifetime(t *testing.T, s *Store, what string, refusal error, det
 	if !ok {
 		t.Fatalf("%s: the refusal %v names no end (replay.RetryAt); want the fence's", what, refusal)
 	}
-	st, err := s.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s)
 	if st.Fenced != Shards {
 		t.Fatalf("%s: Status shows %d of %d shards fenced; want every one", what, st.Fenced, Shards)
 	}

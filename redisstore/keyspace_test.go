@@ -47,9 +47,7 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 	opts.Observer, opts.Logger = nil, quietLogger()
 	s := mustNew(t, c, opts)
 	defer s.Close()
-	if _, err := s.ProvisionNew(context.Background()); err != nil {
-		t.Fatalf("Provision: %v", err)
-	}
+	mustProvision(t, s)
 }
 
 // TestForgetContract pins ctoken's contract for a store that forgets
@@ -216,9 +214,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if n, err := s.ProvisionNew(ctx); n != 0 || !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision with one marker missing = %d, %v; want 0, ErrConfig", n, err)
 	}
-	if first, err := s.Claim(ctx, lostID, time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim on the shard that lost its marker = %v, %v; want ErrFenced", first, err)
-	}
+	wantRefused(t, s, lostID, time.Now().Add(time.Minute), ErrFenced)
 	wantClaim(t, s, otherID, time.Now().Add(time.Minute), true)
 }
 
@@ -257,9 +253,7 @@ func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	if first, err := ahead.Claim(ctx, "far", time.Now().Add(80*time.Minute)); first || !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
 		t.Fatalf("claim past Redis's horizon from an instance ahead = %v, %v; want ErrInvalidClaim", first, err)
 	}
-	if first, err := ahead.Claim(ctx, "near", time.Now().Add(40*time.Minute)); !first || err != nil {
-		t.Fatalf("claim within the horizon from an instance ahead = %v, %v; want first", first, err)
-	}
+	wantClaim(t, ahead, "near", time.Now().Add(40*time.Minute), true)
 }
 
 // ReprovisionNeverUsed opens a key space fenced only because claims came
@@ -302,9 +296,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			c.Set(ctx, s.tags[3], "O", 0)
 		}, ErrConfig},
 		{"an entry left (a partial loss)", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			wantClaim(t, s, "kept", until(), true)
 			for i, m := range s.tags {
 				if i != shardOf("kept") {
@@ -320,25 +312,19 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			c.FlushAll(ctx)
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"SWAPDB after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			must(t, c.Do(ctx, "SWAPDB", 0, 1).Err())
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			srv.restart(syscall.SIGKILL)
 			fenceAll(t, s)

@@ -53,19 +53,13 @@ func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
 	l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
-	if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatalf("resent confirm: %v", err)
-	}
+	must(t, s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Hour)))
 	acquireLease(t, s, "d", time.Minute, replay.LeaseDone)
 	l3 := acquireLease(t, s, "e", time.Minute, replay.LeaseAcquired)
-	if err := s.ReleaseLease(ctx, "e", l3.Token); err != nil {
-		t.Fatalf("resent release: %v", err)
-	}
+	must(t, s.ReleaseLease(ctx, "e", l3.Token))
 	acquireLease(t, s, "e", time.Minute, replay.LeaseAcquired)
 	l5 := acquireLease(t, s, "f", time.Minute, replay.LeaseAcquired)
-	if err := s.RenewLease(ctx, "f", l5.Token, 2*time.Minute); err != nil {
-		t.Fatalf("resent renewal: %v", err)
-	}
+	must(t, s.RenewLease(ctx, "f", l5.Token, 2*time.Minute))
 	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
 		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
 	}
@@ -73,9 +67,7 @@ func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	// own record.
 	fp, result := []byte("fp"), []byte("result")
 	r := acquireRecord(t, s, "g", fp, replay.LeaseAcquired)
-	if err := s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord: %v", err)
-	}
+	must(t, s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result))
 	if d := acquireRecord(t, s, "g", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 		t.Fatalf("after the confirmation = %+v; want done with the result", d)
 	}

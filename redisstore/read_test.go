@@ -108,9 +108,7 @@ func readIsOnePipelineOfReads(t *testing.T) {
 			t.Fatalf("ReadRecord(%q) sent %q in %d pipelines; want %q in one", tc.id, cmds, pipelines, want)
 		}
 	}
-	if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
-		t.Fatalf("RenewLease after the reads: %v", err)
-	}
+	must(t, s.RenewLease(ctx, "leased", l.Token, time.Minute))
 }
 
 func readAnswersAtMaxmemory(t *testing.T) {

@@ -162,9 +162,7 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	})
 	t.Run("ConfirmLease of a record lease confirms it without a record", func(t *testing.T) {
 		b := acquireRecord(t, s, "r3", fp, replay.LeaseAcquired)
-		if err := s.ConfirmLease(ctx, "r3", b.Token, time.Now().Add(time.Hour)); err != nil {
-			t.Fatalf("ConfirmLease of a record lease = %v; want nil", err)
-		}
+		must(t, s.ConfirmLease(ctx, "r3", b.Token, time.Now().Add(time.Hour)))
 		if d := acquireRecord(t, s, "r3", fp, replay.LeaseDone); d.Result != nil {
 			t.Fatalf("done = %+v; want no record", d)
 		}
@@ -575,9 +573,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
 		}
-		if err := s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("ConfirmRecord of a free ID = %v; want nil", err)
-		}
+		must(t, s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result))
 		m := acquireRecord(t, s, "c", fp, replay.LeaseAcquired)
 		if err := s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("ConfirmRecord with a foreign token = %v; want ErrLeaseLost", err)
@@ -657,9 +653,7 @@ func resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
 	first := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	must(t, s.ConfirmRecord(ctx, "a", l.Token, first, fp, result))
 	later := first.Add(time.Minute)
-	if err := s.ConfirmRecord(ctx, "a", l.Token, later, fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord = %v", err)
-	}
+	must(t, s.ConfirmRecord(ctx, "a", l.Token, later, fp, result))
 	side := sideKey(s.tags[shardOf("a")], "a")
 	for _, k := range []string{s.key("a"), side} {
 		if got, err := c.Do(ctx, "PEXPIRETIME", k).Int64(); err != nil || got != later.UnixMilli() {

@@ -496,10 +496,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			}
 			opts := tt.opts
 			opts.Logger = quietLogger()
-			s, err := Open(ctx, f, opts)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
+			s := mustOpen(t, f, opts)
 			f.set(tt.change)
 			var checkErr error
 			if tt.reopen {
@@ -559,9 +556,7 @@ func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 		if err := s.ready(ctx); !errors.Is(err, ErrFenced) || Reason(err) != whyLossSeen {
 			t.Fatalf("call while the fence cannot be written = %v; want ErrFenced (%q)", err, whyLossSeen)
 		}
-		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-			t.Fatalf("claim while the fence cannot be written = %v, %v", first, err)
-		}
+		wantRefused(t, s, "x", time.Now().Add(time.Minute), ErrFenced)
 	}
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	s.checkServer(ctx)
