@@ -87,9 +87,7 @@ func TestCluster(t *testing.T) {
 }
 
 // clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
-// TestFleet/single use on every other instance (fleet_test.go),
-// the same function, with the fleet's store on a 3-master Redis Cluster
-// behind redis.NewClusterClient instead of one redis-server.
+// TestFleet/single use on every other instance with its store on the Cluster.
 func clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	tc := clusterFromEnv(t)
 	testFleetSingleUse(t, func(t *testing.T) replay.Store {
@@ -157,15 +155,12 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.Client.Do(ctx, args...)
 }
 
-// clusterEveryStoreCommandStaysInOneSlot runs every store operation —
-// Claim, Release, and the webhook lease steps AcquireLease, RenewLease,
-// ConfirmLease and ReleaseLease — on the cluster and asks the cluster itself (COMMAND
-// GETKEYS) which keys each command sent names: the ID's entry (and, for the
-// guarded scripts, its shard's fence marker), under the store's prefix and
-// in one hash slot, so every command is served by one master and can never
-// fail with CROSSSLOT. It also pins the constraint the layout meets: a
-// script naming two keys in different slots is refused with CROSSSLOT,
-// while two keys sharing a hash tag run on one master.
+// clusterEveryStoreCommandStaysInOneSlot runs Claim, Release and the lease
+// steps on the cluster and asks it (COMMAND GETKEYS) which keys each command
+// names: the ID's entry and at most its shard's marker, under the prefix, in
+// one slot, so no command can fail with CROSSSLOT. It also pins the
+// constraint the layout meets: two slots in one script are refused with
+// CROSSSLOT, two keys sharing a hash tag are not.
 func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
@@ -537,14 +532,12 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	}
 }
 
-// clusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
-// fence's lifetime (lifetime.go) on a 3-master Cluster: a store of 1 s
+// clusterTheLongerLifetimeLengthensAFenceOnEveryMaster: a store of 1 s
 // claims meets the loss of every marker and of the lifetime record first
-// and fences every shard for its own lifetime; a store of 8 s claims on the same key space, which had
-// not been read by the first (RecheckInterval an hour), then lengthens
-// each shard's fence to its own lifetime from when the fence was raised
-// (the raise time is kept in the shard's slot, <prefix>{NN}f): on every
-// master, no fence ends before the longer claims expire.
+// and fences each shard for its own lifetime; a store of 8 s claims, whose
+// lifetime the first never read, then lengthens each fence from its raise
+// time (kept in the shard's slot): on every master, no fence ends before
+// the longer claims expire.
 func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
@@ -778,9 +771,6 @@ func clusterResetStatAfterABurst(t *testing.T) {
 							return slices.DeleteFunc(slices.Clone(all), func(m *redis.Client) bool { return on[m.Options().Addr] == 0 })
 						}
 						got = append(got, burstIdleThenChange(t, c, all, holding, sh, running, reset, run%2 == 1))
-						// A control leaves keys evicted on a running server:
-						// the next run's ProvisionNew, and the subtests after
-						// this one, would refuse it (a previous life).
 						resetAll()
 					}
 				}
