@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // TestClaimAllocations pins what a first claim allocates on the caller's
@@ -20,8 +18,7 @@ func TestClaimAllocations(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
 	srv := newServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(t, c, Options{Prefix: "allocs:", RecheckInterval: time.Hour})
 	// The fewest of three rounds: AllocsPerRun counts the whole process's
 	// allocations, and other tests' stores may check their servers

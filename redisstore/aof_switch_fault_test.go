@@ -46,10 +46,7 @@ func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 	for _, fl := range flavors {
 		t.Run(fl.name, func(t *testing.T) {
 			srv := newServerBin(t, fl.bin, "--appendonly", "yes", "--appendfsync", "always")
-			info, err := srv.client().Info(context.Background(), "server").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			info := mustInfo(t, srv.client(), "server")
 			closed := versionAtLeast(info, 7, 2)
 			version := serverVersion(info)
 			if v := infoValue(info, "valkey_version"); v != "" {
@@ -211,10 +208,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 	// Every fence after the restart (kept by the AOF rewrite, or raised by
 	// s2's checks) was raised before this instant.
 	detected = time.Now()
-	st, err := s2.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s2)
 	if st.Lifetime != r.life {
 		t.Fatalf("the key space's recorded lifetime after the restart %v; want the store's before the crash, %v", st.Lifetime, r.life)
 	}

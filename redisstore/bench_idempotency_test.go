@@ -13,7 +13,6 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
-	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkIdempotencyFirstRequestCost measures first requests (a new
@@ -42,8 +41,7 @@ import (
 func BenchmarkIdempotencyFirstRequestCost(b *testing.B) {
 	const slice = 256
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-idem:"})
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {

@@ -270,8 +270,7 @@ func BenchmarkClaimCost(b *testing.B) {
 func BenchmarkRecordCost(b *testing.B) {
 	ctx := context.Background()
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-record:"})
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
@@ -343,10 +342,7 @@ func BenchmarkRecordCost(b *testing.B) {
 // its scripts call, whose time the script's line already holds).
 func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 	b.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
+	info := mustInfo(b, c, "commandstats")
 	var total float64
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -393,8 +389,7 @@ func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 func BenchmarkRecordBytes(b *testing.B) {
 	ctx := context.Background()
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-bytes:"})
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
@@ -474,10 +469,7 @@ func BenchmarkRecordBytes(b *testing.B) {
 // usedMemory is the server's used_memory (INFO memory), in bytes.
 func usedMemory(b *testing.B, c *redis.Client) int64 {
 	b.Helper()
-	info, err := c.Info(context.Background(), "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
+	info := mustInfo(b, c, "memory")
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -503,10 +495,7 @@ func sizeName(n int) string {
 // from INFO cpu (microsecond resolution).
 func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
+	info := mustInfo(b, c, "cpu")
 	var total float64
 	for _, line := range strings.Split(info, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")

@@ -181,8 +181,7 @@ func BenchmarkLeaseServerCPU(b *testing.B) {
 	const slice = 256
 	ctx := context.Background()
 	srv := newServer(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	b.Cleanup(func() { c.Close() })
+	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-lease:"})
 	sha, err := c.ScriptLoad(ctx, "return 1").Result()
 	if err != nil {

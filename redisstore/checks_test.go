@@ -111,14 +111,7 @@ func closeEndsTheWatch(t *testing.T) {
 	f := newFake()
 	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
 	s.Close()
-	waitFor(t, 10*time.Second, "the watch to end", func() bool {
-		select {
-		case <-s.watched:
-			return true
-		default:
-			return false
-		}
-	})
+	waitFor(t, 10*time.Second, "the watch to end", func() bool { return isClosed(s.watched) })
 	f.set(func(f *fakeServer) { f.roles = 0 })
 	s.lastCheck.Store(0)
 	s.Claim(context.Background(), "after-close", time.Now().Add(time.Minute))
@@ -138,13 +131,18 @@ func waitDropped(t *testing.T, s **Store) {
 	*s = nil
 	waitFor(t, 10*time.Second, "the watch of a dropped store to end", func() bool {
 		runtime.GC()
-		select {
-		case <-watched:
-			return true
-		default:
-			return false
-		}
+		return isClosed(watched)
 	})
+}
+
+// isClosed reports whether ch is closed (or holds a value).
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // A Store dropped without Close is collected, and its watch ends.
@@ -416,14 +414,9 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			opts.Observer = ev.observe
 			opts.RecheckInterval = time.Hour // the test runs the rechecks
 			provisionFirst(t, srv.client(), opts)
-			s, err := Open(context.Background(), srv.client(), opts)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
+			s := mustOpen(t, srv.client(), opts)
 			t.Cleanup(func() { s.Close() })
-			if _, err := s.ProvisionNew(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			check := func(want int) {
 				t.Helper()
 				var got []replay.Event
@@ -576,9 +569,7 @@ func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", tag, i)
-		if first, err := s.Claim(context.Background(), ids[i], time.Now().Add(10*time.Minute)); !first || err != nil {
-			t.Fatalf("claim %d = %v, %v", i, first, err)
-		}
+		wantClaim(t, s, ids[i], time.Now().Add(10*time.Minute), true)
 	}
 	return ids
 }
@@ -629,10 +620,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		var ev events
 		provisionFirst(t, c, Options{Prefix: "two:", Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
-		s, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
-		if err != nil {
-			t.Fatalf("Open with AllowFewerReplicas: %v", err)
-		}
+		s := mustOpen(t, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
 		s.Close()
 		if ev.count(replay.EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
 			t.Fatalf("events %+v; want one replay.EventRiskAccepted for AllowFewerReplicas", ev.all)
@@ -645,17 +633,12 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		var accepted []string
 		for i := range 20 {
 			id := fmt.Sprint("acked-", i)
-			if first, err := s2.Claim(ctx, id, time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim with both replicas = %v, %v", first, err)
-			}
+			wantClaim(t, s2, id, time.Now().Add(time.Minute), true)
 			accepted = append(accepted, id)
 		}
 		b.signal(syscall.SIGSTOP)
 		for i := range 20 {
-			first, err := s2.Claim(ctx, fmt.Sprint("cut-", i), time.Now().Add(time.Minute))
-			if first || !errors.Is(err, ErrNotDurable) {
-				t.Fatalf("claim while B is cut = %v, %v; want ErrNotDurable", first, err)
-			}
+			wantRefused(t, s2, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
 		}
 		// Promote B (the replica that was cut): every ID reported first is
 		// refused there.
@@ -665,9 +648,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		s3 := mustOpen(t, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
 		defer s3.Close()
 		for _, id := range accepted {
-			if first, err := s3.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
-				t.Fatalf("replay of %q on the promoted replica = %v, %v; want taken", id, first, err)
-			}
+			wantClaim(t, s3, id, time.Now().Add(time.Minute), false)
 		}
 	})
 	t.Run("replica away", func(t *testing.T) {
@@ -701,10 +682,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 // lossNoted reports whether the key space's ledger holds a loss entry.
 func lossNoted(t *testing.T, s *Store) bool {
 	t.Helper()
-	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	for _, e := range l {
 		if e.Kind == ledgerLoss {
 			return true
@@ -738,15 +716,11 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
 			recheckNow(t, s)
 			for i := range 3 {
-				if first, err := s.Claim(ctx, fmt.Sprint("while-", i), time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
-					t.Fatalf("claim while %s = %v, %v; want ErrConfig", tt.name, first, err)
-				}
+				wantRefused(t, s, fmt.Sprint("while-", i), time.Now().Add(time.Minute), ErrConfig)
 			}
 			must(t, c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err())
 			recheckNow(t, s)
-			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after", time.Now().Add(time.Minute), true)
 			if n := ev.count(replay.EventFenceRaised); n != 0 {
 				t.Fatalf("%d shards fenced for a condition", n)
 			}
@@ -765,13 +739,9 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	c := srv.client()
 	var ev events
 	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim = %v, %v", first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.FlushAll(ctx).Err())
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
-	}
+	wantRefused(t, s, "before", time.Now().Add(time.Minute), ErrFenced)
 	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
 	waitChecks(t, s)
 	if n := ev.count(replay.EventFenceRaised); n != 1+Shards {
@@ -816,39 +786,20 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// What the operator's checks kept of the server is not the
 			// fleet's: drop it, so the count below is the fleet user's.
 			must(t, admin.Del(ctx, op.serversKey()).Err())
-			s, err := Open(ctx, c, Options{Prefix: "acl:", Logger: quietLogger()})
-			if err != nil {
-				t.Fatalf("Open under the ACL: %v", err)
-			}
+			s := mustOpen(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
 			t.Cleanup(func() { s.Close() })
-			if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim under the ACL = %v, %v", first, err)
-			}
+			wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
 			recheckNow(t, s)
-			if first, err := s.Claim(ctx, "y", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim after a recheck under the ACL = %v, %v", first, err)
-			}
+			wantClaim(t, s, "y", time.Now().Add(time.Minute), true)
 			// A webhook delivery's lease steps: their scripts read the
 			// marker and the entry with MGET.
-			l, err := s.AcquireLease(ctx, "d", time.Minute)
-			if err != nil || l.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireLease under the ACL = %+v, %v", l, err)
-			}
-			if err := s.RenewLease(ctx, "d", l.Token, time.Minute); err != nil {
-				t.Fatalf("RenewLease under the ACL: %v", err)
-			}
-			if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)); err != nil {
-				t.Fatalf("ConfirmLease under the ACL: %v", err)
-			}
+			l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
+			must(t, s.RenewLease(ctx, "d", l.Token, time.Minute))
+			must(t, s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)))
 			// An idempotency record is written and replayed: the confirm
 			// script's RENAME and PEXPIREAT run under the caller's ACL.
-			r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
-			if err != nil || r.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-			}
-			if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
-				t.Fatalf("ConfirmRecord under the ACL: %v", err)
-			}
+			r := acquireRecord(t, s, "k", []byte("fp"), replay.LeaseAcquired)
+			must(t, s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")))
 			if got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp")); err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
 				t.Fatalf("replay under the ACL = %+v, %v", got, err)
 			}
@@ -862,9 +813,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// Without +rename the confirm fails closed, and says why: the
 			// ACL, not a staged record that expired.
 			must(t, admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err())
-			if r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
-				t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
-			}
+			r = acquireRecord(t, s, "k2", []byte("fp"), replay.LeaseAcquired)
 			err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
 			if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
 				!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
@@ -932,9 +881,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				var old []string
 				for i := range 200 {
 					id := fmt.Sprint("old-", i)
-					if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); !first || err != nil {
-						t.Fatalf("claim before the change = %v, %v", first, err)
-					}
+					wantClaim(t, s, id, time.Now().Add(time.Minute), true)
 					old = append(old, id)
 				}
 				ch.change(t, c)
@@ -967,11 +914,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	t.Helper()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	used, _ := strconv.ParseInt(infoValue(info, "used_memory"), 10, 64)
+	used := infoInt(t, c, "memory", "used_memory")
 	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-lru"}, {"maxmemory", strconv.FormatInt(used-4096, 10)}} {
 		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
@@ -983,11 +926,7 @@ func evictKeys(t *testing.T, c *redis.Client, revert bool) {
 	for _, kv := range after {
 		must(t, c.ConfigSet(ctx, kv[0], kv[1]).Err())
 	}
-	info, err = c.Info(ctx, "stats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := strconv.ParseInt(infoValue(info, "evicted_keys"), 10, 64); n == 0 {
+	if infoInt(t, c, "stats", "evicted_keys") == 0 {
 		t.Fatal("nothing was evicted: the test did not test eviction")
 	}
 }
@@ -1013,9 +952,7 @@ func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := provisioned(t, c, opts)
 	until := func() time.Time { return time.Now().Add(time.Minute) }
-	if first, err := s.Claim(ctx, "before", until()); !first || err != nil {
-		t.Fatalf("claim on the master the checks read = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, "before", until(), true)
 	at.Store(&b)
 	c.ReloadState(ctx)
 	marker, _, _ := s.keys("moved")
@@ -1029,7 +966,5 @@ func clusterMasterNoCheckHasReadRefuses(t *testing.T) {
 	}
 	s.Claim(ctx, "starts-the-check", until())
 	waitChecks(t, s)
-	if first, err := s.Claim(ctx, "moved", until()); !first || err != nil {
-		t.Fatalf("claim once a check read the new master = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, "moved", until(), true)
 }

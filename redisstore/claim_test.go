@@ -14,6 +14,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// wantClaim is Claim failing the test on an error or on first other than
+// want.
+func wantClaim(t *testing.T, s *Store, id string, until time.Time, want bool) {
+	t.Helper()
+	if first, err := s.Claim(context.Background(), id, until); err != nil || first != want {
+		t.Fatalf("Claim(%q) = %v, %v; want %v, nil", id, first, err, want)
+	}
+}
+
+// wantRefused is Claim failing the test unless it is refused with target.
+func wantRefused(t *testing.T, s *Store, id string, until time.Time, target error) {
+	t.Helper()
+	if first, err := s.Claim(context.Background(), id, until); first || !errors.Is(err, target) {
+		t.Fatalf("Claim(%q) = %v, %v; want %v", id, first, err, target)
+	}
+}
+
 // TestClaim pins what Redis adds to the claim contract (TestStore:
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
@@ -85,9 +102,7 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
-	if first, err := s.Claim(ctx, "abs2", until.Add(400*time.Microsecond)); err != nil || !first {
-		t.Fatalf("first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, "abs2", until.Add(400*time.Microsecond), true)
 	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
 	if err != nil {
 		t.Fatal(err)
@@ -275,17 +290,12 @@ func resentClaimFindsItsOwnEntry(t *testing.T) {
 	})
 	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
 	r := mustNew(t, resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
-	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	for i := range 10 {
 		id := fmt.Sprint("lost-reply-", i)
-		if first, err := r.Claim(ctx, id, until); !first || err != nil {
-			t.Fatalf("resent claim = %v, %v; want first", first, err)
-		}
+		wantClaim(t, r, id, until, true)
 		for _, st := range []*Store{r, s} {
-			if first, err := st.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("replay after a resent claim = %v, %v; want taken", first, err)
-			}
+			wantClaim(t, st, id, until, false)
 		}
 	}
 	if n := ev.count(replay.EventClaimResent); n != 10 {
@@ -387,9 +397,7 @@ func stepsFailClosedOnUnexpectedReplies(t *testing.T) {
 				return cmd
 			}), Options{})
 			ctx := context.Background()
-			if first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("Claim = %v, %v; want false, ErrUnavailable", first, err)
-			}
+			wantRefused(t, s, "id", time.Now().Add(time.Minute), ErrUnavailable)
 			if l, err := s.AcquireLease(ctx, "id", time.Minute); !errors.Is(err, ErrUnavailable) || l != (replay.Lease{}) {
 				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
 			}
@@ -418,9 +426,7 @@ func claimFailsClosedWhenRedisIsFull(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	s := provisioned(t, c, Options{})
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
-		t.Fatalf("claim with room: first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
 	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrUnavailable) {

@@ -87,9 +87,7 @@ func TestCluster(t *testing.T) {
 }
 
 // clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
-// TestFleet/single use on every other instance (fleet_test.go),
-// the same function, with the fleet's store on a 3-master Redis Cluster
-// behind redis.NewClusterClient instead of one redis-server.
+// TestFleet/single use on every other instance with its store on the Cluster.
 func clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	tc := clusterFromEnv(t)
 	testFleetSingleUse(t, func(t *testing.T) replay.Store {
@@ -140,9 +138,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 		}
 	}
 	must(t, s.Release(ctx, "race-0"))
-	if first, err := s.Claim(ctx, "race-0", until); err != nil || !first {
-		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
-	}
+	wantClaim(t, s, "race-0", until, true)
 }
 
 // recordingClient records every command the store sends.
@@ -159,15 +155,12 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.Client.Do(ctx, args...)
 }
 
-// clusterEveryStoreCommandStaysInOneSlot runs every store operation —
-// Claim, Release, and the webhook lease steps AcquireLease, RenewLease,
-// ConfirmLease and ReleaseLease — on the cluster and asks the cluster itself (COMMAND
-// GETKEYS) which keys each command sent names: the ID's entry (and, for the
-// guarded scripts, its shard's fence marker), under the store's prefix and
-// in one hash slot, so every command is served by one master and can never
-// fail with CROSSSLOT. It also pins the constraint the layout meets: a
-// script naming two keys in different slots is refused with CROSSSLOT,
-// while two keys sharing a hash tag run on one master.
+// clusterEveryStoreCommandStaysInOneSlot runs Claim, Release and the lease
+// steps on the cluster and asks it (COMMAND GETKEYS) which keys each command
+// names: the ID's entry and at most its shard's marker, under the prefix, in
+// one slot, so no command can fail with CROSSSLOT. It also pins the
+// constraint the layout meets: two slots in one script are refused with
+// CROSSSLOT, two keys sharing a hash tag are not.
 func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
@@ -182,12 +175,8 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	until := time.Now().Add(time.Minute)
 	for i := range 30 {
 		id := fmt.Sprint("one-key-", i)
-		if first, err := s.Claim(ctx, id, until); err != nil || !first {
-			t.Fatalf("claim: first = %v, err = %v", first, err)
-		}
-		if first, err := s.Claim(ctx, id, until); err != nil || first {
-			t.Fatalf("second claim: first = %v, err = %v", first, err)
-		}
+		wantClaim(t, s, id, until, true)
+		wantClaim(t, s, id, until, false)
 		must(t, s.Release(ctx, id))
 	}
 	if len(rec.cmds) < 90 {
@@ -198,24 +187,15 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	leaseFrom := len(rec.cmds)
 	for i := range 30 {
 		id := fmt.Sprint("lease-", i)
-		l, err := s.AcquireLease(ctx, id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("acquire: %v, %v", l.State, err)
-		}
-		if busy, err := s.AcquireLease(ctx, id, time.Minute); err != nil || busy.State != replay.LeaseBusy {
-			t.Fatalf("second acquire: %v, %v; want busy", busy.State, err)
-		}
-		if err := s.RenewLease(ctx, id, l.Token, 2*time.Minute); err != nil {
-			t.Fatalf("renew: %v", err)
-		}
+		l := acquireLease(t, s, id, time.Minute, replay.LeaseAcquired)
+		acquireLease(t, s, id, time.Minute, replay.LeaseBusy)
+		must(t, s.RenewLease(ctx, id, l.Token, 2*time.Minute))
 		if i%2 == 0 {
 			must(t, s.ReleaseLease(ctx, id, l.Token))
 			continue
 		}
 		must(t, s.ConfirmLease(ctx, id, l.Token, until))
-		if done, err := s.AcquireLease(ctx, id, time.Minute); err != nil || done.State != replay.LeaseDone {
-			t.Fatalf("acquire after confirm: %v, %v; want done", done.State, err)
-		}
+		acquireLease(t, s, id, time.Minute, replay.LeaseDone)
 	}
 	scripts := 0
 	for _, args := range rec.cmds[leaseFrom:] {
@@ -524,11 +504,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
-	s := mustNew(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := provisioned(t, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
 	// Two IDs on each master that holds a shard (the slot migration test
 	// may have moved shards' slots between masters).
 	perMaster := map[string]int{}
@@ -545,13 +521,8 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 			continue
 		}
 		perMaster[m]++
-		first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
-		if first || !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("claim without a replica to wait for = %v, %v; want ErrNotDurable", first, err)
-		}
-		if first, err := s.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
-			t.Fatalf("resent claim = %v, %v; want refused (applied on its master)", first, err)
-		}
+		wantRefused(t, s, id, time.Now().Add(time.Minute), ErrNotDurable)
+		wantClaim(t, s, id, time.Now().Add(time.Minute), false)
 	}
 	// Redis 7.0 has no WAITAOF: refused; 7.2 (the nodes run with AOF): runs.
 	if _, err := Open(ctx, c, Options{Prefix: prefix, Durability: Durability{LocalAOF: true}}); err != nil && !errors.Is(err, ErrConfig) {
@@ -561,14 +532,12 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	}
 }
 
-// clusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
-// fence's lifetime (lifetime.go) on a 3-master Cluster: a store of 1 s
+// clusterTheLongerLifetimeLengthensAFenceOnEveryMaster: a store of 1 s
 // claims meets the loss of every marker and of the lifetime record first
-// and fences every shard for its own lifetime; a store of 8 s claims on the same key space, which had
-// not been read by the first (RecheckInterval an hour), then lengthens
-// each shard's fence to its own lifetime from when the fence was raised
-// (the raise time is kept in the shard's slot, <prefix>{NN}f): on every
-// master, no fence ends before the longer claims expire.
+// and fences each shard for its own lifetime; a store of 8 s claims, whose
+// lifetime the first never read, then lengthens each fence from its raise
+// time (kept in the shard's slot): on every master, no fence ends before
+// the longer claims expire.
 func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
@@ -584,9 +553,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	defer short.Close()
 	long := mustNew(t, c, opts)
 	defer long.Close()
-	if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
-		t.Fatalf("short claim: %v, %v", first, err)
-	}
+	wantClaim(t, short, "short-0", time.Now().Add(time.Second), true)
 	// One ID per shard for the long store, claimed before the loss.
 	var ids [Shards]string
 	latest := time.Now().Add(8 * time.Second)
@@ -597,9 +564,7 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 		}
 		ids[shardOf(id)] = id
 		n++
-		if first, err := long.Claim(ctx, id, latest); !first || err != nil {
-			t.Fatalf("long claim: %v, %v", first, err)
-		}
+		wantClaim(t, long, id, latest, true)
 	}
 	// The loss takes every marker and the lifetime record, as a restart
 	// without persistence does.
@@ -806,9 +771,6 @@ func clusterResetStatAfterABurst(t *testing.T) {
 							return slices.DeleteFunc(slices.Clone(all), func(m *redis.Client) bool { return on[m.Options().Addr] == 0 })
 						}
 						got = append(got, burstIdleThenChange(t, c, all, holding, sh, running, reset, run%2 == 1))
-						// A control leaves keys evicted on a running server:
-						// the next run's ProvisionNew, and the subtests after
-						// this one, would refuse it (a previous life).
 						resetAll()
 					}
 				}
@@ -928,9 +890,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			onLost := 0
 			for i := range n {
 				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-100*time.Millisecond)
-				if first, err := app.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("claim %d = %v, %v", i, first, err)
-				}
+				wantClaim(t, app, id, until, true)
 				untils[id] = until
 				if lost[shardOf(id)] {
 					onLost++
@@ -952,10 +912,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 			// them (a new process: a new client).
 			op := mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
-			st, err := op.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := mustStatus(t, op)
 			empty := 0
 			for _, ss := range st.Servers {
 				if ss.AppendOnly == "no" && !ss.StartedAt.IsZero() && time.Since(ss.StartedAt) < 10*time.Second {
@@ -1041,9 +998,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 				for i := 0; id == "" || lost[shardOf(id)]; i++ {
 					id = fmt.Sprint("kept-", i)
 				}
-				if first, err := waiting.Claim(ctx, id, time.Now().Add(time.Second)); !first || err != nil {
-					t.Fatalf("claim on a surviving shard = %v, %v; want first", first, err)
-				}
+				wantClaim(t, waiting, id, time.Now().Add(time.Second), true)
 			}
 			defer waiting.Close()
 			fresh := 0

@@ -23,15 +23,10 @@ func TestDurabilityContract(t *testing.T) {
 	c := primary.client()
 	var ev events
 	provisionFirst(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	s, err := Open(context.Background(), c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
+	s := mustOpen(t, c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
 		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.ProvisionNew(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	mustProvision(t, s)
 	replaytest.RunDurabilityContract(t, s,
 		func(t *testing.T) { replica.signal(syscall.SIGSTOP) },
 		func(t *testing.T) { replica.signal(syscall.SIGCONT); waitReplicas(t, primary, 1) })
@@ -69,13 +64,8 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
 		Durability: Durability{Replicas: 1, Timeout: time.Second}})
 	ctx := context.Background()
-	if first, err := s.Claim(ctx, "up", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim with the replica attached = %v, %v; want first", first, err)
-	}
-	l, err := s.AcquireLease(ctx, "a", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	wantClaim(t, s, "up", time.Now().Add(time.Minute), true)
+	l := acquireLease(t, s, "a", time.Minute, replay.LeaseAcquired)
 	fp, result := []byte("fp"), []byte("result")
 	up := acquireRecord(t, s, "rec", fp, replay.LeaseAcquired)
 	replica.signal(syscall.SIGSTOP)
@@ -113,12 +103,8 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 
 	replica.signal(syscall.SIGCONT)
 	waitReplicas(t, primary, 1)
-	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
-		t.Fatalf("renewal retried with the replica back = %v", err)
-	}
-	if err := s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("retried ConfirmRecord = %v", err)
-	}
+	must(t, s.RenewLease(ctx, "a", l.Token, 2*time.Minute))
+	must(t, s.ConfirmRecord(ctx, "rec", up.Token, time.Now().Add(time.Hour), fp, result))
 	if d := acquireRecord(t, s, "rec", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 		t.Fatalf("done = %+v", d)
 	}
@@ -152,9 +138,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 	// A Store from New finds it at its first call, and keeps refusing.
 	s := mustNew(t, c, Options{})
 	for range 2 {
-		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
-			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
-		}
+		wantRefused(t, s, "x", time.Now().Add(time.Minute), ErrConfig)
 	}
 	if _, err := s.ProvisionNew(ctx); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision: %v; want ErrConfig", err)
@@ -176,10 +160,7 @@ func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := srv.client()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, c, "server")
 	has := versionAtLeast(info, 7, 2)
 	if has {
 		provisionFirst(t, c, Options{Durability: Durability{LocalAOF: true}})
@@ -242,10 +223,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	ctx := context.Background()
 	const token = "0123456789abcdef0123456789abcdef"
 	sets := func() int64 {
-		info, err := c.Info(ctx, "persistence").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := mustInfo(t, c, "persistence")
 		n, err := strconv.ParseInt(infoValue(info, "rdb_changes_since_last_save"), 10, 64)
 		if err != nil {
 			t.Fatalf("rdb_changes_since_last_save: %v", err)
@@ -268,9 +246,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 		t.Fatalf("lease PTTL after the resend = %v; want its remaining time, at most 5s", ttl)
 	}
 	// Another token still finds the lease busy.
-	if l, err := s.AcquireLease(ctx, "delivery-1", 5*time.Second); err != nil || l.State != replay.LeaseBusy {
-		t.Fatalf("acquire by another holder = %+v, %v; want busy", l, err)
-	}
+	acquireLease(t, s, "delivery-1", 5*time.Second, replay.LeaseBusy)
 }
 
 // WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
@@ -288,10 +264,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := primary.client()
 	ctx := context.Background()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, c, "server")
 	if !versionAtLeast(info, 7, 2) {
 		if _, err := Open(ctx, c, Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Open with LocalAOF on %s = %v; want ErrConfig", serverVersion(info), err)
@@ -301,12 +274,8 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	}
 	until := time.Now().Add(time.Minute)
 	local := provisioned(t, c, Options{Prefix: "aof-local:", Logger: quietLogger(), Durability: Durability{LocalAOF: true}})
-	if first, err := local.Claim(ctx, "a", until); !first || err != nil {
-		t.Fatalf("LocalAOF claim = %v, %v; want first", first, err)
-	}
-	if first, err := local.Claim(ctx, "a", until); first || err != nil {
-		t.Fatalf("LocalAOF replay = %v, %v; want taken", first, err)
-	}
+	wantClaim(t, local, "a", until, true)
+	wantClaim(t, local, "a", until, false)
 
 	must(t, c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
 	replica := newServer(t, "--replicaof", "127.0.0.1", primary.port, "--appendonly", "yes", "--appendfsync", "always")
@@ -324,10 +293,7 @@ func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	}
 	must(t, replica.client().ConfigSet(ctx, "appendonly", "no").Err())
 	for i := range 10 {
-		first, err := s.Claim(ctx, fmt.Sprint("unfsynced-", i), until)
-		if first || !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("claim after the replica stopped its AOF = %v, %v; want ErrNotDurable", first, err)
-		}
+		wantRefused(t, s, fmt.Sprint("unfsynced-", i), until, ErrNotDurable)
 	}
 }
 
@@ -356,10 +322,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			ctx := context.Background()
 			srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 			c := srv.client()
-			info, err := c.Info(ctx, "server").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			info := mustInfo(t, c, "server")
 			closed := versionAtLeast(info, 7, 2)
 			s := provisioned(t, c, Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: tt.recheck})
 			before := claimUntilRefusedOrN(t, s, "before", 200)

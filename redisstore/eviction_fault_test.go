@@ -118,10 +118,7 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 // noteLossAt sets r.lossAt from the ledger's first loss entry.
 func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
 	t.Helper()
-	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	for _, e := range l {
 		if e.Kind == ledgerLoss {
 			r.lossAt = e.At.Sub(r.changedAt)
@@ -138,9 +135,7 @@ func claimOld(t *testing.T, s *Store, n int) ([]string, time.Time) {
 	until := time.Now().Add(10 * time.Minute)
 	for i := range ids {
 		ids[i] = "old-" + strconv.Itoa(i)
-		if first, err := s.Claim(context.Background(), ids[i], until); !first || err != nil {
-			t.Fatalf("claim %d before the change = %v, %v", i, first, err)
-		}
+		wantClaim(t, s, ids[i], until, true)
 	}
 	return ids, until
 }
@@ -251,23 +246,6 @@ func recheckAll(t *testing.T, s *Store) {
 	waitChecks(t, s)
 }
 
-// mustInfo returns one INFO section of c.
-func mustInfo(t *testing.T, c *redis.Client, section string) string {
-	t.Helper()
-	v, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// infoInt returns one integer field of an INFO section of c (0 when absent).
-func infoInt(t *testing.T, c *redis.Client, section, field string) int64 {
-	t.Helper()
-	n, _ := strconv.ParseInt(infoValue(mustInfo(t, c, section), field), 10, 64)
-	return n
-}
-
 // evictOn switches eviction on at c's server: policy, with maxmemory the
 // memory in use less the data set divided by part (1: all of it). It
 // reports a refused setting with t.Error, so that it can run while
@@ -353,9 +331,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 			raised := ev.count(replay.EventFenceRaised)
 			recheckAll(t, s)
 			recheckAll(t, s)
-			if first, err := s.Claim(ctx, "after-reopen", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim after the key space was reopened = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after-reopen", time.Now().Add(time.Minute), true)
 			if n := ev.count(replay.EventFenceRaised); n != raised {
 				t.Fatalf("%d more fences after the reopen: the evidence was not consumed", n-raised)
 			}
@@ -521,10 +497,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 		t.Fatalf("claim of an old ID after the new Open = %v; want ErrFenced", refusal)
 	}
 	fenceEndsInLifetime(t, s2, "after a new Open", refusal, detected, expiry, resetAt)
-	l, err := s.readLedger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLedger(t, s)
 	t.Logf("Open = %v; %d of %d refused, %d accepted twice; ledger %+v", openErr, refused, len(old), twice, l)
 	if twice != 0 {
 		t.Fatalf("%d of %d IDs accepted twice after eviction and CONFIG RESETSTAT", twice, len(old))
@@ -552,10 +525,7 @@ func fenceEndsInLifetime(t *testing.T, s *Store, what string, refusal error, det
 	if !ok {
 		t.Fatalf("%s: the refusal %v names no end (replay.RetryAt); want the fence's", what, refusal)
 	}
-	st, err := s.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s)
 	if st.Fenced != Shards {
 		t.Fatalf("%s: Status shows %d of %d shards fenced; want every one", what, st.Fenced, Shards)
 	}

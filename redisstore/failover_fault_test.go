@@ -35,10 +35,8 @@ type protection struct {
 var protections = []protection{{"async, no durability setting", 0}, {"WAIT 1 replica", 1}}
 
 // replicatedStore opens a Store for one instance on a Redis with replicas:
-// with replicas > 0 every claim and lease step waits up to 200 ms for that
-// many replicas (Options.Durability); with 0 the store is told explicitly
-// that asynchronous replication is accepted (AllowAsyncReplicas). The first
-// store of a prefix provisions it.
+// each step waits up to 200 ms for replicas replicas (Durability), or, with
+// 0, AllowAsyncReplicas.
 func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store {
 	t.Helper()
 	opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Logger: quietLogger()}
@@ -142,15 +140,11 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 	}
 }
 
-// throughputRatio runs the workload on a healthy deployment (stores on
-// clients from client), alternately on stores without and with the
-// durability setting, five rounds, and logs
-// every round's tokens accepted plus deliveries acknowledged per second and
-// the median of the per-round ratios. A round counts from the workload's
-// first success to its 1000th after that, so a loaded machine stretches a
-// round rather than emptying it. Alternating keeps a shared machine's
-// changing load out of the ratio as far as it can; the numbers are a cost
-// estimate beside BenchmarkClaimCost, not a benchmark.
+// throughputRatio logs the successes per second of the workload on a
+// healthy deployment, five alternating rounds without and with the
+// durability setting, and the median ratio. A round runs from the first
+// success to 1000 more, so a loaded machine stretches it rather than
+// emptying it; alternating keeps a shared machine's load out of the ratio.
 func throughputRatio(t *testing.T, client func() Client) {
 	t.Helper()
 	async, durable := replicatedStores(t, client, randomPrefix(), 0), replicatedStores(t, client, randomPrefix()+"wait:", 1)
@@ -178,15 +172,9 @@ func randomPrefix() string {
 	return fmt.Sprintf("ctoken-fault:%d:", time.Now().UnixNano())
 }
 
-// TestSentinelFailover is
-// TestFailoverToLaggingReplica with the failover driven
-// by a real redis-sentinel (quorum 1, down-after 1 s) and each instance's
-// client a go-redis failover client asking the sentinel for the primary:
-// the replication link is cut, the primary acknowledges for 400 ms more and
-// is SIGKILLed, the sentinel promotes the replica, the clients follow, and
-// the old primary comes back empty as the new one's replica. Without a
-// durability setting the doubles are logged; with WAIT for one replica no
-// token is accepted twice and no delivery processed twice.
+// TestSentinelFailover is TestFailoverToLaggingReplica with the failover
+// driven by a real redis-sentinel (quorum 1, down-after 1 s) and each
+// instance's client a go-redis failover client asking it for the primary.
 func TestSentinelFailover(t *testing.T) {
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
@@ -216,17 +204,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestReplicaClusterTakeover runs issue 26's workload on
-// a Redis Cluster of three masters with one asynchronous replica each
-// (started by the test, no persistence), behind go-redis's ClusterClient.
-// After 1 s the first master's replication link is cut, the master
-// acknowledges for 400 ms more, then it is SIGKILLed and its replica
-// promoted with CLUSTER FAILOVER TAKEOVER; the old master comes back empty
-// and rejoins as the new master's replica, and every token is redeemed
-// again and every delivery sent again. Without a durability setting the
-// doubles (claims on that master's third of the slots) are logged; with
-// WAIT for one replica, sent to the master that holds the key, none. It
-// logs the throughput cost of the setting on the healthy cluster.
+// TestReplicaClusterTakeover is TestFailoverToLaggingReplica on a Redis
+// Cluster of three masters with one asynchronous replica each, behind
+// go-redis's ClusterClient: the first master is SIGKILLed and its replica
+// promoted with CLUSTER FAILOVER TAKEOVER (WAIT goes to the key's master).
 func TestReplicaClusterTakeover(t *testing.T) {
 	t.Run("throughput", func(t *testing.T) {
 		rc := startReplicaCluster(t, 2*time.Second)

@@ -124,10 +124,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			}
 			t.Logf("%s: served %v after the failover (or the fix)", tt.name, time.Since(start).Round(time.Millisecond))
 			// An app restart: a new client and Store.
-			s2, err := Open(ctx, client(), opts)
-			if err != nil {
-				t.Fatalf("Open after the failover: %v", err)
-			}
+			s2 := mustOpen(t, client(), opts)
 			defer s2.Close()
 			if err := claimUntil(s2, "restarted", 5*time.Second, served); err != nil {
 				t.Fatalf("a Store opened after the failover does not serve: %v", err)

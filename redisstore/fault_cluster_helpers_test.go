@@ -293,13 +293,9 @@ func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, ho
 		}
 	}
 	for _, sl := range slots {
-		for _, a := range []string{to.addr, from.addr} {
-			nc := dst
-			if a == from.addr {
-				nc = src
-			}
+		for _, nc := range []*redis.Client{dst, src} {
 			if err := nc.Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", to.id).Err(); err != nil {
-				t.Fatalf("SETSLOT %d NODE on %s: %v", sl, a, err)
+				t.Fatalf("SETSLOT %d NODE on %s: %v", sl, nc.Options().Addr, err)
 			}
 		}
 	}

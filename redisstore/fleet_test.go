@@ -27,7 +27,6 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -294,8 +293,7 @@ func TestFleet(t *testing.T) {
 // is generous so that a loaded machine cannot turn a slow claim into a 503.
 func newFleetStore(t *testing.T, addr string) *Store {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
+	c := standaloneClient(t, addr)
 	b := make([]byte, 8)
 	rand.Read(b)
 	return provisioned(t, c, Options{Prefix: "ctoken-fleet-test:" + hex.EncodeToString(b) + ":", Timeout: 5 * time.Second})

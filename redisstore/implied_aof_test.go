@@ -21,10 +21,7 @@ import (
 func newWAITAOFServer(t *testing.T, extraArgs ...string) *server {
 	t.Helper()
 	srv := newServer(t, extraArgs...)
-	info, err := srv.client().Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := mustInfo(t, srv.client(), "server")
 	if versionAtLeast(info, 7, 2) {
 		return srv
 	}
@@ -98,9 +95,7 @@ func aOFProbeFailingAfterAFreshReadKeepsTheWait(t *testing.T) {
 				t.Fatal("the implied local AOF wait is off on a server with AOF always and WAITAOF")
 			}
 			hook.armed.Store(true)
-			if err := s.checkServer(ctx); err != nil {
-				t.Fatalf("the check: %v", err)
-			}
+			must(t, s.checkServer(ctx))
 			if hook.fired.Load() != 1 {
 				t.Fatal("the hook did not switch AOF off before the probe")
 			}
@@ -124,9 +119,7 @@ func aOFProbeFailingAfterAFreshReadKeepsTheWait(t *testing.T) {
 				}
 			}
 			s.cancels.wg.Wait() // the check that runs at once, and its fence
-			if first, err := s.Claim(ctx, "after-the-check", time.Now().Add(10*time.Minute)); first || !errors.Is(err, ErrFenced) {
-				t.Fatalf("claim after the check = %v, %v; want ErrFenced (AOF switched off is evidence)", first, err)
-			}
+			wantRefused(t, s, "after-the-check", time.Now().Add(10*time.Minute), ErrFenced)
 			srv.kill()
 			twice := acceptedAgainAfterStart(t, srv, "race:", append(before, accepted...))
 			t.Logf("after the switch: %d reported first, refused %v; after kill -9 and restart %d of %d accepted twice", len(accepted), refused, twice, len(before)+len(accepted))

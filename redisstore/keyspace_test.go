@@ -47,9 +47,7 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 	opts.Observer, opts.Logger = nil, quietLogger()
 	s := mustNew(t, c, opts)
 	defer s.Close()
-	if _, err := s.ProvisionNew(context.Background()); err != nil {
-		t.Fatalf("Provision: %v", err)
-	}
+	mustProvision(t, s)
 }
 
 // TestForgetContract pins ctoken's contract for a store that forgets
@@ -202,9 +200,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if n, err := s.ProvisionNew(ctx); n != 0 || err != nil {
 		t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
 	}
-	if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim after Provision = %v, %v", first, err)
-	}
+	wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
 	// One shard loses its marker (a partial loss): Provision refuses to
 	// reopen it, and that shard alone is fenced.
 	lostID, otherID := "x", ""
@@ -218,12 +214,8 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if n, err := s.ProvisionNew(ctx); n != 0 || !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision with one marker missing = %d, %v; want 0, ErrConfig", n, err)
 	}
-	if first, err := s.Claim(ctx, lostID, time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim on the shard that lost its marker = %v, %v; want ErrFenced", first, err)
-	}
-	if first, err := s.Claim(ctx, otherID, time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim on another shard = %v, %v; want first", first, err)
-	}
+	wantRefused(t, s, lostID, time.Now().Add(time.Minute), ErrFenced)
+	wantClaim(t, s, otherID, time.Now().Add(time.Minute), true)
 }
 
 func unknownMarkerValueRefuses(t *testing.T) {
@@ -250,10 +242,7 @@ func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	if _, err := s.AcquireLease(ctx, "far", time.Hour+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
 		t.Fatalf("lease past the horizon: %v", err)
 	}
-	l, err := s.AcquireLease(ctx, "far", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := acquireLease(t, s, "far", time.Minute, replay.LeaseAcquired)
 	if err := s.ConfirmLease(ctx, "far", l.Token, far); !errors.Is(err, ErrInvalidClaim) {
 		t.Fatalf("confirm past the horizon: %v", err)
 	}
@@ -264,9 +253,7 @@ func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	if first, err := ahead.Claim(ctx, "far", time.Now().Add(80*time.Minute)); first || !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
 		t.Fatalf("claim past Redis's horizon from an instance ahead = %v, %v; want ErrInvalidClaim", first, err)
 	}
-	if first, err := ahead.Claim(ctx, "near", time.Now().Add(40*time.Minute)); !first || err != nil {
-		t.Fatalf("claim within the horizon from an instance ahead = %v, %v; want first", first, err)
-	}
+	wantClaim(t, ahead, "near", time.Now().Add(40*time.Minute), true)
 }
 
 // ReprovisionNeverUsed opens a key space fenced only because claims came
@@ -309,12 +296,8 @@ func reprovisionNeverUsed(t *testing.T) {
 			c.Set(ctx, s.tags[3], "O", 0)
 		}, ErrConfig},
 		{"an entry left (a partial loss)", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if first, err := s.Claim(ctx, "kept", until()); !first || err != nil {
-				t.Fatal(first, err)
-			}
+			mustProvision(t, s)
+			wantClaim(t, s, "kept", until(), true)
 			for i, m := range s.tags {
 				if i != shardOf("kept") {
 					c.Del(ctx, m)
@@ -329,25 +312,19 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			c.FlushAll(ctx)
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"SWAPDB after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			must(t, c.Do(ctx, "SWAPDB", 0, 1).Err())
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustProvision(t, s)
 			s.Claim(ctx, "lost", until())
 			srv.restart(syscall.SIGKILL)
 			fenceAll(t, s)
@@ -383,9 +360,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			if err != nil || n != Shards {
 				t.Fatalf("ReprovisionNeverUsed = %d, %v; want %d, nil", n, err, Shards)
 			}
-			if first, err := s.Claim(ctx, "after", until()); !first || err != nil {
-				t.Fatalf("claim after ReprovisionNeverUsed = %v, %v; want first", first, err)
-			}
+			wantClaim(t, s, "after", until(), true)
 			if n, err := s.ReprovisionNeverUsed(ctx); !errors.Is(err, ErrConfig) {
 				t.Fatalf("ReprovisionNeverUsed of a key space that served = %d, %v; want ErrConfig", n, err)
 			}
@@ -684,9 +659,7 @@ func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	c := srv.client()
 	opts := Options{Prefix: "pay:", Logger: quietLogger()}
 	s := provisioned(t, c, opts)
-	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	s.Close()
 	srv.restart(syscall.SIGKILL)
 	_, err := Open(ctx, c, opts)

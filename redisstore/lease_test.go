@@ -22,6 +22,17 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.c.Do(ctx, args...)
 }
 
+// acquireLease is AcquireLease failing the test on an error or a state
+// other than want.
+func acquireLease(t *testing.T, s *Store, id string, d time.Duration, want replay.LeaseState) replay.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(context.Background(), id, d)
+	if err != nil || l.State != want {
+		t.Fatalf("AcquireLease(%q) = %+v, %v; want %v", id, l, err, want)
+	}
+	return l
+}
+
 // TestLease pins the lease steps (AcquireLease, ConfirmLease, ReleaseLease)
 // against the test Redis.
 func TestLease(t *testing.T) {
@@ -41,33 +52,14 @@ func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "d", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("resent acquire = %+v, %v; want acquired", l, err)
-	}
-	if err := s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Hour)); err != nil {
-		t.Fatalf("resent confirm: %v", err)
-	}
-	if l2, err := s.AcquireLease(ctx, "d", time.Minute); err != nil || l2.State != replay.LeaseDone {
-		t.Fatalf("after confirm = %+v, %v; want done", l2, err)
-	}
-	l3, err := s.AcquireLease(ctx, "e", time.Minute)
-	if err != nil || l3.State != replay.LeaseAcquired {
-		t.Fatal(l3, err)
-	}
-	if err := s.ReleaseLease(ctx, "e", l3.Token); err != nil {
-		t.Fatalf("resent release: %v", err)
-	}
-	if l4, err := s.AcquireLease(ctx, "e", time.Minute); err != nil || l4.State != replay.LeaseAcquired {
-		t.Fatalf("after release = %+v, %v; want acquired", l4, err)
-	}
-	l5, err := s.AcquireLease(ctx, "f", time.Minute)
-	if err != nil || l5.State != replay.LeaseAcquired {
-		t.Fatal(l5, err)
-	}
-	if err := s.RenewLease(ctx, "f", l5.Token, 2*time.Minute); err != nil {
-		t.Fatalf("resent renewal: %v", err)
-	}
+	l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
+	must(t, s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Hour)))
+	acquireLease(t, s, "d", time.Minute, replay.LeaseDone)
+	l3 := acquireLease(t, s, "e", time.Minute, replay.LeaseAcquired)
+	must(t, s.ReleaseLease(ctx, "e", l3.Token))
+	acquireLease(t, s, "e", time.Minute, replay.LeaseAcquired)
+	l5 := acquireLease(t, s, "f", time.Minute, replay.LeaseAcquired)
+	must(t, s.RenewLease(ctx, "f", l5.Token, 2*time.Minute))
 	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
 		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
 	}
@@ -75,9 +67,7 @@ func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	// own record.
 	fp, result := []byte("fp"), []byte("result")
 	r := acquireRecord(t, s, "g", fp, replay.LeaseAcquired)
-	if err := s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord: %v", err)
-	}
+	must(t, s.ConfirmRecord(ctx, "g", r.Token, time.Now().Add(time.Hour), fp, result))
 	if d := acquireRecord(t, s, "g", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 		t.Fatalf("after the confirmation = %+v; want done with the result", d)
 	}
@@ -86,10 +76,7 @@ func stepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "d", 30*time.Second)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := acquireLease(t, s, "d", 30*time.Second, replay.LeaseAcquired)
 	pttl, err := c.PTTL(ctx, s.key("d")).Result()
 	if err != nil || pttl <= 29*time.Second || pttl > 30*time.Second {
 		t.Fatalf("lease PTTL = %v, %v; want about 30s", pttl, err)
@@ -121,10 +108,7 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 		return cmd
 	}), Options{Prefix: "p:"})
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "id", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("acquire after NOSCRIPT = %+v, %v", l, err)
-	}
+	l := acquireLease(t, s, "id", time.Minute, replay.LeaseAcquired)
 	must(t, s.RenewLease(ctx, "id", l.Token, time.Minute))
 	must(t, s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)))
 	must(t, s.ReleaseLease(ctx, "id", l.Token))
@@ -253,10 +237,7 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: time.Hour})
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := acquireLease(t, s, "a", 10*time.Second, replay.LeaseAcquired)
 	long := time.Hour + time.Second
 	if _, err := s.AcquireLease(ctx, "b", long); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
 		t.Fatalf("AcquireLease past the horizon = %v; want ErrInvalidClaim (%q)", err, whyLeaseLong)

@@ -71,10 +71,7 @@ func ledgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	for i := range ledgerMax + 5 {
 		must(t, s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)))
 	}
-	got, err := s.readLedger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustLedger(t, s)
 	if len(got) != ledgerMax {
 		t.Fatalf("%d entries, want %d", len(got), ledgerMax)
 	}

@@ -185,9 +185,7 @@ func fenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
 					if err != nil || rec.State != replay.LeaseAcquired {
 						t.Fatalf("AcquireRecord: %+v, %v", rec, err)
 					}
-					if err := s.ConfirmRecord(ctx, id, rec.Token, until, []byte("fingerprint-of-the-request-0123"), []byte("response")); err != nil {
-						t.Fatalf("ConfirmRecord: %v", err)
-					}
+					must(t, s.ConfirmRecord(ctx, id, rec.Token, until, []byte("fingerprint-of-the-request-0123"), []byte("response")))
 				} else if first, err := claim(ctx, s, id, until); !first || err != nil {
 					t.Fatalf("Claim: %v, %v", first, err)
 				}
@@ -552,10 +550,7 @@ func flushAndMeet(t *testing.T, s *Store, c *redis.Client) lossFence {
 	must(t, c.FlushAll(ctx).Err())
 	f.until = fenceEnd(t, s, "fresh")
 	f.met = time.Now()
-	st, err := s.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s)
 	f.safe = st.ReopenSafeAt
 	if f.safe.IsZero() {
 		t.Fatalf("Status of the fenced key space has no ReopenSafeAt: %+v", st)

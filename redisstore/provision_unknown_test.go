@@ -68,10 +68,7 @@ func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 			if at.Before(before.Add(tt.want-time.Second)) || at.After(after.Add(tt.want+time.Second)) {
 				t.Fatalf("fenced until %v from %v; want one lifetime, %v", at, before, tt.want)
 			}
-			st, err := s.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := mustStatus(t, s)
 			if st.Fenced != Shards || st.Open != 0 || !st.FencedUntil.Equal(at) || st.ReopenSafeAt.Before(at) {
 				t.Fatalf("Status = %d fenced, %d open, until %v, safe from %v; want every shard fenced until %v", st.Fenced, st.Open, st.FencedUntil, st.ReopenSafeAt, at)
 			}
@@ -144,14 +141,9 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			if n != Shards || err != nil {
 				t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
 			}
-			app, err := Open(ctx, c, opts)
-			if err != nil {
-				t.Fatalf("Open after ProvisionNew: %v", err)
-			}
+			app := mustOpen(t, c, opts)
 			defer app.Close()
-			if first, err := app.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("claim = %v, %v; want first", first, err)
-			}
+			wantClaim(t, app, "x", time.Now().Add(time.Minute), true)
 		})
 	}
 }
@@ -208,9 +200,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			untils := make(map[string]time.Time, n)
 			for i := range n {
 				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-opts.MaxSkew-100*time.Millisecond)
-				if first, err := app.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("claim %d = %v, %v", i, first, err)
-				}
+				wantClaim(t, app, id, until, true)
 				untils[id] = until
 			}
 			if app.Lifetime() != lifetime {
@@ -222,16 +212,13 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			// The runbook: status, then provision.
 			op := mustNew(t, srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime})
 			defer op.Close()
-			st, err := op.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := mustStatus(t, op)
 			if st.Missing != Shards || len(st.Ledger) != 0 || len(st.Servers) != 1 || st.Servers[0].AppendOnly != "no" ||
 				st.Servers[0].StartedAt.IsZero() || time.Since(st.Servers[0].StartedAt) > 10*time.Second {
 				t.Fatalf("status after the restart = %+v; want every marker missing, no ledger, and the server's start seconds ago", st)
 			}
 			t0 := time.Now()
-			_, err = op.Provision(ctx)
+			_, err := op.Provision(ctx)
 			end, ok := replay.RetryAt(err)
 			if !errors.Is(err, ErrFenced) || !ok {
 				t.Fatalf("Provision after the restart = %v; want ErrFenced for one lifetime", err)
@@ -359,10 +346,7 @@ func provisionNewThatLosesToAFenceReportsIt(t *testing.T) {
 	if err != nil || ks.fenced != Shards {
 		t.Fatalf("key space = %s, %v; want every shard fenced", ks, err)
 	}
-	ledger, err := s.readLedger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ledger := mustLedger(t, s)
 	for _, e := range ledger {
 		if strings.Contains(e.Detail, "stated new by the operator") {
 			t.Fatalf("ledger holds %q: the statement of a ProvisionNew that opened nothing", e.Detail)

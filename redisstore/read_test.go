@@ -83,14 +83,8 @@ func readIsOnePipelineOfReads(t *testing.T) {
 	var sn seen
 	c.AddHook(sn.hook())
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, newTestClient(t)), RecheckInterval: time.Hour})
-	l, err := s.AcquireRecord(ctx, "leased", time.Minute, []byte("fp"))
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	d, err := s.AcquireRecord(ctx, "done", time.Minute, []byte("fp"))
-	if err != nil || d.State != replay.LeaseAcquired {
-		t.Fatal(d, err)
-	}
+	l := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseAcquired)
+	d := acquireRecord(t, s, "done", []byte("fp"), replay.LeaseAcquired)
 	must(t, s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	for _, tc := range []struct {
 		id   string
@@ -114,9 +108,7 @@ func readIsOnePipelineOfReads(t *testing.T) {
 			t.Fatalf("ReadRecord(%q) sent %q in %d pipelines; want %q in one", tc.id, cmds, pipelines, want)
 		}
 	}
-	if err := s.RenewLease(ctx, "leased", l.Token, time.Minute); err != nil {
-		t.Fatalf("RenewLease after the reads: %v", err)
-	}
+	must(t, s.RenewLease(ctx, "leased", l.Token, time.Minute))
 }
 
 func readAnswersAtMaxmemory(t *testing.T) {
@@ -126,14 +118,8 @@ func readAnswersAtMaxmemory(t *testing.T) {
 	c := srv.client()
 	s := provisioned(t, c, Options{Prefix: "full:"})
 	fp, result := []byte("fp"), bytes.Repeat([]byte("r"), 1000)
-	l, err := s.AcquireRecord(ctx, "leased", time.Minute, fp)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
-	d, err := s.AcquireRecord(ctx, "done", time.Minute, fp)
-	if err != nil || d.State != replay.LeaseAcquired {
-		t.Fatal(d, err)
-	}
+	acquireRecord(t, s, "leased", fp, replay.LeaseAcquired)
+	d := acquireRecord(t, s, "done", fp, replay.LeaseAcquired)
 	must(t, s.ConfirmRecord(ctx, "done", d.Token, time.Now().Add(time.Hour), fp, result))
 	// Full: every write command is refused with OOM from now on.
 	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
@@ -172,9 +158,7 @@ func readRefusesALostShard(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
 	until := time.Now().Add(time.Minute)
-	if first, err := s.Claim(ctx, "a", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	wantClaim(t, s, "a", until, true)
 	marker := s.tags[shardOf("a")]
 	must(t, c.Del(ctx, marker).Err())
 	// A loss not fenced yet: refused, and the read raised no fence.

@@ -146,12 +146,8 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result")
 	a := acquireRecord(t, s, "r", fp, replay.LeaseAcquired)
-	if l, err := s.AcquireLease(ctx, "r", time.Minute); err != nil || l.State != replay.LeaseBusy {
-		t.Fatalf("AcquireLease of a record lease = %+v, %v; want busy", l, err)
-	}
-	if first, err := s.Claim(ctx, "r", time.Now().Add(time.Hour)); first || err != nil {
-		t.Fatalf("Claim of a record lease = %v, %v; want taken", first, err)
-	}
+	acquireLease(t, s, "r", time.Minute, replay.LeaseBusy)
+	wantClaim(t, s, "r", time.Now().Add(time.Hour), false)
 	t.Run("ReleaseLease frees a record lease", func(t *testing.T) {
 		must(t, s.ReleaseLease(ctx, "r", a.Token))
 		acquireRecord(t, s, "r", fp, replay.LeaseAcquired)
@@ -166,9 +162,7 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	})
 	t.Run("ConfirmLease of a record lease confirms it without a record", func(t *testing.T) {
 		b := acquireRecord(t, s, "r3", fp, replay.LeaseAcquired)
-		if err := s.ConfirmLease(ctx, "r3", b.Token, time.Now().Add(time.Hour)); err != nil {
-			t.Fatalf("ConfirmLease of a record lease = %v; want nil", err)
-		}
+		must(t, s.ConfirmLease(ctx, "r3", b.Token, time.Now().Add(time.Hour)))
 		if d := acquireRecord(t, s, "r3", fp, replay.LeaseDone); d.Result != nil {
 			t.Fatalf("done = %+v; want no record", d)
 		}
@@ -176,12 +170,8 @@ func plainStepsOnRecordEntries(t *testing.T) {
 	t.Run("done with a record", func(t *testing.T) {
 		b := acquireRecord(t, s, "r4", fp, replay.LeaseAcquired)
 		must(t, s.ConfirmRecord(ctx, "r4", b.Token, time.Now().Add(time.Hour), fp, result))
-		if l, err := s.AcquireLease(ctx, "r4", time.Minute); err != nil || l.State != replay.LeaseDone {
-			t.Fatalf("AcquireLease of a record = %+v, %v; want done", l, err)
-		}
-		if first, err := s.Claim(ctx, "r4", time.Now().Add(time.Hour)); first || err != nil {
-			t.Fatalf("Claim of a record = %v, %v; want taken", first, err)
-		}
+		acquireLease(t, s, "r4", time.Minute, replay.LeaseDone)
+		wantClaim(t, s, "r4", time.Now().Add(time.Hour), false)
 		must(t, s.ReleaseLease(ctx, "r4", b.Token))
 		if d := acquireRecord(t, s, "r4", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 			t.Fatal("ReleaseLease after ConfirmRecord changed the record")
@@ -224,10 +214,7 @@ func recordConfirmPastTheHorizonByRedisClockIsRefused(t *testing.T) {
 	c := newTestClient(t)
 	ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
-	l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatal(l, err)
-	}
+	l := acquireRecord(t, s, "h", fp, replay.LeaseAcquired)
 	if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, []byte("result")); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
 		t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
 	}
@@ -283,10 +270,7 @@ func recordStepsSendOneSlotScripts(t *testing.T) {
 		return []any{int64(1), int64(0)}, nil
 	}), Options{Prefix: "p:"})
 	ctx := context.Background()
-	l, err := s.AcquireRecord(ctx, "id", time.Minute, []byte("fp"))
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord after NOSCRIPT = %+v, %v", l, err)
-	}
+	l := acquireRecord(t, s, "id", []byte("fp"), replay.LeaseAcquired)
 	result := []byte("the-result")
 	must(t, s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), result))
 	tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
@@ -561,9 +545,7 @@ func recordOfTheEarlierLayoutStillReplays(t *testing.T) {
 			if !bytes.Equal(d.Fingerprint, tc.fp) || !bytes.Equal(d.Result, tc.result) {
 				t.Fatalf("replay of an earlier record = %d-byte fingerprint, %d-byte result; want %d and %d", len(d.Fingerprint), len(d.Result), len(tc.fp), len(tc.result))
 			}
-			if l, err := s.AcquireLease(ctx, id, time.Minute); err != nil || l.State != replay.LeaseDone {
-				t.Fatalf("AcquireLease = %+v, %v; want done", l, err)
-			}
+			acquireLease(t, s, id, time.Minute, replay.LeaseDone)
 			if err := s.ConfirmRecord(ctx, id, tok, time.Now().Add(time.Hour), tc.fp, []byte("x")); !errors.Is(err, replay.ErrLeaseLost) {
 				t.Fatalf("ConfirmRecord over an earlier record = %v; want ErrLeaseLost", err)
 			}
@@ -591,9 +573,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
 		}
-		if err := s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("ConfirmRecord of a free ID = %v; want nil", err)
-		}
+		must(t, s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result))
 		m := acquireRecord(t, s, "c", fp, replay.LeaseAcquired)
 		if err := s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("ConfirmRecord with a foreign token = %v; want ErrLeaseLost", err)
@@ -673,9 +653,7 @@ func resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
 	first := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	must(t, s.ConfirmRecord(ctx, "a", l.Token, first, fp, result))
 	later := first.Add(time.Minute)
-	if err := s.ConfirmRecord(ctx, "a", l.Token, later, fp, result); err != nil {
-		t.Fatalf("resent ConfirmRecord = %v", err)
-	}
+	must(t, s.ConfirmRecord(ctx, "a", l.Token, later, fp, result))
 	side := sideKey(s.tags[shardOf("a")], "a")
 	for _, k := range []string{s.key("a"), side} {
 		if got, err := c.Do(ctx, "PEXPIRETIME", k).Int64(); err != nil || got != later.UnixMilli() {

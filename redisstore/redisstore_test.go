@@ -73,20 +73,46 @@ func newTestStore(t testing.TB) (*Store, *redis.Client) {
 	return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}), c
 }
 
-// provisioned returns a Store on c with opts whose key space is provisioned
-// (a new prefix, or one provisioned before), closed when the test ends.
 // quietLogger drops the store's log lines (the tests count refusals
 // through the errors themselves).
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// provisioned returns a Store on c with opts whose key space is provisioned
+// (a new prefix, or one provisioned before), closed when the test ends.
 func provisioned(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
 	s := mustNew(t, c, opts)
 	t.Cleanup(func() { s.Close() })
+	mustProvision(t, s)
+	return s
+}
+
+// mustProvision is ProvisionNew, failing t when it refuses.
+func mustProvision(t testing.TB, s *Store) {
+	t.Helper()
 	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
-	return s
+}
+
+// mustStatus is Status, failing t on an error.
+func mustStatus(t testing.TB, s *Store) Status {
+	t.Helper()
+	st, err := s.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// mustLedger is s's ledger, failing t on an error.
+func mustLedger(t testing.TB, s *Store) []LedgerEntry {
+	t.Helper()
+	l, err := s.readLedger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // must fails t when err is not nil.
@@ -240,9 +266,7 @@ func zeroOptionsUseDefaultPrefix(t *testing.T) {
 	rand.Read(b)
 	id := "zero-options-" + hex.EncodeToString(b)
 	t.Cleanup(func() { c.Del(context.Background(), s.key(id)) })
-	if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); err != nil || !first {
-		t.Fatalf("first = %v, err = %v", first, err)
-	}
+	wantClaim(t, s, id, time.Now().Add(time.Minute), true)
 	if !strings.HasPrefix(s.key(id), DefaultPrefix+"{") {
 		t.Fatalf("key %q not under the default prefix", s.key(id))
 	}
@@ -453,9 +477,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	t.Run("claims", func(t *testing.T) {
 		for _, id := range ids {
 			for _, s := range []*Store{outer, inner} {
-				if first, err := s.Claim(ctx, id, until); !first || err != nil {
-					t.Fatalf("%s claim %q = %v, %v; want first", s.Prefix(), id, first, err)
-				}
+				wantClaim(t, s, id, until, true)
 			}
 		}
 	})
@@ -463,9 +485,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		for _, id := range ids {
 			must(t, outer.Release(ctx, id))
 			must(t, outer.Release(ctx, "webhooks:"+id))
-			if first, err := inner.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("inner replay of %q after outer's releases = %v, %v; want taken", id, first, err)
-			}
+			wantClaim(t, inner, id, until, false)
 		}
 	})
 	t.Run("fence", func(t *testing.T) {
@@ -479,9 +499,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 			if _, err := outer.Claim(ctx, id, until); !errors.Is(err, ErrFenced) {
 				t.Fatalf("outer claim after losing its markers = %v; want ErrFenced", err)
 			}
-			if first, err := inner.Claim(ctx, id, until); !first || err != nil {
-				t.Fatalf("inner claim while outer is fenced = %v, %v; want first", first, err)
-			}
+			wantClaim(t, inner, id, until, true)
 		}
 	})
 	t.Run("every key has one owner", func(t *testing.T) {

@@ -125,15 +125,10 @@ func releaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 		t.Fatalf("entry after the late acquires = %q, %v; want the cancel note", v, err)
 	}
 	// Anyone else finds the ID free.
-	l, err := s.AcquireLease(ctx, "n", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("acquire after the note = %+v, %v; want acquired", l, err)
-	}
+	acquireLease(t, s, "n", time.Minute, replay.LeaseAcquired)
 	s.releaseLater("m", token, time.Now().Add(10*time.Second))
 	<-done
-	if first, err := s.Claim(ctx, "m", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim of a noted id = %v, %v; want first", first, err)
-	}
+	wantClaim(t, s, "m", time.Now().Add(time.Minute), true)
 	l2, err := s.AcquireLease(ctx, "o", time.Minute)
 	if err != nil {
 		t.Fatal(err)

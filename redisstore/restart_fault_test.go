@@ -195,9 +195,7 @@ func TestRollbackAcceptsTwiceWhenAllowed(t *testing.T) {
 	}
 	until := time.Now().Add(time.Minute)
 	for i := range n {
-		if first, err := s.Claim(ctx, fmt.Sprintf("rollback-%d", i), until); !first || err != nil {
-			t.Fatalf("claim %d = %v, %v; want first", i, first, err)
-		}
+		wantClaim(t, s, fmt.Sprintf("rollback-%d", i), until, true)
 	}
 	rp.restart(syscall.SIGKILL)
 	again := 0

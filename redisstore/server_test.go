@@ -199,6 +199,23 @@ func standaloneClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// mustInfo returns one INFO section of c.
+func mustInfo(t testing.TB, c *redis.Client, section string) string {
+	t.Helper()
+	v, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// infoInt returns one integer field of an INFO section of c (0 when absent).
+func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	n, _ := strconv.ParseInt(infoValue(mustInfo(t, c, section), field), 10, 64)
+	return n
+}
+
 // newReplica starts a replica of primary and waits until the primary
 // reports it connected and in sync.
 func newReplica(t testing.TB, primary *server) *server {
@@ -479,10 +496,7 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			}
 			opts := tt.opts
 			opts.Logger = quietLogger()
-			s, err := Open(ctx, f, opts)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
+			s := mustOpen(t, f, opts)
 			f.set(tt.change)
 			var checkErr error
 			if tt.reopen {
@@ -542,9 +556,7 @@ func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 		if err := s.ready(ctx); !errors.Is(err, ErrFenced) || Reason(err) != whyLossSeen {
 			t.Fatalf("call while the fence cannot be written = %v; want ErrFenced (%q)", err, whyLossSeen)
 		}
-		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-			t.Fatalf("claim while the fence cannot be written = %v, %v", first, err)
-		}
+		wantRefused(t, s, "x", time.Now().Add(time.Minute), ErrFenced)
 	}
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	s.checkServer(ctx)

@@ -39,10 +39,7 @@ func statusReportsShardsLedgerAndServer(t *testing.T) {
 	c.Del(ctx, s.tags[4], s.tags[5])
 	c.Do(ctx, "SWAPDB", 1, 2)
 	before, _ := c.MGet(ctx, s.tags[:]...).Result()
-	st, err := s.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStatus(t, s)
 	if st.Prefix != "app:" || st.Horizon != DefaultHorizon || st.ProvisionedHorizon != DefaultHorizon || st.Open != Shards-5 || st.Fenced != 3 || st.Missing != 2 {
 		t.Fatalf("Status = %+v; want 59 open, 3 fenced, 2 missing", st)
 	}
@@ -122,9 +119,7 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 		}
 		return fmt.Sprintf("F%d", end.UnixMilli())
 	})
-	if first, err := running.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim while fenced = %v, %v; want ErrFenced", first, err)
-	}
+	wantRefused(t, running, "x", time.Now().Add(time.Minute), ErrFenced)
 	if _, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Open while fenced = %v; want ErrFenced", err)
 	}
@@ -152,13 +147,8 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(logs.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "alice") {
 		t.Fatalf("log %q; want one Warn line naming who accepted", logs.String())
 	}
-	if first, err := running.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim of the running store after Reopen = %v, %v; want first", first, err)
-	}
-	s, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("Open after Reopen: %v", err)
-	}
+	wantClaim(t, running, "x", time.Now().Add(time.Minute), true)
+	s := mustOpen(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	s.Close()
 	if n, err := op.Reopen(ctx, "alice", "again"); n != 0 || err != nil {
 		t.Fatalf("Reopen of an open key space = %d, %v; want 0, nil", n, err)
