@@ -64,6 +64,34 @@ func waitUntil(t time.Time) { time.Sleep(time.Until(t) + 50*time.Millisecond) }
 // claimedBefore is what was accepted before a loss: each ID's until.
 type claimedBefore map[string]time.Time
 
+// claimMany claims n fresh IDs (prefix-0, prefix-1, ...) on s, each until
+// life from now, and returns them as claimedBefore.
+func claimMany(t *testing.T, s *Store, prefix string, n int, life time.Duration) claimedBefore {
+	t.Helper()
+	before := claimedBefore{}
+	for i := range n {
+		id, until := fmt.Sprint(prefix, i), time.Now().Add(life)
+		if first, err := claim(context.Background(), s, id, until); !first || err != nil {
+			t.Fatalf("claim %s: %v, %v", id, first, err)
+		}
+		before[id] = until
+	}
+	return before
+}
+
+// meetEveryShard claims one fresh ID on each shard of s, so that s meets
+// a loss on every shard.
+func meetEveryShard(s *Store) {
+	var met [Shards]bool
+	for i, n := 0, 0; n < Shards; i++ {
+		if id := fmt.Sprintf("after-%d", i); !met[shardOf(id)] {
+			met[shardOf(id)] = true
+			n++
+			claim(context.Background(), s, id, time.Now().Add(time.Second))
+		}
+	}
+}
+
 // latest is the last until of c.
 func (c claimedBefore) latest() time.Time {
 	var l time.Time
@@ -234,14 +262,7 @@ func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 			if first, err := claim(ctx, short, "short-0", time.Now().Add(time.Second)); !first || err != nil {
 				t.Fatalf("short claim: %v, %v", first, err)
 			}
-			before := claimedBefore{}
-			for i := range 20 {
-				id, until := fmt.Sprintf("long-%d", i), time.Now().Add(4*time.Second)
-				if first, err := claim(ctx, long, id, until); !first || err != nil {
-					t.Fatalf("long claim: %v, %v", first, err)
-				}
-				before[id] = until
-			}
+			before := claimMany(t, long, "long-", 20, 4*time.Second)
 			if tc.recheck < time.Second {
 				deadline := time.Now().Add(5 * time.Second)
 				for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {
@@ -256,15 +277,7 @@ func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 			}
 			srv.restart(syscall.SIGKILL)
 			// The short application meets the loss first on every shard.
-			var met [Shards]bool
-			for i, n := 0, 0; n < Shards; i++ {
-				id := fmt.Sprintf("after-%d", i)
-				if !met[shardOf(id)] {
-					met[shardOf(id)] = true
-					n++
-					claim(ctx, short, id, time.Now().Add(time.Second))
-				}
-			}
+			meetEveryShard(short)
 			// Every shard's loss was found by now: a restart's own length
 			// (seconds on a loaded machine) is not the fence's.
 			found := time.Now()
@@ -307,14 +320,7 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 	short := provisioned(t, c, shortOpts)
 	long := mustNew(t, c, lifetimeOpts("horizon:", time.Hour))
 	defer long.Close()
-	before := claimedBefore{}
-	for i := range 20 {
-		id, until := fmt.Sprintf("long-%d", i), time.Now().Add(8*time.Second)
-		if first, err := claim(ctx, long, id, until); !first || err != nil {
-			t.Fatalf("long claim: %v, %v", first, err)
-		}
-		before[id] = until
-	}
+	before := claimMany(t, long, "long-", 20, 8*time.Second)
 	deadline := time.Now().Add(2 * time.Second)
 	for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {
 		time.Sleep(60 * time.Millisecond)
@@ -324,15 +330,7 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 		t.Fatalf("short application (Horizon %v) knows %v; want the record's %v", short.Horizon(), short.Lifetime(), long.Lifetime())
 	}
 	srv.restart(syscall.SIGKILL)
-	var met [Shards]bool
-	for i, n := 0, 0; n < Shards; i++ {
-		id := fmt.Sprintf("after-%d", i)
-		if !met[shardOf(id)] {
-			met[shardOf(id)] = true
-			n++
-			claim(ctx, short, id, time.Now().Add(time.Second))
-		}
-	}
+	meetEveryShard(short)
 	if end := fenceEnd(t, short, "long-0"); end.Before(before.latest()) {
 		t.Fatalf("the short application's fence ends at %v, before the long application's claims expire (%v)", end, before.latest())
 	}
@@ -449,14 +447,7 @@ func statusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
 	c := srv.client()
 	ctx := context.Background()
 	s := provisioned(t, c, lifetimeOpts("status-life:", 100*time.Millisecond))
-	before := claimedBefore{}
-	for i := range 20 {
-		id, until := fmt.Sprint("id-", i), time.Now().Add(3*time.Second)
-		if first, err := claim(ctx, s, id, until); !first || err != nil {
-			t.Fatalf("Claim: %v, %v", first, err)
-		}
-		before[id] = until
-	}
+	before := claimMany(t, s, "id-", 20, 3*time.Second)
 	lost := time.Now()
 	srv.restart(syscall.SIGKILL)
 	fenceEnd(t, s, "fresh")
