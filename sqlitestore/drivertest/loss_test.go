@@ -65,6 +65,17 @@ func claimAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time)
 	}
 }
 
+// claimedAll fails t unless s answers Claim of every ID of ids not first,
+// without error; when says at what point, for the message.
+func claimedAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time, when string) {
+	t.Helper()
+	for _, id := range ids {
+		if first, err := s.Claim(context.Background(), id, until); first || err != nil {
+			t.Fatalf("Claim(%s) %s = %v, %v; want not first", id, when, first, err)
+		}
+	}
+}
+
 func idList(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -239,11 +250,7 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 			time.Sleep(time.Until(rearmed.Add(fence)) + 10*time.Millisecond)
 		}
 		defer s.Close()
-		for _, id := range a {
-			if first, err := s.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("Claim(%s), held in the copy, after the fence = %v, %v; want not first", id, first, err)
-			}
-		}
+		claimedAll(t, s, a, until, "held in the copy, after the fence")
 		claimAll(t, s, b, until) // the operator's decision: Rearm accepts what the copy lost
 	})
 }
@@ -414,11 +421,7 @@ func withoutItsSidecar(t *testing.T) {
 				claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
 				s.Close()
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				for _, id := range idList(how+"-", 3) {
-					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
-						t.Fatalf("%s: Claim(%s) after a restart = %v, %v; want not first", how, id, first, err)
-					}
-				}
+				claimedAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour), "after a restart ("+how+")")
 				s.Close()
 			}
 		})

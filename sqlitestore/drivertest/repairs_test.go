@@ -123,11 +123,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 						}
 						rep.wait(t)
 					}
-					for _, id := range ids {
-						if first, err := s.Claim(ctx, id, until); first || err != nil {
-							t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
-						}
-					}
+					claimedAll(t, s, ids, until, "after the repair")
 					if first, err := s.Claim(ctx, "after", until); !first || err != nil {
 						t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
 					}
@@ -475,11 +471,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 			}
 			must(t, os.Remove(filler))
 			rep.wait(t)
-			for _, id := range ids {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
-				}
-			}
+			claimedAll(t, s, ids, until, "after the repair")
 			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
 				t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
 			}
@@ -519,11 +511,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 			if logs.infos("holds it back") == 0 {
 				t.Error("no line logged for the checkpoint a reader holds back")
 			}
-			for _, id := range ids {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
-				}
-			}
+			claimedAll(t, s, ids, until, "after the repair")
 			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
 				t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
 			}
