@@ -973,11 +973,7 @@ func appVacuumWhileRunning(t *testing.T) {
 		if rootAfter == rootBefore {
 			t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
 		}
-		for _, id := range claimed {
-			if first, err := s.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("Claim(%s) after the application's VACUUMs = %v, %v; want false, nil", id, first, err)
-			}
-		}
+		claimedAll(t, s, claimed, until, "after the application's VACUUMs")
 		s.Close()
 		s, err = sqlitestore.New(ctx, db, opts)
 		if err != nil {
