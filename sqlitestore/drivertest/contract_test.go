@@ -146,11 +146,7 @@ func TestSweep(t *testing.T) {
 		if n, err := s.Sweep(ctx); n != 0 || err != nil {
 			t.Fatalf("Sweep again = %d, %v; want 0", n, err)
 		}
-		for _, id := range live {
-			if first, err := s.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("Claim(%s) after the sweep = %v, %v; want not first", id, first, err)
-			}
-		}
+		claimedAll(t, s, live, until, "after the sweep")
 		if first, err := s.Claim(ctx, "old-7", until); !first || err != nil {
 			t.Fatalf("Claim of a swept ID = %v, %v; want first", first, err)
 		}

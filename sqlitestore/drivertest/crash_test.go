@@ -646,15 +646,13 @@ func faultDB(t *testing.T, d Driver) string {
 func TestSIGKILL(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			for i, mode := range []string{"claim", "lease", "transactional", "acquirework"} {
-				t.Run(mode, func(t *testing.T) {
-					sigkillRounds(t, d, mode, rand.New(rand.NewPCG(seed, uint64(i))))
-				})
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for i, mode := range []string{"claim", "lease", "transactional", "acquirework"} {
+			t.Run(mode, func(t *testing.T) {
+				sigkillRounds(t, d, mode, rand.New(rand.NewPCG(seed, uint64(i))))
+			})
+		}
+	})
 }
 
 func sigkillRounds(t *testing.T, d Driver, mode string, r *rand.Rand) {

@@ -88,9 +88,7 @@ func wantUnavailable(err error) error {
 // ReadRecord still reads each record; once space is freed the same store
 // serves again, every record intact.
 func TestFullDisk(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) { fullDisk(t, d) })
-	}
+	eachDriver(t, fullDisk)
 }
 
 func fullDisk(t *testing.T, d Driver) {

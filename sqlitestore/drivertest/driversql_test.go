@@ -46,45 +46,43 @@ func TestDriver(t *testing.T) {
 // them. The weak settings are the ones the refusal tests open with. On
 // Safe's pool, Migrate and New then accept the settings.
 func dsnSetsEveryConnection(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			for _, tc := range []struct {
-				name    string
-				pragmas []Pragma
-				journal string
-				sync    int
-				busy    int
-			}{
-				{"Safe", Safe, "wal", 2, 5000},
-				{"WAL EXTRA 4321", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "EXTRA"}, {"busy_timeout", "4321"}}, "wal", 3, 4321},
-				{"TRUNCATE EXTRA 1234", []Pragma{{"journal_mode", "TRUNCATE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "1234"}}, "truncate", 3, 1234},
-				{"weak: MEMORY OFF 0", []Pragma{{"journal_mode", "MEMORY"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, "memory", 0, 0},
-				{"weak: WAL NORMAL 1", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "NORMAL"}, {"busy_timeout", "1"}}, "wal", 1, 1},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					ctx := context.Background()
-					db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), tc.pragmas)
-					// Four connections held at once: four the pool opened.
-					for i := range 4 {
-						c, err := db.Conn(ctx)
-						must(t, err)
-						defer c.Close()
-						j, s, b := readPragmas(t, c)
-						if j != tc.journal || s != tc.sync || b != tc.busy {
-							t.Fatalf("connection %d runs journal_mode=%s synchronous=%d busy_timeout=%d; want %s, %d, %d", i, j, s, b, tc.journal, tc.sync, tc.busy)
-						}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range []struct {
+			name    string
+			pragmas []Pragma
+			journal string
+			sync    int
+			busy    int
+		}{
+			{"Safe", Safe, "wal", 2, 5000},
+			{"WAL EXTRA 4321", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "EXTRA"}, {"busy_timeout", "4321"}}, "wal", 3, 4321},
+			{"TRUNCATE EXTRA 1234", []Pragma{{"journal_mode", "TRUNCATE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "1234"}}, "truncate", 3, 1234},
+			{"weak: MEMORY OFF 0", []Pragma{{"journal_mode", "MEMORY"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, "memory", 0, 0},
+			{"weak: WAL NORMAL 1", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "NORMAL"}, {"busy_timeout", "1"}}, "wal", 1, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), tc.pragmas)
+				// Four connections held at once: four the pool opened.
+				for i := range 4 {
+					c, err := db.Conn(ctx)
+					must(t, err)
+					defer c.Close()
+					j, s, b := readPragmas(t, c)
+					if j != tc.journal || s != tc.sync || b != tc.busy {
+						t.Fatalf("connection %d runs journal_mode=%s synchronous=%d busy_timeout=%d; want %s, %d, %d", i, j, s, b, tc.journal, tc.sync, tc.busy)
 					}
-					if n := db.Stats().OpenConnections; n != 4 {
-						t.Fatalf("%d connections open; want 4", n)
-					}
-					if tc.name == "Safe" {
-						must(t, sqlitestore.Migrate(ctx, db, ""))
-						mustStore(t, db, sqlitestore.Options{})
-					}
-				})
-			}
-		})
-	}
+				}
+				if n := db.Stats().OpenConnections; n != 4 {
+					t.Fatalf("%d connections open; want 4", n)
+				}
+				if tc.name == "Safe" {
+					must(t, sqlitestore.Migrate(ctx, db, ""))
+					mustStore(t, db, sqlitestore.Options{})
+				}
+			})
+		}
+	})
 }
 
 // driverSQL: what the store's SQL needs of the driver and of the
@@ -93,80 +91,78 @@ func dsnSetsEveryConnection(t *testing.T) {
 // ROLLBACK run the same way, and database/sql's BeginTx refused on a
 // connection inside such a transaction.
 func driverSQL(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), With("busy_timeout", "50"))
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), With("busy_timeout", "50"))
 
-			var version string
-			must(t, db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version))
-			var major, minor, patch int
-			if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil || major != 3 || minor < 35 {
-				t.Fatalf("SQLite %s; want 3.35 or newer (RETURNING)", version)
-			}
-			t.Logf("SQLite %s", version)
+		var version string
+		must(t, db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version))
+		var major, minor, patch int
+		if _, err := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); err != nil || major != 3 || minor < 35 {
+			t.Fatalf("SQLite %s; want 3.35 or newer (RETURNING)", version)
+		}
+		t.Logf("SQLite %s", version)
 
-			mustExec(t, ctx, db, "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-			var k, v int
-			if err := db.QueryRowContext(ctx, "INSERT INTO t (v) VALUES (?) RETURNING k, v", 7).Scan(&k, &v); err != nil || v != 7 {
-				t.Fatalf("INSERT … RETURNING = %d, %d, %v; want v 7", k, v, err)
-			}
-			if err := db.QueryRowContext(ctx, "UPDATE t SET v = v + 1 WHERE k = ? RETURNING v", k).Scan(&v); err != nil || v != 8 {
-				t.Fatalf("UPDATE … RETURNING = %d, %v; want 8", v, err)
-			}
-			if err := db.QueryRowContext(ctx, "UPDATE t SET v = v + 1 WHERE k = -1 RETURNING v").Scan(&v); err != sql.ErrNoRows {
-				t.Fatalf("UPDATE … RETURNING of no row: %v; want sql.ErrNoRows", err)
-			}
+		mustExec(t, ctx, db, "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+		var k, v int
+		if err := db.QueryRowContext(ctx, "INSERT INTO t (v) VALUES (?) RETURNING k, v", 7).Scan(&k, &v); err != nil || v != 7 {
+			t.Fatalf("INSERT … RETURNING = %d, %d, %v; want v 7", k, v, err)
+		}
+		if err := db.QueryRowContext(ctx, "UPDATE t SET v = v + 1 WHERE k = ? RETURNING v", k).Scan(&v); err != nil || v != 8 {
+			t.Fatalf("UPDATE … RETURNING = %d, %v; want 8", v, err)
+		}
+		if err := db.QueryRowContext(ctx, "UPDATE t SET v = v + 1 WHERE k = -1 RETURNING v").Scan(&v); err != sql.ErrNoRows {
+			t.Fatalf("UPDATE … RETURNING of no row: %v; want sql.ErrNoRows", err)
+		}
 
-			c1, err := db.Conn(ctx)
-			must(t, err)
-			defer c1.Close()
-			c2, err := db.Conn(ctx)
-			must(t, err)
-			defer c2.Close()
-			exec := func(c *sql.Conn, query string) error {
-				_, err := c.ExecContext(ctx, query)
-				return err
-			}
-			count := func(c *sql.Conn) int {
-				t.Helper()
-				var n int
-				must(t, c.QueryRowContext(ctx, "SELECT count(*) FROM t").Scan(&n))
-				return n
-			}
+		c1, err := db.Conn(ctx)
+		must(t, err)
+		defer c1.Close()
+		c2, err := db.Conn(ctx)
+		must(t, err)
+		defer c2.Close()
+		exec := func(c *sql.Conn, query string) error {
+			_, err := c.ExecContext(ctx, query)
+			return err
+		}
+		count := func(c *sql.Conn) int {
+			t.Helper()
+			var n int
+			must(t, c.QueryRowContext(ctx, "SELECT count(*) FROM t").Scan(&n))
+			return n
+		}
 
-			if err := exec(c1, "BEGIN IMMEDIATE"); err != nil {
-				t.Fatalf("BEGIN IMMEDIATE on a *sql.Conn: %v", err)
-			}
-			must(t, exec(c1, "INSERT INTO t (v) VALUES (1)"))
-			if err := exec(c2, "BEGIN IMMEDIATE"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "locked") {
-				t.Fatalf("a second BEGIN IMMEDIATE while the first holds the write lock: %v; want database is locked", err)
-			}
-			if n := count(c2); n != 1 {
-				t.Fatalf("another connection sees %d rows during the transaction; want 1 (the uncommitted one hidden)", n)
-			}
-			if tx, err := c1.BeginTx(ctx, nil); err == nil {
-				tx.Rollback()
-				t.Fatal("BeginTx on a connection inside BEGIN IMMEDIATE succeeded; want cannot start a transaction within a transaction")
-			}
-			if err := exec(c1, "ROLLBACK"); err != nil {
-				t.Fatalf("ROLLBACK: %v", err)
-			}
-			if n := count(c2); n != 1 {
-				t.Fatalf("%d rows after ROLLBACK; want 1", n)
-			}
-			if err := exec(c2, "BEGIN IMMEDIATE"); err != nil {
-				t.Fatalf("BEGIN IMMEDIATE once the first ROLLBACK released the lock: %v", err)
-			}
-			must(t, exec(c2, "INSERT INTO t (v) VALUES (2)"))
-			if err := exec(c2, "COMMIT"); err != nil {
-				t.Fatalf("COMMIT: %v", err)
-			}
-			if n := count(c1); n != 2 {
-				t.Fatalf("%d rows after COMMIT; want 2", n)
-			}
-		})
-	}
+		if err := exec(c1, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatalf("BEGIN IMMEDIATE on a *sql.Conn: %v", err)
+		}
+		must(t, exec(c1, "INSERT INTO t (v) VALUES (1)"))
+		if err := exec(c2, "BEGIN IMMEDIATE"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "locked") {
+			t.Fatalf("a second BEGIN IMMEDIATE while the first holds the write lock: %v; want database is locked", err)
+		}
+		if n := count(c2); n != 1 {
+			t.Fatalf("another connection sees %d rows during the transaction; want 1 (the uncommitted one hidden)", n)
+		}
+		if tx, err := c1.BeginTx(ctx, nil); err == nil {
+			tx.Rollback()
+			t.Fatal("BeginTx on a connection inside BEGIN IMMEDIATE succeeded; want cannot start a transaction within a transaction")
+		}
+		if err := exec(c1, "ROLLBACK"); err != nil {
+			t.Fatalf("ROLLBACK: %v", err)
+		}
+		if n := count(c2); n != 1 {
+			t.Fatalf("%d rows after ROLLBACK; want 1", n)
+		}
+		if err := exec(c2, "BEGIN IMMEDIATE"); err != nil {
+			t.Fatalf("BEGIN IMMEDIATE once the first ROLLBACK released the lock: %v", err)
+		}
+		must(t, exec(c2, "INSERT INTO t (v) VALUES (2)"))
+		if err := exec(c2, "COMMIT"); err != nil {
+			t.Fatalf("COMMIT: %v", err)
+		}
+		if n := count(c1); n != 2 {
+			t.Fatalf("%d rows after COMMIT; want 2", n)
+		}
+	})
 }
 
 // schemaRunsThroughExecContext: Schema's SQL, several statements in
@@ -176,23 +172,21 @@ func driverSQL(t *testing.T) {
 // an argument-less string; with arguments they differ, so the store
 // itself sends one statement a call).
 func schemaRunsThroughExecContext(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db := d.Open(t, filepath.Join(t.TempDir(), "x.db"))
-			schema, err := sqlitestore.Schema("team_replay")
-			must(t, err)
-			c, err := db.Conn(ctx)
-			must(t, err)
-			defer c.Close()
-			if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
-				t.Fatalf("Schema's SQL in one ExecContext: %v", err)
-			}
-			objects := countRows(t, db, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`)
-			markers := countRows(t, db, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`)
-			if objects != 2 || markers != 1 {
-				t.Fatalf("after Schema's SQL: %d of the table and its index, %d marker rows; want 2 and 1", objects, markers)
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db := d.Open(t, filepath.Join(t.TempDir(), "x.db"))
+		schema, err := sqlitestore.Schema("team_replay")
+		must(t, err)
+		c, err := db.Conn(ctx)
+		must(t, err)
+		defer c.Close()
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
+			t.Fatalf("Schema's SQL in one ExecContext: %v", err)
+		}
+		objects := countRows(t, db, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`)
+		markers := countRows(t, db, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`)
+		if objects != 2 || markers != 1 {
+			t.Fatalf("after Schema's SQL: %d of the table and its index, %d marker rows; want 2 and 1", objects, markers)
+		}
+	})
 }

@@ -65,6 +65,17 @@ func claimAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time)
 	}
 }
 
+// claimedAll fails t unless s answers Claim of every ID of ids not first,
+// without error; when says at what point, for the message.
+func claimedAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time, when string) {
+	t.Helper()
+	for _, id := range ids {
+		if first, err := s.Claim(context.Background(), id, until); first || err != nil {
+			t.Fatalf("Claim(%s) %s = %v, %v; want not first", id, when, first, err)
+		}
+	}
+}
+
 func idList(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -239,11 +250,7 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 			time.Sleep(time.Until(rearmed.Add(fence)) + 10*time.Millisecond)
 		}
 		defer s.Close()
-		for _, id := range a {
-			if first, err := s.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("Claim(%s), held in the copy, after the fence = %v, %v; want not first", id, first, err)
-			}
-		}
+		claimedAll(t, s, a, until, "held in the copy, after the fence")
 		claimAll(t, s, b, until) // the operator's decision: Rearm accepts what the copy lost
 	})
 }
@@ -414,11 +421,7 @@ func withoutItsSidecar(t *testing.T) {
 				claimAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour))
 				s.Close()
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				for _, id := range idList(how+"-", 3) {
-					if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first || err != nil {
-						t.Fatalf("%s: Claim(%s) after a restart = %v, %v; want not first", how, id, first, err)
-					}
-				}
+				claimedAll(t, s, idList(how+"-", 3), time.Now().Add(time.Hour), "after a restart ("+how+")")
 				s.Close()
 			}
 		})
@@ -588,47 +591,34 @@ func walLinksAfterACrash(t *testing.T) {
 		}
 		for _, act := range []struct {
 			name    string
-			do      func(t *testing.T, path string) string // the path New opens
+			sqlite3 []string                               // statements the sqlite3 shell runs on the file
+			do      func(t *testing.T, path string) string // then this, if set: the path New opens
+			rm      []string                               // then the files deleted, by suffix
 			refused bool
 			migrate bool // Migrate before New, on its handle
 		}{
-			{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
-				shell(t, path, `PRAGMA integrity_check`)
-				return path
-			}, false, false},
-			{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false, false},
-			{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
-				shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
-				return path
-			}, false, false},
-			{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false, false},
-			{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
+			{name: "sqlite3 PRAGMA integrity_check", sqlite3: []string{`PRAGMA integrity_check`}},
+			{name: "sqlite3 VACUUM", sqlite3: []string{`VACUUM`}},
+			{name: "sqlite3 integrity_check then VACUUM", sqlite3: []string{`PRAGMA integrity_check`, `VACUUM`}},
+			{name: "sqlite3 REINDEX", sqlite3: []string{`REINDEX`}},
+			{name: "sqlite3 .backup, restored over the file", do: func(t *testing.T, path string) string {
 				backup := filepath.Join(plainTempDir(t), "backup.db")
 				shell(t, path, `.backup `+backup)
 				restoreCopy(t, path, backup)
 				return path
-			}, false, false},
-			{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
+			}},
+			{name: "VACUUM INTO, restored over the file", do: func(t *testing.T, path string) string {
 				backup := filepath.Join(plainTempDir(t), "into.db")
 				walSession(t, path, `VACUUM INTO '`+backup+`'`)
 				restoreCopy(t, path, backup)
 				return path
-			}, false, false},
-			{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false, false},
-			{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false, false},
+			}},
+			{name: "mv of the directory", do: func(t *testing.T, path string) string { return moved(t, path, false) }},
+			{name: "cp -a of the directory", do: func(t *testing.T, path string) string { return moved(t, path, true) }},
 			// rm replay.db-* deletes these two files, no other.
-			{"rm -wal -shm", func(t *testing.T, path string) string {
-				removeFiles(t, path+"-wal", path+"-shm")
-				return path
-			}, true, false},
-			{name: "rm -wal, then Migrate", do: func(t *testing.T, path string) string {
-				removeFiles(t, path+"-wal")
-				return path
-			}, refused: true, migrate: true},
-			{name: "rm -wal -shm, then Migrate", do: func(t *testing.T, path string) string {
-				removeFiles(t, path+"-wal", path+"-shm")
-				return path
-			}, refused: true, migrate: true},
+			{name: "rm -wal -shm", rm: []string{"-wal", "-shm"}, refused: true},
+			{name: "rm -wal, then Migrate", rm: []string{"-wal"}, refused: true, migrate: true},
+			{name: "rm -wal -shm, then Migrate", rm: []string{"-wal", "-shm"}, refused: true, migrate: true},
 			{name: "another program opens and closes the file, then Migrate", do: func(t *testing.T, path string) string {
 				walSession(t, path, `SELECT count(*) FROM sqlite_master`)
 				if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
@@ -636,20 +626,19 @@ func walLinksAfterACrash(t *testing.T) {
 				}
 				return path
 			}, migrate: true},
-			{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
+			{name: "rm -wal -shm then VACUUM", do: func(t *testing.T, path string) string {
 				removeFiles(t, path+"-wal", path+"-shm")
 				walSession(t, path, `VACUUM`)
 				return path
-			}, true, false},
-			{"mv replay.db* other/ then rm -wal -shm", func(t *testing.T, path string) string {
+			}, refused: true},
+			{name: "mv replay.db* other/ then rm -wal -shm", do: func(t *testing.T, path string) string {
 				to := filepath.Join(plainTempDir(t), filepath.Base(path))
 				for _, suffix := range []string{"", "-wal", "-shm"} {
 					must(t, os.Rename(path+suffix, to+suffix))
 				}
-				removeFiles(t, to+"-wal", to+"-shm")
 				return to
-			}, true, false},
-			{"the directory copied without hard links", func(t *testing.T, path string) string {
+			}, rm: []string{"-wal", "-shm"}, refused: true},
+			{name: "the directory copied without hard links", do: func(t *testing.T, path string) string {
 				dir := plainTempDir(t)
 				ents, err := os.ReadDir(filepath.Dir(path))
 				must(t, err)
@@ -659,16 +648,16 @@ func walLinksAfterACrash(t *testing.T) {
 					writeFile(t, filepath.Join(dir, e.Name()), b)
 				}
 				return filepath.Join(dir, filepath.Base(path))
-			}, false, false},
-			{"another program writes in two sessions", func(t *testing.T, path string) string {
+			}},
+			{name: "another program writes in two sessions", do: func(t *testing.T, path string) string {
 				// The first session's close copies the WAL into the file
 				// and deletes it; the second grows the file (page 1 and
 				// the app's pages change): no store row is lost.
 				walSession(t, path, `INSERT INTO effects VALUES ('one')`)
 				walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
 				return path
-			}, false, false},
-			{"a store of another table in the file restarts first", func(t *testing.T, path string) string {
+			}},
+			{name: "a store of another table in the file restarts first", do: func(t *testing.T, path string) string {
 				db := d.Open(t, path)
 				must(t, sqlitestore.Migrate(ctx, db, "other_table"))
 				other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
@@ -676,12 +665,20 @@ func walLinksAfterACrash(t *testing.T) {
 				other.Close()
 				db.Close()
 				return path
-			}, false, false},
+			}},
 		} {
 			t.Run("after a crash, "+act.name, func(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
-				path = act.do(t, path)
+				if len(act.sqlite3) > 0 {
+					shell(t, path, act.sqlite3...)
+				}
+				if act.do != nil {
+					path = act.do(t, path)
+				}
+				for _, suffix := range act.rm {
+					removeFiles(t, path+suffix)
+				}
 				db := d.Open(t, path)
 				if act.migrate {
 					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
@@ -976,11 +973,7 @@ func appVacuumWhileRunning(t *testing.T) {
 		if rootAfter == rootBefore {
 			t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
 		}
-		for _, id := range claimed {
-			if first, err := s.Claim(ctx, id, until); first || err != nil {
-				t.Fatalf("Claim(%s) after the application's VACUUMs = %v, %v; want false, nil", id, first, err)
-			}
-		}
+		claimedAll(t, s, claimed, until, "after the application's VACUUMs")
 		s.Close()
 		s, err = sqlitestore.New(ctx, db, opts)
 		if err != nil {

@@ -23,12 +23,10 @@ import (
 // the parent refuses every ID acknowledged.
 func TestProcessesShareAFile(t *testing.T) {
 	const procs = 2
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Run("claim", func(t *testing.T) { shareAFile(t, d, "claim", procs, 2000) })
-			t.Run("lease", func(t *testing.T) { shareAFile(t, d, "lease", procs, 1000) })
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		t.Run("claim", func(t *testing.T) { shareAFile(t, d, "claim", procs, 2000) })
+		t.Run("lease", func(t *testing.T) { shareAFile(t, d, "lease", procs, 1000) })
+	})
 }
 
 func shareAFile(t *testing.T, d Driver, mode string, procs, ids int) {

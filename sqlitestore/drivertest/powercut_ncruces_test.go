@@ -248,76 +248,7 @@ func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
 func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind) (again, lost []string, errs []error) {
 	ids := slices.Sorted(maps.Keys(acked))
 	var mu sync.Mutex
-	check := pcChecker(ctx, s, db, send, acked, func(id string, a, l bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case a:
-			again = append(again, id)
-		case l:
-			lost = append(lost, id)
-		}
-	})
-	// A call refused (the store repairing after the cut's I/O errors, a
-	// new connection's pragma meeting a lock) consumed nothing, and is
-	// tried again until pcPatience has passed: the question is what the
-	// file holds. A call whose outcome is unknown may have taken the ID
-	// again, and asking again would hide it: it is an error.
-	deadline := time.Now().Add(pcPatience)
-	errs = faultEach(ids, func(id string) (err error) {
-		for {
-			if err = check(id); err == nil || pcUnknownOutcome(err) || time.Now().After(deadline) {
-				return err
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	slices.Sort(again)
-	slices.Sort(lost)
-	return again, lost, errs
-}
-
-// pcUnknownOutcome reports whether a check's failed call may have acted:
-// it ran out of its deadline, or the middleware's commit outcome is
-// unknown.
-func pcUnknownOutcome(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), idempotency.ProblemOutcomeUnknown)
-}
-
-// pcAfterCut builds a store on f after a cut and asks it for every ID in
-// acked (pcCheck), adding what it found to tot. It returns New's error:
-// ErrForgotten, counted as refused, then names how many acknowledged IDs
-// the file lacks (read with SQL).
-func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) (again, lost []string, errs []error, err error) {
-	ctx := context.Background()
-	db := f.open(t)
-	defer db.Close()
-	// A minute a call: a check that ran out of time has an unknown
-	// outcome (pcUnknownOutcome), which a loaded machine must not make.
-	opts := pcOptions()
-	opts.Timeout = time.Minute
-	s, err := pcNew(ctx, db, opts)
-	if errors.Is(err, sqlitestore.ErrForgotten) {
-		tot.refused++
-		missing, merr := pcMissing(ctx, db, acked)
-		tot.missingRefused += missing
-		return nil, nil, nil, fmt.Errorf("%w; %d of %d acknowledged IDs missing (read with SQL: %v)", err, missing, len(acked), merr)
-	}
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer s.Close()
-	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s), acked)
-	tot.checked += len(acked)
-	tot.again += len(again)
-	tot.lost += len(lost)
-	tot.checkErrs += len(errs)
-	return again, lost, errs, nil
-}
-
-// pcChecker returns the check of one ID for pcCheck.
-func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind, record func(id string, again, lost bool)) func(id string) error {
-	return func(id string) error {
+	check := func(id string) error {
 		var a, l bool
 		fp := faultFingerprint(id)
 		switch acked[id] {
@@ -375,9 +306,71 @@ func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(
 			}
 			l = l || n != 1
 		}
-		record(id, a, l)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case a:
+			again = append(again, id)
+		case l:
+			lost = append(lost, id)
+		}
 		return nil
 	}
+	// A call refused (the store repairing after the cut's I/O errors, a
+	// new connection's pragma meeting a lock) consumed nothing, and is
+	// tried again until pcPatience has passed: the question is what the
+	// file holds. A call whose outcome is unknown may have taken the ID
+	// again, and asking again would hide it: it is an error.
+	deadline := time.Now().Add(pcPatience)
+	errs = faultEach(ids, func(id string) (err error) {
+		for {
+			if err = check(id); err == nil || pcUnknownOutcome(err) || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	slices.Sort(again)
+	slices.Sort(lost)
+	return again, lost, errs
+}
+
+// pcUnknownOutcome reports whether a check's failed call may have acted:
+// it ran out of its deadline, or the middleware's commit outcome is
+// unknown.
+func pcUnknownOutcome(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), idempotency.ProblemOutcomeUnknown)
+}
+
+// pcAfterCut builds a store on f after a cut and asks it for every ID in
+// acked (pcCheck), adding what it found to tot. It returns New's error:
+// ErrForgotten, counted as refused, then names how many acknowledged IDs
+// the file lacks (read with SQL).
+func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) (again, lost []string, errs []error, err error) {
+	ctx := context.Background()
+	db := f.open(t)
+	defer db.Close()
+	// A minute a call: a check that ran out of time has an unknown
+	// outcome (pcUnknownOutcome), which a loaded machine must not make.
+	opts := pcOptions()
+	opts.Timeout = time.Minute
+	s, err := pcNew(ctx, db, opts)
+	if errors.Is(err, sqlitestore.ErrForgotten) {
+		tot.refused++
+		missing, merr := pcMissing(ctx, db, acked)
+		tot.missingRefused += missing
+		return nil, nil, nil, fmt.Errorf("%w; %d of %d acknowledged IDs missing (read with SQL: %v)", err, missing, len(acked), merr)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer s.Close()
+	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s), acked)
+	tot.checked += len(acked)
+	tot.again += len(again)
+	tot.lost += len(lost)
+	tot.checkErrs += len(errs)
+	return again, lost, errs, nil
 }
 
 // pcMissing counts the acknowledged IDs whose row is not done (claimed or

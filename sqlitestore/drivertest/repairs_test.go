@@ -83,61 +83,55 @@ func (r *repairs) wait(t testing.TB) {
 // after the repair, and nothing is accepted while it runs.
 func TestRepairUnfinishedAtTheStop(t *testing.T) {
 	boot := repairBoot(t)
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			for _, tc := range []struct {
-				name, mark string
-				refused    bool
-			}{
-				{"the same boot: repaired, then served", boot, false},
-				{"another boot: refused until Rearm", "boot-before-the-crash", true},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					ctx := context.Background()
-					db, path := openMigrated(t, d)
-					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-					ids := idList("before-", 300)
-					until := time.Now().Add(time.Hour)
-					claimAll(t, s, ids, until)
-					s.Close()
-					setSidecarField(t, path, "repair", tc.mark)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, tc := range []struct {
+			name, mark string
+			refused    bool
+		}{
+			{"the same boot: repaired, then served", boot, false},
+			{"another boot: refused until Rearm", "boot-before-the-crash", true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db, path := openMigrated(t, d)
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				ids := idList("before-", 300)
+				until := time.Now().Add(time.Hour)
+				claimAll(t, s, ids, until)
+				s.Close()
+				setSidecarField(t, path, "repair", tc.mark)
 
-					rep := newRepairs()
-					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-					if tc.refused {
-						if !errors.Is(err, sqlitestore.ErrForgotten) {
-							t.Fatalf("New after a restart with a repair unfinished = %v; want ErrForgotten", err)
-						}
-						must(t, sqlitestore.Rearm(ctx, db, "", 0))
-						if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
-							t.Fatalf("New after Rearm = %v", err)
-						}
-						defer s.Close()
-					} else {
-						if err != nil {
-							t.Fatalf("New with a repair unfinished in this boot = %v; want a store that repairs", err)
-						}
-						defer s.Close()
-						if rep.count() != 1 {
-							t.Fatalf("%d repairs started by New; want 1", rep.count())
-						}
-						rep.wait(t)
+				rep := newRepairs()
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+				if tc.refused {
+					if !errors.Is(err, sqlitestore.ErrForgotten) {
+						t.Fatalf("New after a restart with a repair unfinished = %v; want ErrForgotten", err)
 					}
-					for _, id := range ids {
-						if first, err := s.Claim(ctx, id, until); first || err != nil {
-							t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
-						}
+					must(t, sqlitestore.Rearm(ctx, db, "", 0))
+					if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
+						t.Fatalf("New after Rearm = %v", err)
 					}
-					if first, err := s.Claim(ctx, "after", until); !first || err != nil {
-						t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
+					defer s.Close()
+				} else {
+					if err != nil {
+						t.Fatalf("New with a repair unfinished in this boot = %v; want a store that repairs", err)
 					}
-					if got := sidecarField(t, path, "repair"); got != nil {
-						t.Fatalf("the sidecar's repair mark after the repair = %v; want none", got)
+					defer s.Close()
+					if rep.count() != 1 {
+						t.Fatalf("%d repairs started by New; want 1", rep.count())
 					}
-				})
-			}
-		})
-	}
+					rep.wait(t)
+				}
+				claimedAll(t, s, ids, until, "after the repair")
+				if first, err := s.Claim(ctx, "after", until); !first || err != nil {
+					t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
+				}
+				if got := sidecarField(t, path, "repair"); got != nil {
+					t.Fatalf("the sidecar's repair mark after the repair = %v; want none", got)
+				}
+			})
+		}
+	})
 }
 
 // sidecarMap reads the default table's sidecar beside path.
@@ -231,89 +225,87 @@ func fileSize(t *testing.T, path string) int64 {
 // file once it is opened again, where another *sql.DB's New serves.
 // Nothing is timed: inserts and calls wait up to a minute for the lock.
 func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			opts := sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute}
-			path := filepath.Join(t.TempDir(), "replay.db")
-			db := d.OpenWith(t, path, With("busy_timeout", "60000"))
-			must(t, sqlitestore.Migrate(ctx, db, ""))
-			appPages(t, db, 2000)
-			markRepair(t, db, path)
-			watch, err := db.Conn(ctx)
-			must(t, err)
-			defer watch.Close()
-			version := func() int64 {
-				var v int64
-				must(t, watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v))
-				return v
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		opts := sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute}
+		path := filepath.Join(t.TempDir(), "replay.db")
+		db := d.OpenWith(t, path, With("busy_timeout", "60000"))
+		must(t, sqlitestore.Migrate(ctx, db, ""))
+		appPages(t, db, 2000)
+		markRepair(t, db, path)
+		watch, err := db.Conn(ctx)
+		must(t, err)
+		defer watch.Close()
+		version := func() int64 {
+			var v int64
+			must(t, watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v))
+			return v
+		}
+		inserts := 0
+		insert := func(when string) {
+			t.Helper()
+			if _, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES ('inserted')`); err != nil {
+				t.Fatalf("the application's insert %s: %v", when, err)
 			}
-			inserts := 0
-			insert := func(when string) {
-				t.Helper()
-				if _, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES ('inserted')`); err != nil {
-					t.Fatalf("the application's insert %s: %v", when, err)
-				}
-				inserts++
-			}
-			midway := 0 // Closes that came before their repair's end
-			for round := range 8 {
-				if sidecarField(t, path, "repair") == nil { // the last round's repair ended before its Close
-					setSidecarField(t, path, "repair", repairBoot(t))
-				}
-				rep := newRepairs()
-				opts.Observer = rep.observe
-				s, err := sqlitestore.New(ctx, db, opts)
-				if err != nil {
-					t.Fatalf("round %d: New on the *sql.DB of a store closed in its repair = %v; want a store that repairs", round, err)
-				}
-				if rep.count() != 1 {
-					t.Fatalf("round %d: %d repairs started by New; want 1", round, rep.count())
-				}
-				if round%2 == 1 {
-					// After one of the repair's commits, or its end should
-					// the machine let it finish first.
-					deadline := time.Now().Add(2 * time.Minute)
-					for v := version(); version() == v && !rep.over(); time.Sleep(time.Millisecond) {
-						if time.Now().After(deadline) {
-							t.Fatalf("round %d: the repair committed nothing in 2 minutes", round)
-						}
-					}
-				}
-				insert("during the repair")
-				s.Close()
-				if sidecarField(t, path, "repair") != nil { // Close kept the mark: the repair had not ended
-					midway++
-				}
-				for range 4 {
-					insert("after a Close in the repair")
-				}
-			}
-			t.Logf("%d of 8 Closes came in the middle of their repair", midway)
-			if midway == 0 {
-				t.Fatal("every repair ended before its Close: no Close came in the middle of one")
+			inserts++
+		}
+		midway := 0 // Closes that came before their repair's end
+		for round := range 8 {
+			if sidecarField(t, path, "repair") == nil { // the last round's repair ended before its Close
+				setSidecarField(t, path, "repair", repairBoot(t))
 			}
 			rep := newRepairs()
 			opts.Observer = rep.observe
 			s, err := sqlitestore.New(ctx, db, opts)
-			must(t, err)
-			rep.wait(t)
-			s.Close()
-			watch.Close()
-			db.Close()
-
-			db2 := d.Open(t, path)
-			if n := countRows(t, db2, `SELECT count(*) FROM app WHERE v = 'inserted'`); n != inserts {
-				t.Fatalf("%d of the application's %d inserts in the file after reopening; want all", n, inserts)
-			}
-			opts.Observer = nil
-			s2, err := sqlitestore.New(ctx, db2, opts)
 			if err != nil {
-				t.Fatalf("New on another *sql.DB after the repairs = %v", err)
+				t.Fatalf("round %d: New on the *sql.DB of a store closed in its repair = %v; want a store that repairs", round, err)
 			}
-			s2.Close()
-		})
-	}
+			if rep.count() != 1 {
+				t.Fatalf("round %d: %d repairs started by New; want 1", round, rep.count())
+			}
+			if round%2 == 1 {
+				// After one of the repair's commits, or its end should
+				// the machine let it finish first.
+				deadline := time.Now().Add(2 * time.Minute)
+				for v := version(); version() == v && !rep.over(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: the repair committed nothing in 2 minutes", round)
+					}
+				}
+			}
+			insert("during the repair")
+			s.Close()
+			if sidecarField(t, path, "repair") != nil { // Close kept the mark: the repair had not ended
+				midway++
+			}
+			for range 4 {
+				insert("after a Close in the repair")
+			}
+		}
+		t.Logf("%d of 8 Closes came in the middle of their repair", midway)
+		if midway == 0 {
+			t.Fatal("every repair ended before its Close: no Close came in the middle of one")
+		}
+		rep := newRepairs()
+		opts.Observer = rep.observe
+		s, err := sqlitestore.New(ctx, db, opts)
+		must(t, err)
+		rep.wait(t)
+		s.Close()
+		watch.Close()
+		db.Close()
+
+		db2 := d.Open(t, path)
+		if n := countRows(t, db2, `SELECT count(*) FROM app WHERE v = 'inserted'`); n != inserts {
+			t.Fatalf("%d of the application's %d inserts in the file after reopening; want all", n, inserts)
+		}
+		opts.Observer = nil
+		s2, err := sqlitestore.New(ctx, db2, opts)
+		if err != nil {
+			t.Fatalf("New on another *sql.DB after the repairs = %v", err)
+		}
+		s2.Close()
+	})
 }
 
 // TestRepairYieldsToTheApplicationsWriter: during the repair of a file of
@@ -323,69 +315,67 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 // time, the WAL's peak and the inserts' latency beside idle
 // (docs/faults.md); CTOKEN_REPAIR_MIB sets the file's size.
 func TestRepairYieldsToTheApplicationsWriter(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			requireDBPage(t, db)
-			pages := 3000
-			if mib, err := strconv.Atoi(os.Getenv("CTOKEN_REPAIR_MIB")); err == nil {
-				pages = mib * 256
-			}
-			appPages(t, db, pages)
-			markRepair(t, db, path)
-			insert := func() (time.Duration, error) {
-				start := time.Now()
-				_, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES (randomblob(100))`)
-				return time.Since(start), err
-			}
-			var idle []time.Duration
-			for range 300 {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		requireDBPage(t, db)
+		pages := 3000
+		if mib, err := strconv.Atoi(os.Getenv("CTOKEN_REPAIR_MIB")); err == nil {
+			pages = mib * 256
+		}
+		appPages(t, db, pages)
+		markRepair(t, db, path)
+		insert := func() (time.Duration, error) {
+			start := time.Now()
+			_, err := db.ExecContext(ctx, `INSERT INTO app (v) VALUES (randomblob(100))`)
+			return time.Since(start), err
+		}
+		var idle []time.Duration
+		for range 300 {
+			took, err := insert()
+			must(t, err)
+			idle = append(idle, took)
+			time.Sleep(time.Millisecond)
+		}
+		var during []time.Duration
+		var failed []error
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for !isClosed(stop) {
 				took, err := insert()
-				must(t, err)
-				idle = append(idle, took)
+				if err != nil {
+					failed = append(failed, err)
+				} else {
+					during = append(during, took)
+				}
 				time.Sleep(time.Millisecond)
 			}
-			var during []time.Duration
-			var failed []error
-			stop, stopped := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(stopped)
-				for !isClosed(stop) {
-					took, err := insert()
-					if err != nil {
-						failed = append(failed, err)
-					} else {
-						during = append(during, took)
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-			rep := newRepairs()
-			start := time.Now()
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-			if err != nil {
-				close(stop)
-				<-stopped
-				t.Fatal(err)
-			}
-			rep.wait(t)
-			took := time.Since(start)
+		}()
+		rep := newRepairs()
+		start := time.Now()
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+		if err != nil {
 			close(stop)
 			<-stopped
-			s.Close()
-			if len(failed) > 0 {
-				t.Fatalf("%d of the application's inserts failed during the repair (%d answered); the first: %v", len(failed), len(during), failed[0])
-			}
-			if len(during) == 0 {
-				t.Fatal("no insert of the application was answered during the repair")
-			}
-			t.Logf("the repair of %.0f MiB took %v; the WAL's peak %.1f MiB; the application's inserts (one every ms): idle p50 %v p99 %v max %v (%d), during the repair p50 %v p99 %v max %v (%d)",
-				float64(fileSize(t, path))/(1<<20), took.Round(time.Millisecond), float64(fileSize(t, path+"-wal"))/(1<<20),
-				quantile(idle, 0.5), quantile(idle, 0.99), quantile(idle, 1), len(idle),
-				quantile(during, 0.5), quantile(during, 0.99), quantile(during, 1), len(during))
-		})
-	}
+			t.Fatal(err)
+		}
+		rep.wait(t)
+		took := time.Since(start)
+		close(stop)
+		<-stopped
+		s.Close()
+		if len(failed) > 0 {
+			t.Fatalf("%d of the application's inserts failed during the repair (%d answered); the first: %v", len(failed), len(during), failed[0])
+		}
+		if len(during) == 0 {
+			t.Fatal("no insert of the application was answered during the repair")
+		}
+		t.Logf("the repair of %.0f MiB took %v; the WAL's peak %.1f MiB; the application's inserts (one every ms): idle p50 %v p99 %v max %v (%d), during the repair p50 %v p99 %v max %v (%d)",
+			float64(fileSize(t, path))/(1<<20), took.Round(time.Millisecond), float64(fileSize(t, path+"-wal"))/(1<<20),
+			quantile(idle, 0.5), quantile(idle, 0.99), quantile(idle, 1), len(idle),
+			quantile(during, 0.5), quantile(during, 0.99), quantile(during, 1), len(during))
+	})
 }
 
 // quantile returns the q-quantile of ds (1: the maximum), rounded.
@@ -399,26 +389,24 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // (20 MiB) checkpoints every 16 MiB it rewrote, so the WAL, which SQLite
 // never shrinks, stays under 16 MiB of pages and their frame headers.
 func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			requireDBPage(t, db)
-			appPages(t, db, 5000)
-			markRepair(t, db, path)
-			rep := newRepairs()
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-			must(t, err)
-			defer s.Close()
-			rep.wait(t)
-			const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
-			size, wal := fileSize(t, path), fileSize(t, path+"-wal")
-			if size < 19<<20 || wal > bound {
-				t.Fatalf("after the repair of a file of %d bytes the WAL holds %d; want at most %d", size, wal, bound)
-			}
-			t.Logf("the WAL's peak in the repair of %.1f MiB: %.1f MiB", float64(size)/(1<<20), float64(wal)/(1<<20))
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		requireDBPage(t, db)
+		appPages(t, db, 5000)
+		markRepair(t, db, path)
+		rep := newRepairs()
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
+		must(t, err)
+		defer s.Close()
+		rep.wait(t)
+		const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
+		size, wal := fileSize(t, path), fileSize(t, path+"-wal")
+		if size < 19<<20 || wal > bound {
+			t.Fatalf("after the repair of a file of %d bytes the WAL holds %d; want at most %d", size, wal, bound)
+		}
+		t.Logf("the WAL's peak in the repair of %.1f MiB: %.1f MiB", float64(size)/(1<<20), float64(wal)/(1<<20))
+	})
 }
 
 // TestRepairWaitsForFreeSpace: the database on a small tmpfs with less
@@ -430,61 +418,55 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 // acknowledged before still refused.
 func TestRepairWaitsForFreeSpace(t *testing.T) {
 	boot := repairBoot(t)
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			mnt := smallDisk(t, "32m")
-			path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
-			db := d.Open(t, path)
-			must(t, sqlitestore.Migrate(ctx, db, ""))
-			appPages(t, db, 500) // 2 MiB, less what the WAL's file holds already
-			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			ids := idList("before-", 50)
-			until := time.Now().Add(time.Hour)
-			claimAll(t, s, ids, until)
-			s.Close()
-			setSidecarField(t, path, "repair", boot)
-			fillDisk(t, filler, 1<<20)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		mnt := smallDisk(t, "32m")
+		path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
+		db := d.Open(t, path)
+		must(t, sqlitestore.Migrate(ctx, db, ""))
+		appPages(t, db, 500) // 2 MiB, less what the WAL's file holds already
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		ids := idList("before-", 50)
+		until := time.Now().Add(time.Hour)
+		claimAll(t, s, ids, until)
+		s.Close()
+		setSidecarField(t, path, "repair", boot)
+		fillDisk(t, filler, 1<<20)
 
-			logs := &logRecords{}
-			rep := newRepairs()
-			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-			must(t, err)
-			defer s.Close()
-			// The refusal names the figures once the repair measured the space.
-			deadline := time.Now().Add(2 * time.Minute)
-			for {
-				_, err := s.Claim(ctx, "fresh", until)
-				if !errors.Is(err, sqlitestore.ErrUnavailable) {
-					t.Fatalf("Claim while the repair waits for space = %v; want ErrUnavailable", err)
-				}
-				if msg := err.Error(); strings.Contains(msg, "MiB free in "+mnt) {
-					var need, free float64
-					if _, serr := fmt.Sscanf(msg[strings.Index(msg, "the repair needs"):], "the repair needs %f MiB free in "+mnt+" and finds %f MiB", &need, &free); serr != nil || need < 1 || free >= need {
-						t.Fatalf("the refusal %q: needed %.1f MiB, free %.1f (%v); want more needed than free", msg, need, free, serr)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the refusal never named the free space the repair needs: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
+		logs := &logRecords{}
+		rep := newRepairs()
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+		must(t, err)
+		defer s.Close()
+		// The refusal names the figures once the repair measured the space.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			_, err := s.Claim(ctx, "fresh", until)
+			if !errors.Is(err, sqlitestore.ErrUnavailable) {
+				t.Fatalf("Claim while the repair waits for space = %v; want ErrUnavailable", err)
 			}
-			if logs.warns("waits for free space") == 0 {
-				t.Fatal("no Warn logged for the free space the repair waits for")
-			}
-			must(t, os.Remove(filler))
-			rep.wait(t)
-			for _, id := range ids {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
+			if msg := err.Error(); strings.Contains(msg, "MiB free in "+mnt) {
+				var need, free float64
+				if _, serr := fmt.Sscanf(msg[strings.Index(msg, "the repair needs"):], "the repair needs %f MiB free in "+mnt+" and finds %f MiB", &need, &free); serr != nil || need < 1 || free >= need {
+					t.Fatalf("the refusal %q: needed %.1f MiB, free %.1f (%v); want more needed than free", msg, need, free, serr)
 				}
+				break
 			}
-			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
-				t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("the refusal never named the free space the repair needs: %v", err)
 			}
-		})
-	}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if logs.warns("waits for free space") == 0 {
+			t.Fatal("no Warn logged for the free space the repair waits for")
+		}
+		must(t, os.Remove(filler))
+		rep.wait(t)
+		claimedAll(t, s, ids, until, "after the repair")
+		if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
+			t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
+		}
+	})
 }
 
 // TestRepairBesideAHeldRead: an application that holds a read open (an
@@ -493,42 +475,36 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 // the repair ends without the checkpoint the reader holds back, says so,
 // and the store serves.
 func TestRepairBesideAHeldRead(t *testing.T) {
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			ctx := context.Background()
-			db, path := openMigrated(t, d)
-			appPages(t, db, 1000)
-			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			ids := idList("before-", 50)
-			until := time.Now().Add(time.Hour)
-			claimAll(t, s, ids, until)
-			s.Close()
-			setSidecarField(t, path, "repair", repairBoot(t))
-			rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
-			must(t, err)
-			defer rows.Close()
-			if !rows.Next() {
-				t.Fatal(rows.Err())
-			}
-			logs := &logRecords{}
-			rep := newRepairs()
-			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-			must(t, err)
-			defer s.Close()
-			rep.wait(t)
-			if logs.infos("holds it back") == 0 {
-				t.Error("no line logged for the checkpoint a reader holds back")
-			}
-			for _, id := range ids {
-				if first, err := s.Claim(ctx, id, until); first || err != nil {
-					t.Fatalf("Claim(%s) after the repair = %v, %v; want not first", id, first, err)
-				}
-			}
-			if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
-				t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, path := openMigrated(t, d)
+		appPages(t, db, 1000)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		ids := idList("before-", 50)
+		until := time.Now().Add(time.Hour)
+		claimAll(t, s, ids, until)
+		s.Close()
+		setSidecarField(t, path, "repair", repairBoot(t))
+		rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
+		must(t, err)
+		defer rows.Close()
+		if !rows.Next() {
+			t.Fatal(rows.Err())
+		}
+		logs := &logRecords{}
+		rep := newRepairs()
+		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+		must(t, err)
+		defer s.Close()
+		rep.wait(t)
+		if logs.infos("holds it back") == 0 {
+			t.Error("no line logged for the checkpoint a reader holds back")
+		}
+		claimedAll(t, s, ids, until, "after the repair")
+		if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
+			t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
+		}
+	})
 }
 
 // infos returns how many Info records hold substr in their message.

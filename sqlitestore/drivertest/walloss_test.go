@@ -361,11 +361,7 @@ func serves(t *testing.T, path, table string, ids []string) *sqlitestore.Store {
 		t.Fatalf("New(%q) = %v; want a store (nothing was lost)", table, err)
 	}
 	t.Cleanup(func() { s.Close() })
-	for _, id := range ids {
-		if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first || err != nil {
-			t.Fatalf("Claim(%s) in %q = %v, %v; want not first", id, table, first, err)
-		}
-	}
+	claimedAll(t, s, ids, time.Now().Add(time.Hour), fmt.Sprintf("in %q", table))
 	return s
 }
 

@@ -125,24 +125,14 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 		{"Rollback", func(w replay.Work) error { return w.Rollback(ctx) }},
 	}
 	for i, e := range ends {
-		for _, acquire := range []bool{false, true} {
-			id := fmt.Sprintf("job-%d-%v", i, acquire)
-			var (
-				w  replay.Work
-				tx *sqlitestore.Tx
-			)
-			if acquire {
-				_, aw, err := s.AcquireWork(ctx, id, time.Minute, nil)
-				if err != nil || aw == nil {
-					t.Fatalf("AcquireWork = %v, %v", aw, err)
-				}
-				if tx, err = sqlitestore.TxFrom(aw.Context(ctx)); err != nil {
-					t.Fatal(err)
-				}
-				w = aw
+		for _, acquired := range []bool{false, true} {
+			id := fmt.Sprintf("job-%d-%v", i, acquired)
+			var w replay.Work
+			var tx *sqlitestore.Tx
+			if acquired {
+				w, tx, _ = acquire(t, s, id, time.Minute, nil)
 			} else {
-				l := mustLease(t, s, id, time.Minute)
-				w, tx, _ = begin(t, s, id, l.Token)
+				w, tx, _ = begin(t, s, id, mustLease(t, s, id, time.Minute).Token)
 			}
 			if n := read(tx); n != 0 {
 				t.Fatalf("%s: the handler reads wal_autocheckpoint = %d on the store's connection; want 0", id, n)
@@ -159,7 +149,7 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 			l := mustLease(t, s, id+"-next", time.Minute)
 			next, ntx, _ := begin(t, s, id+"-next", l.Token)
 			if n := read(ntx); n != 0 {
-				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended with %s (AcquireWork %v), the store's connection has %d; want 0", e.name, acquire, n)
+				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended with %s (AcquireWork %v), the store's connection has %d; want 0", e.name, acquired, n)
 			}
 			next.Rollback(ctx)
 		}

@@ -55,6 +55,13 @@ func TestCommitted(t *testing.T) {
 		binary.BigEndian.PutUint32(w[28:], s2)
 		return w
 	}
+	// flip flips the low bit of w's bytes at offs.
+	flip := func(w []byte, offs ...int64) []byte {
+		for _, off := range offs {
+			w[off] ^= 1
+		}
+		return w
+	}
 	const damaged, other = "damaged", "another error"
 	tests := []struct {
 		name string
@@ -68,23 +75,13 @@ func TestCommitted(t *testing.T) {
 		{"the last image of a page", walOf(512, []uint32{2, 2, 3}, []bool{true, false, true}), map[uint32]int64{2: at(1), 3: at(2)}, ""},
 		{"frames after the last commit", walOf(512, []uint32{1, 2, 3}, []bool{true, false, false}), map[uint32]int64{1: at(0)}, ""},
 		{"a torn frame ends the log", walOf(512, []uint32{1, 2}, []bool{true, true})[:headerSize+2*frame-1], map[uint32]int64{1: at(0)}, ""},
-		{"a bad checksum of the last frame ends the log", func() []byte {
-			w := walOf(512, []uint32{1, 2}, []bool{true, true})
-			w[at(1)+7] ^= 1
-			return w
-		}(), map[uint32]int64{1: at(0)}, ""},
-		{"another salt of the last frame ends the log", func() []byte {
-			w := walOf(512, []uint32{1, 2}, []bool{true, true})
-			w[headerSize+frame+8] ^= 1
-			return w
-		}(), map[uint32]int64{1: at(0)}, ""},
-		{"stale frames of another generation after the log", func() []byte {
-			w := walOf(512, []uint32{1, 2, 3}, []bool{true, true, true})
-			for i := 1; i < 3; i++ {
-				w[headerSize+int64(i)*frame+8] ^= 1 // another salt
-			}
-			return w
-		}(), map[uint32]int64{1: at(0)}, ""},
+		{"a bad checksum of the last frame ends the log", flip(walOf(512, []uint32{1, 2}, []bool{true, true}), at(1)+7),
+			map[uint32]int64{1: at(0)}, ""},
+		{"another salt of the last frame ends the log", flip(walOf(512, []uint32{1, 2}, []bool{true, true}), headerSize+frame+8),
+			map[uint32]int64{1: at(0)}, ""},
+		{"stale frames of another generation after the log", // another salt
+			flip(walOf(512, []uint32{1, 2, 3}, []bool{true, true, true}), headerSize+frame+8, headerSize+2*frame+8),
+			map[uint32]int64{1: at(0)}, ""},
 		{"an unfinished transaction's frames after a later, shorter one", func() []byte {
 			// Killed with frames 2 to 4 of a transaction written; the
 			// next program wrote one transaction of two frames over them.
@@ -92,29 +89,16 @@ func TestCommitted(t *testing.T) {
 			w := walOf(512, []uint32{1, 5}, []bool{true, true})
 			return append(w, killed[len(w):]...)
 		}(), map[uint32]int64{1: at(0), 5: at(1)}, ""},
-		{"a frame rewritten in place before its transaction's commit", func() []byte {
-			// SQLite rewrites a page of the open transaction in its frame
-			// and fixes the checksums after it at the commit: killed before.
-			w := walOf(512, []uint32{1, 2, 3, 4}, []bool{true, false, false, true})
-			w[at(1)+7] ^= 1
-			return w
-		}(), map[uint32]int64{1: at(0)}, ""},
-		{"a bad checksum of the first frame ends the log", func() []byte {
-			w := walOf(512, []uint32{1, 2}, []bool{false, true})
-			w[at(0)+100] ^= 1
-			return w
-		}(), map[uint32]int64{}, ""},
-		{"another salt of the first frame ends the log", func() []byte {
-			w := walOf(512, []uint32{1, 2}, []bool{true, true})
-			w[headerSize+8] ^= 1
-			return w
-		}(), map[uint32]int64{}, ""},
+		// SQLite rewrites a page of the open transaction in its frame and
+		// fixes the checksums after it at the commit: killed before.
+		{"a frame rewritten in place before its transaction's commit",
+			flip(walOf(512, []uint32{1, 2, 3, 4}, []bool{true, false, false, true}), at(1)+7), map[uint32]int64{1: at(0)}, ""},
+		{"a bad checksum of the first frame ends the log", flip(walOf(512, []uint32{1, 2}, []bool{false, true}), at(0)+100),
+			map[uint32]int64{}, ""},
+		{"another salt of the first frame ends the log", flip(walOf(512, []uint32{1, 2}, []bool{true, true}), headerSize+8),
+			map[uint32]int64{}, ""},
 		{"shorter than a header: damaged", walOf(512, nil, nil)[:20], nil, damaged},
-		{"a bad header checksum: damaged", func() []byte {
-			w := walOf(512, []uint32{1}, []bool{true})
-			w[25] ^= 1
-			return w
-		}(), nil, damaged},
+		{"a bad header checksum: damaged", flip(walOf(512, []uint32{1}, []bool{true}), 25), nil, damaged},
 		{"another magic: damaged", func() []byte {
 			w := walOf(512, []uint32{1}, []bool{true})
 			w[0] ^= 0x80
