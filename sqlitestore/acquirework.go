@@ -184,7 +184,11 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 	s.holds.mu.Lock()
 	h.end = w.deadline
 	s.holds.mu.Unlock()
+	// Under w.mu: a deadline already passed fires expire at once, which
+	// reads w.timer when it ends the Work.
+	w.mu.Lock()
 	w.timer = time.AfterFunc(time.Duration(w.deadline-s.now().UnixNano()), w.expire)
+	w.mu.Unlock()
 	return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: w.token}}, w, nil
 }
 
