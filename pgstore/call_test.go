@@ -1,8 +1,6 @@
 package pgstore
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -14,19 +12,8 @@ import (
 // TestCall pins how every step's call ends.
 func TestCall(t *testing.T) {
 	subtests(t, []subtest{
-		{"cancelled context fails closed", cancelledContextFailsClosed},
 		{"direct only if the driver ends at deadline", callsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline},
 	})
-}
-
-func cancelledContextFailsClosed(t *testing.T) {
-	s := newTestStore(t)
-	ctx, cancel := context.WithCancel(bg())
-	cancel()
-	first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
-	if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Claim with a cancelled context = %v, %v; want ErrUnavailable and context.Canceled", first, err)
-	}
 }
 
 // callsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline: a Store

@@ -268,19 +268,6 @@ func renewThroughAWork(t *testing.T) {
 			t.Fatalf("RenewLease after the Commit = %v; want ErrLeaseLost", err)
 		}
 	})
-	t.Run("AcquireWork rolled back", func(t *testing.T) {
-		r, w, err := s.AcquireWork(bg(), "rolled", time.Minute, []byte("fp"))
-		if err != nil || w == nil {
-			t.Fatalf("AcquireWork = %+v, %v, %v", r, w, err)
-		}
-		if err := s.RenewLease(w.Context(bg()), "rolled", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
-		}
-		must(t, w.Rollback(bg()))
-		if l, err := s.AcquireLease(bg(), "rolled", time.Minute); err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("AcquireLease after the rollback = %+v, %v; want acquired (nothing kept)", l, err)
-		}
-	})
 	t.Run("BeginWork", func(t *testing.T) {
 		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
 		w, err := s.BeginWork(bg(), "begun", l.Token)

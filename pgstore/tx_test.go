@@ -46,8 +46,9 @@ func txFromWithoutATransactionFails(t *testing.T) {
 }
 
 // claimInATransaction: a Claim whose context carries a transaction
-// (WithTx, or a Work's Context) holds only if the transaction commits,
-// and a concurrent claim of the same ID waits for the transaction's end.
+// (WithTx; a Work's Context: claimIgnoresTheWorkOfAStoreOnAnotherPool)
+// holds only if the transaction commits, and a concurrent claim of the
+// same ID waits for the transaction's end.
 func claimInATransaction(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour)
@@ -81,23 +82,6 @@ func claimInATransaction(t *testing.T) {
 			r := <-done
 			if r.err != nil || r.first == tt.commit {
 				t.Fatalf("concurrent claim after the transaction %s = %v, %v; want first = %v", tt.name, r.first, r.err, !tt.commit)
-			}
-		})
-		t.Run("Work "+tt.name, func(t *testing.T) {
-			id := "work-" + tt.name
-			w, _ := acquire(t, s, "lease-"+tt.name, time.Minute)
-			if first, err := s.Claim(w.Context(bg()), id, until); !first || err != nil {
-				t.Fatalf("Claim in the work = %v, %v", first, err)
-			}
-			var err error
-			if tt.commit {
-				err = w.Commit(bg(), until, nil, nil)
-			} else {
-				err = w.Rollback(bg())
-			}
-			must(t, err)
-			if first, err := s.Claim(bg(), id, until); err != nil || first == tt.commit {
-				t.Fatalf("Claim after the work %s = %v, %v; want first = %v", tt.name, first, err, !tt.commit)
 			}
 		})
 	}

@@ -265,23 +265,6 @@ func workFirstEndWins(t *testing.T) {
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
 
-	t.Run("Rollback then Commit", func(t *testing.T) {
-		w, _ := acquire(t, s, "rc", time.Minute)
-		must(t, charge(w.Context(bg()), table, "rc", "x"))
-		must(t, w.Rollback(bg()))
-		if err := w.Commit(bg(), until, nil, nil); err != nil {
-			t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
-		}
-		if got := chargesOf(t, s.pool, table, "rc"); len(got) != 0 {
-			t.Fatalf("charges = %q, want none", got)
-		}
-		// The lease is left as it was: busy, then released.
-		r, err := s.AcquireRecord(bg(), "rc", time.Minute, nil)
-		if err != nil || r.State != replay.LeaseBusy {
-			t.Fatalf("AcquireRecord after Rollback = %v, %v; want busy", r.State, err)
-		}
-	})
-
 	t.Run("concurrent Commits", func(t *testing.T) {
 		w, _ := acquire(t, s, "cc", time.Minute)
 		must(t, charge(w.Context(bg()), table, "cc", "x"))

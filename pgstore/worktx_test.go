@@ -729,6 +729,9 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 			if err := w.Rollback(bg()); err != nil {
 				t.Fatalf("Rollback = %v", err)
 			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
+			}
 			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
 				t.Fatalf("charges = %q after a rollback", got)
 			}
