@@ -25,7 +25,7 @@ import (
 // connection lowered after New, and a Store not built with New. (Tables
 // of their own in one file: TestWALLoss's two tables.)
 func TestNew(t *testing.T) {
-	runEach(t, []namedTest{
+	subtests(t, []subtest{
 		{"refuses", newRefuses},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},

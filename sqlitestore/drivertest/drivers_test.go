@@ -12,14 +12,14 @@ type driverCase struct {
 	fn   func(t *testing.T, d Driver)
 }
 
-// A namedTest is a row of a table of subtests.
-type namedTest struct {
+// subtest is one named case of a Test function's table.
+type subtest struct {
 	name string
 	test func(*testing.T)
 }
 
-// runEach runs each of tests as a subtest, in order.
-func runEach(t *testing.T, tests []namedTest) {
+// subtests runs each case as a subtest of t, in order.
+func subtests(t *testing.T, tests []subtest) {
 	for _, tc := range tests {
 		t.Run(tc.name, tc.test)
 	}

@@ -31,7 +31,7 @@ func readPragmas(t *testing.T, c *sql.Conn) (journal string, sync, busy int) {
 // DSN setting every connection of the pool, the SQL the store runs, and
 // Schema's SQL run by a team's own migration.
 func TestDriver(t *testing.T) {
-	runEach(t, []namedTest{
+	subtests(t, []subtest{
 		{"DSN sets every connection", dsnSetsEveryConnection},
 		{"SQL the store needs", driverSQL},
 		{"Schema runs through ExecContext", schemaRunsThroughExecContext},

@@ -165,7 +165,7 @@ func roundOne(t *testing.T, cs *mcp.ClientSession) *mcp.CallToolParams {
 // the server. (Idempotent tools on every store, this one's transactional
 // mode included: mcp/drivertest.)
 func TestMCP(t *testing.T) {
-	runEach(t, []namedTest{
+	subtests(t, []subtest{
 		{"retry of a lost round across a restart", mcpRetryOfALostRoundAcrossARestart},
 		{"a round whose server stopped", mcpRoundWhoseServerStopped},
 	})

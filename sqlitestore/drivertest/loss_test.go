@@ -88,7 +88,7 @@ func idList(prefix string, n int) []string {
 // replaced by an older copy or cannot be written: while no store runs,
 // after a crash, and while one runs.
 func TestLoss(t *testing.T) {
-	runEach(t, []namedTest{
+	subtests(t, []subtest{
 		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
