@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -283,6 +284,14 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	if fenced == 0 {
 		t.Fatal("no claim fenced after the restart")
 	}
+	// The running store's check found the loss and fences every shard in
+	// the background; reopening before it has would be undone by it.
+	for i, deadline := 0, time.Now().Add(time.Minute); !fencedAll(ctx, t, running, fmt.Sprint("probe-", i)); i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the running store did not fence the key space within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	_, err = redisstore.Open(ctx, srv.client(), opts)
 	if !errors.Is(err, redisstore.ErrFenced) || !strings.Contains(redisstore.Reason(err), "ctoken-store reopen") || !strings.Contains(err.Error(), "fenced until") {
 		t.Fatalf("Open after the loss = %v; want ErrFenced naming the fence's end and ctoken-store reopen", err)
@@ -318,6 +327,21 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	if st.Open != redisstore.Shards || last.Kind != "reopened" || !strings.Contains(last.Detail, "alice (on call)") || !strings.Contains(last.Detail, "INC-7") {
 		t.Fatalf("status after reopen: %+v; want every shard open and the reopened entry", st)
 	}
+}
+
+// fencedAll reports whether s has fenced the key space after the loss it
+// found: its ledger entry is written, and s refuses by the fences rather
+// than by the loss it has still to fence.
+func fencedAll(ctx context.Context, t *testing.T, s *redisstore.Store, probe string) bool {
+	st, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(st.Ledger, func(e redisstore.LedgerEntry) bool { return e.Kind == "loss" }) {
+		return false
+	}
+	_, err = s.Claim(ctx, probe, time.Now().Add(time.Minute))
+	return errors.Is(err, redisstore.ErrFenced) && !strings.Contains(redisstore.Reason(err), "is being fenced")
 }
 
 // A password comes from CTOKEN_REDIS_PASSWORD or -password-file, and is
