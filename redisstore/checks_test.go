@@ -625,11 +625,15 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		if ev.count(replay.EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
 			t.Fatalf("events %+v; want one replay.EventRiskAccepted for AllowFewerReplicas", ev.all)
 		}
-		// Timeout 10 s: WAIT's 50 ms decides, not the client's deadline
-		// on a loaded machine.
-		s2 := provisioned(t, c, Options{Prefix: "two:", Logger: quietLogger(), Timeout: 10 * time.Second, Durability: Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
-		// Claims acknowledged by both replicas, then B is cut: every claim
-		// is refused, none reported first.
+		// Claims acknowledged by both replicas (a WAIT of 10 s, which a
+		// loaded machine's replica answers within), then B is cut: every
+		// claim is refused, none reported first (a WAIT of 50 ms).
+		durable := func(wait time.Duration) Options {
+			return Options{Prefix: "two:", Logger: quietLogger(), Timeout: 30 * time.Second, Durability: Durability{Replicas: 2, Timeout: wait}}
+		}
+		s2 := provisioned(t, c, durable(10*time.Second))
+		cut := mustOpen(t, c, durable(50*time.Millisecond))
+		defer cut.Close()
 		var accepted []string
 		for i := range 20 {
 			id := fmt.Sprint("acked-", i)
@@ -638,7 +642,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		b.signal(syscall.SIGSTOP)
 		for i := range 20 {
-			wantRefused(t, s2, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
+			wantRefused(t, cut, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
 		}
 		// Promote B (the replica that was cut): every ID reported first is
 		// refused there.
