@@ -165,8 +165,9 @@ func sendEffectProblem(t testing.TB, client *http.Client, signer *webhook.Signer
 // spread, each retried every 50 ms until its client sees success or d has
 // passed, base() giving the app's current URL; it returns when the client
 // of each key saw success (keys that did not are absent), and the number
-// of attempts that did not succeed.
-func effectLoad(t testing.TB, base func() string, keys []string, spread, d time.Duration) (map[string]time.Time, int) {
+// of attempts that did not succeed. succeeded, when not nil, is called at
+// each success.
+func effectLoad(t testing.TB, base func() string, keys []string, spread, d time.Duration, succeeded func()) (map[string]time.Time, int) {
 	t.Helper()
 	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
 	if err != nil {
@@ -195,6 +196,9 @@ func effectLoad(t testing.TB, base func() string, keys []string, spread, d time.
 				}
 				mu.Unlock()
 				if ok {
+					if succeeded != nil {
+						succeeded()
+					}
 					return
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -393,10 +397,10 @@ func busyApp(table string, d time.Duration) *effectApp {
 }
 
 // effectsOnceAroundAFault serves a busyApp on s to 40 keys of each kind
-// and runs fault one second in; every key must end with exactly one
-// committed effect and see success. A loaded machine can make the load
-// miss the fault, so the scenario runs up to three times until it lands
-// mid-load.
+// and runs fault once a quarter of the keys have seen success, while the
+// first attempts of the others are still spread over two seconds; every
+// key must end with exactly one committed effect and see success. The
+// scenario runs up to three times until some attempts fail.
 func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what string, fault func()) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
@@ -404,15 +408,22 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 		base := serveApp(t, app.handler(t, s, 2*time.Second))
 		keys := effectKeyNames(40)
 		var from, to time.Time
-		done := make(chan struct{})
+		first, done := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		var succeeded atomic.Int32
 		go func() {
 			defer close(done)
-			time.Sleep(time.Second)
+			<-first
 			from = time.Now()
 			fault()
 			to = time.Now()
 		}()
-		seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
+		seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second, func() {
+			if succeeded.Add(1) == int32(len(keys)/4) {
+				once.Do(func() { close(first) })
+			}
+		})
+		once.Do(func() { close(first) }) // the load ended first: the fault runs after it, and the check below fails
 		<-done
 		before := seenBetween(seen, time.Time{}, from)
 		t.Logf("attempt %d: %d keys saw success before %s (%v long); %d attempts failed",
@@ -568,7 +579,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			case tc.kept && len(got) != len(keys):
 				t.Fatalf("%d keys' effects committed by runs whose COMMIT reply was lost (%d replies dropped), want %d", len(got), dropper.dropped.Load(), len(keys))
 			}
-			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second)
+			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second, nil)
 			effectsOncePerKey(t, admin, app.table, keys, seen)
 			// The faulted run, then one more unless it committed. A run
 			// that kept nothing may repeat on a loaded machine (a retry
@@ -790,12 +801,21 @@ func effectsOnceThroughAStandbyPromotion(t *testing.T) {
 		seen   map[string]time.Time
 		failed int
 	}
-	done := make(chan result)
+	done, first := make(chan result), make(chan struct{})
+	var succeeded atomic.Int32
 	go func() {
-		seen, failed := effectLoad(t, func() string { return base }, keys, 3*time.Second, 45*time.Second)
+		seen, failed := effectLoad(t, func() string { return base }, keys, 3*time.Second, 45*time.Second, func() {
+			if succeeded.Add(1) == int32(len(keys)/4) {
+				close(first)
+			}
+		})
 		done <- result{seen, failed}
 	}()
-	time.Sleep(time.Second)
+	select { // mid-load: a quarter of the keys have seen success, the first attempts of others are still to come
+	case <-first:
+	case r := <-done:
+		t.Fatalf("the load ended before a quarter of the keys saw success (%d did, %d attempts failed)", len(r.seen), r.failed)
+	}
 	killedAt := time.Now()
 	current.Store(nil)
 	primary.kill() // mid-load: nothing more reaches the standby
@@ -954,7 +974,7 @@ func effectsOnceThroughAppKills(t *testing.T) {
 			return *u
 		}
 		return ""
-	}, keys, 3*time.Second, 40*time.Second)
+	}, keys, 3*time.Second, 40*time.Second, nil)
 	wg.Wait()
 	select {
 	case <-exited:
