@@ -407,9 +407,9 @@ func (w *work) spend(ctx context.Context, until time.Time) error {
 // committed (by SQL of the handler sent past the Tx's refusals): its id's
 // status, read on the pool, is committed. Asked only when the work failed
 // in an aborted transaction, where the session cannot tell its own id.
-// It reads what already happened, so the caller's deadline does not bound
-// it (the store's Timeout does): a deadline that ran out during the
-// commit would leave a known outcome unknown.
+// It reads what already happened: under a positive Timeout, that bounds
+// it, not the caller's deadline, which may run out during it and leave a
+// known outcome unknown.
 func (w *work) committedBefore(ctx context.Context) (bool, error) {
 	if !w.begun {
 		return false, nil
@@ -417,7 +417,10 @@ func (w *work) committedBefore(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	status, err := call(w.s, context.WithoutCancel(ctx), func(ctx context.Context) (string, error) {
+	if w.s.timeout > 0 || ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	status, err := call(w.s, ctx, func(ctx context.Context) (string, error) {
 		var status *string
 		// Unnamed (the mode): no statement prepared on the pooled session answers for it.
 		err := w.s.pool.QueryRow(ctx, "select pg_catalog.txid_status($1::bigint)", pgx.QueryExecModeExec, w.xid).Scan(&status)
