@@ -186,16 +186,19 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// once the transaction is the one the work began: had the
 		// handler's SQL replaced it, the writes before may be committed.
 		// In a transaction that is not aborted the session's own id
-		// says so; in an aborted one, whether the work's committed.
+		// says so; in an aborted one, or when the session could not
+		// answer, whether the work's committed.
+		ask := w.begun && w.conn.PgConn().TxStatus() == 'E'
 		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
-			if same, qerr := w.sameTx(ctx); qerr == nil && !same {
+			same, qerr := w.sameTx(ctx)
+			if qerr == nil && !same {
 				w.rollback(ctx)
 				return w.spend(ctx, until)
 			}
+			ask = qerr != nil
 		}
-		aborted := w.begun && w.conn.PgConn().TxStatus() == 'E'
 		w.rollback(ctx)
-		if aborted {
+		if ask {
 			if escaped, cerr := w.committedBefore(ctx); cerr != nil {
 				return fmt.Errorf("%w: whether the work's transaction was committed by SQL before is unknown: %w", ErrUnavailable, cerr)
 			} else if escaped {

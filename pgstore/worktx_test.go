@@ -445,15 +445,18 @@ var workWays = []struct {
 // escapes on one way of beginning the work (its k-th).
 func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []escapeCase, acquireOne func(t *testing.T, s *Store, id string) replay.Work) {
 	for i, tt := range tests {
+		refusing := func(s *Store) {
+			refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+			s.refusal.Store(&refusal)
+		}
 		for j, prepare := range []struct {
 			name string
 			fn   func(s *Store)
+			done bool // Commit's context is done: the session cannot say which transaction it is in
 		}{
-			{"", nil},
-			{" with a recheck refusing", func(s *Store) {
-				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-				s.refusal.Store(&refusal)
-			}},
+			{"", nil, false},
+			{" with a recheck refusing", refusing, false},
+			{" with a recheck refusing and the context done", refusing, true},
 		} {
 			t.Run(tt.sql+prepare.name, func(t *testing.T) {
 				s := storeOn(t, s.pool)
@@ -475,10 +478,16 @@ func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []es
 				if prepare.fn != nil {
 					prepare.fn(s)
 				}
-				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-				if tt.maxCharges == 0 && strings.HasSuffix(tt.sql, "1/0") && errors.Is(err, replay.ErrRolledBack) {
+				cctx, cancel := context.WithCancel(bg())
+				if prepare.done {
+					cancel()
+				}
+				err := w.Commit(cctx, time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				cancel()
+				if tt.maxCharges == 0 && (strings.HasSuffix(tt.sql, "1/0") || prepare.done) && errors.Is(err, replay.ErrRolledBack) {
 					// The work's transaction was rolled back by the
-					// escape and the next one aborted: nothing was
+					// escape (and the next one aborted, or the session
+					// could not say which it was in): nothing was
 					// committed, which ErrRolledBack says truly.
 					if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
 						t.Fatalf("Commit = %v but charges = %q", err, got)
