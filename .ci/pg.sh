@@ -58,8 +58,8 @@ fi
 if [ "$what" = install ]; then exit 0; fi
 
 cd "$root/pgstore"
-# A hang bound, as redis.sh and sqlite.sh have: the suite takes 230-270 s
-# here alone and went past 600 s at load 20-38.
+# A hang bound, as redis.sh's and sqlite.sh's driver suite have: the suite
+# takes 230-270 s here alone and went past 600 s at load 20-38.
 timeout=1200s
 if [ -n "${CTOKEN_PG_LOAD_DURATION:-}" ]; then timeout=0; fi # bounded by the duration itself
 if [ "$what" = load ]; then
