@@ -408,8 +408,9 @@ func (w *work) spend(ctx context.Context, until time.Time) error {
 
 // committedBefore reports whether the transaction the work began was
 // committed (by SQL of the handler sent past the Tx's refusals): its id's
-// status, read on the pool, is committed. Asked only when the work failed
-// in an aborted transaction, where the session cannot tell its own id.
+// status, read on the pool, is committed. Asked only where the session
+// cannot tell its own id: the work failed in an aborted transaction, or
+// the session could not answer.
 // It reads what already happened: under a positive Timeout, that bounds
 // it, not the caller's deadline, which may run out during it and leave a
 // known outcome unknown.
