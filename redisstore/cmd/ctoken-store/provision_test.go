@@ -26,7 +26,7 @@ func TestProvisionAfterAnUnwatchedRestartFences(t *testing.T) {
 	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String(), "-new"); code != 0 {
 		t.Fatalf("provision -new = %d: %s", code, stderr)
 	}
-	opts := redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+	opts := redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: lifetime, MaxSkew: time.Second}
 	app, err := redisstore.Open(ctx, srv.client(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestProvisionWithoutHorizonOnUnknownHistoryRefuses(t *testing.T) {
 	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", "3s", "-new"); code != 0 {
 		t.Fatalf("provision -new = %d: %s", code, stderr)
 	}
-	app, err := redisstore.Open(ctx, srv.client(), redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: 3 * time.Second, MaxSkew: 100 * time.Millisecond})
+	app, err := redisstore.Open(ctx, srv.client(), redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: 3 * time.Second, MaxSkew: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
