@@ -455,13 +455,15 @@ func (s *Store) commitSetting() string {
 // FATAL or PANIC ends the session at a moment the message does not tell
 // (before version 14 a server's crash or immediate shutdown sends FATAL to
 // every session, also one whose commit was already written), so the commit
-// may have happened.
+// may have happened. So does an error pgconn reports before it sent any
+// of the pipeline (the connection closed, as pgx closes it when a
+// handler's statement outlives its context): no COMMIT reached the server.
 func commitRefused(fenceErr, commitErr error) bool {
 	if fenceErr == nil && commitErr == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(fenceErr, &pgErr) {
+	if errors.As(fenceErr, &pgErr) || pgconn.SafeToRetry(fenceErr) {
 		return true
 	}
 	if !errors.As(commitErr, &pgErr) {

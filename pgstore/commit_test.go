@@ -169,6 +169,12 @@ func workRacingHoldersCommitAtMostOnce(t *testing.T) {
 // proves it rolled back: a FATAL or PANIC may come after the commit was
 // written, and an error without a server answer (the connection lost)
 // leaves the outcome unknown.
+// notSent is an error pgconn reports before it sent anything.
+type notSent struct{}
+
+func (notSent) Error() string     { return "conn closed" }
+func (notSent) SafeToRetry() bool { return true }
+
 func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 	pgErr := func(severity string) error {
 		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: severity, SeverityUnlocalized: severity, Code: "57P01", Message: "m"})
@@ -188,6 +194,7 @@ func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 		{"COMMIT answered an ERROR, localized severity only", nil, &pgconn.PgError{Severity: "ERROR"}, true},
 		{"COMMIT answered a FATAL, localized severity only", nil, &pgconn.PgError{Severity: "FATAL"}, false},
 		{"the connection lost during COMMIT", nil, lost, false},
+		{"the connection closed before the pipeline was sent", fmt.Errorf("wrapped: %w", notSent{}), nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
