@@ -185,25 +185,12 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// A refusal before the fence reports the work rolled back only
 		// once the transaction is the one the work began: had the
 		// handler's SQL replaced it, the writes before may be committed.
-		// In a transaction that is not aborted the session's own id
-		// says so; in an aborted one, or when the session could not
-		// answer, whether the work's committed.
-		ask := w.begun && w.conn.PgConn().TxStatus() == 'E'
-		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
-			same, qerr := w.sameTx(ctx)
-			if qerr == nil && !same {
-				w.rollback(ctx)
-				return w.spend(ctx, until)
-			}
-			ask = qerr != nil
-		}
-		w.rollback(ctx)
-		if ask {
-			if escaped, cerr := w.committedBefore(ctx); cerr != nil {
-				return fmt.Errorf("%w: whether the work's transaction was committed by SQL before is unknown: %w", ErrUnavailable, cerr)
-			} else if escaped {
-				return w.spend(ctx, until)
-			}
+		escaped, _, unknown := w.rollbackEscaped(ctx)
+		switch {
+		case unknown != nil:
+			return unknown
+		case escaped:
+			return w.spend(ctx, until)
 		}
 		return err
 	}
@@ -211,8 +198,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// The fence would run outside the work's transaction. Checked
 		// first: the writes before the COMMIT sent as SQL are kept, so
 		// no refusal below may report the work as rolled back.
-		refuse(nil)
-		return w.spend(ctx, until)
+		return refuse(nil)
 	}
 	if w.refusal != nil {
 		// A statement of the handler was refused before it was sent:

@@ -221,29 +221,42 @@ const escapedHold = 25 * time.Hour
 // rollbackJudged is Rollback's first call: rollback, after judging
 // whether the handler's SQL had ended the work's transaction.
 func (w *work) rollbackJudged(ctx context.Context) error {
-	if !w.begun {
-		return w.rollback(ctx)
-	}
-	state := w.conn.PgConn().TxStatus()
-	escaped, unknown := state == 'I', false
-	if state == 'T' {
-		same, err := w.sameTx(ctx)
-		escaped, unknown = err == nil && !same, err != nil
-	}
-	err := w.rollback(ctx)
-	if state == 'E' || unknown {
-		// The session cannot tell its own transaction's id: whether
-		// the work's was committed is asked on the pool.
-		committed, cerr := w.committedBefore(ctx)
-		if cerr != nil {
-			return fmt.Errorf("%w: the work is rolled back, but whether a statement of the handler committed its transaction before is unknown: %w", ErrUnavailable, cerr)
-		}
-		escaped = committed
-	}
-	if escaped {
+	escaped, err, unknown := w.rollbackEscaped(ctx)
+	switch {
+	case unknown != nil:
+		return unknown
+	case escaped:
 		return w.spend(ctx, time.Now().Add(escapedHold))
 	}
 	return err
+}
+
+// rollbackEscaped rolls the work back (err is the rollback's error) and
+// reports whether the handler's SQL had ended its transaction before, so
+// that writes sent before may be committed: the session idle, or in
+// another transaction than the one BEGIN began; where the session cannot
+// tell its own transaction's id (aborted, or its answer lost), whether
+// the work's was committed is asked on the pool, and unknown is the error
+// when that cannot be told either.
+func (w *work) rollbackEscaped(ctx context.Context) (escaped bool, err, unknown error) {
+	if !w.begun {
+		return false, w.rollback(ctx), nil
+	}
+	state := w.conn.PgConn().TxStatus()
+	escaped, ask := state == 'I', state == 'E'
+	if state == 'T' {
+		same, qerr := w.sameTx(ctx)
+		escaped, ask = qerr == nil && !same, qerr != nil
+	}
+	err = w.rollback(ctx)
+	if ask {
+		committed, cerr := w.committedBefore(ctx)
+		if cerr != nil {
+			return false, err, fmt.Errorf("%w: the work is rolled back, but whether a statement of the handler committed its transaction before is unknown: %w", ErrUnavailable, cerr)
+		}
+		escaped = committed
+	}
+	return escaped, err, nil
 }
 
 // sameTx reports whether the session's transaction is the one BEGIN
