@@ -374,9 +374,8 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 // over, the store unreachable) the error says so as well.
 func (w *work) spend(ctx context.Context, until time.Time) error {
 	escaped := fmt.Errorf("%w: %w", ErrUnavailable, errEscaped)
-	if ctx != nil && ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
+	ctx, cancel := w.s.endContext(ctx)
+	defer cancel()
 	type confirmed struct{ marker, future, done bool }
 	c, err := call(w.s, ctx, func(ctx context.Context) (confirmed, error) {
 		var c confirmed
@@ -397,19 +396,12 @@ func (w *work) spend(ctx context.Context, until time.Time) error {
 // status, read on the pool, is committed. Asked only where the session
 // cannot tell its own id: the work failed in an aborted transaction, or
 // the session could not answer.
-// It reads what already happened: under a positive Timeout, that bounds
-// it, not the caller's deadline, which may run out during it and leave a
-// known outcome unknown.
 func (w *work) committedBefore(ctx context.Context) (bool, error) {
 	if !w.begun {
 		return false, nil
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if w.s.timeout > 0 || ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
+	ctx, cancel := w.s.endContext(ctx)
+	defer cancel()
 	status, err := call(w.s, ctx, func(ctx context.Context) (string, error) {
 		var status *string
 		// Unnamed (the mode): no statement prepared on the pooled session answers for it.
@@ -420,6 +412,24 @@ func (w *work) committedBefore(ctx context.Context) (bool, error) {
 		return *status, err
 	})
 	return status == "committed", err
+}
+
+// endContext is the context committedBefore and spend run under: they
+// read or record what already happened, so the caller's deadline, which
+// may run out during them and leave a known outcome unknown, does not end
+// them. The Timeout bounds them (call sets it); under a negative Timeout,
+// the caller's context while it is live, else DefaultTimeout.
+func (s *Store) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	switch {
+	case s.timeout > 0:
+		return context.WithoutCancel(ctx), func() {}
+	case ctx.Err() != nil:
+		return context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
+	}
+	return ctx, func() {}
 }
 
 // commitSetting is the synchronous_commit a work's COMMIT runs with: the

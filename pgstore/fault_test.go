@@ -369,6 +369,16 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 			}
 		}
 	}
+	// A work's end past a done context, under a negative Timeout: only
+	// DefaultTimeout bounds the question whether its transaction was
+	// committed (the session cannot answer it, the context being done),
+	// on a pool with no connect_timeout, pgx's default.
+	unbounded := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.ConnectTimeout = 0 })
+	callers, err := New(bg(), unbounded, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: -1})
+	must(t, err)
+	t.Cleanup(func() { callers.Close() })
+	_, work, err := callers.AcquireWork(bg(), "ending", time.Minute, []byte("fp"))
+	must(t, err)
 	p.signal(syscall.SIGSTOP)
 	resumed := false
 	defer func() {
@@ -431,6 +441,20 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 			})
 		}
 	}
+	t.Run("negative Timeout/Rollback past a done context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(bg())
+		cancel()
+		ended := make(chan error, 1)
+		go func() { ended <- work.Rollback(ctx) }()
+		select {
+		case err := <-ended:
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Rollback = %v; want ErrUnavailable and DeadlineExceeded (DefaultTimeout)", err)
+			}
+		case <-time.After(time.Minute): // a hang, not a slow answer
+			t.Fatal("Rollback past a done context hangs on a paused server; want DefaultTimeout to bound it")
+		}
+	})
 	p.signal(syscall.SIGCONT)
 	resumed = true
 	deadline := time.Now().Add(10 * time.Second)

@@ -174,7 +174,8 @@ type Options struct {
 	// Timeout bounds every call: the effective deadline is the earlier of
 	// the caller's context deadline and now + Timeout. Zero means
 	// DefaultTimeout; a negative value means only the caller's context
-	// bounds the call.
+	// bounds the call (a Work's end that reads or records its outcome
+	// after that context is done is bounded by DefaultTimeout).
 	Timeout time.Duration
 
 	// AllowAsyncCommit lets New accept a session whose synchronous_commit
