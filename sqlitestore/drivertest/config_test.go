@@ -361,12 +361,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 			if !o.AllowNormalSync {
 				pool = d.Open(t, path)
 			}
-			if s2, err := sqlitestore.New(ctx, pool, o); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "NORMAL") {
-				if err == nil {
-					s2.Close()
-				}
-				t.Fatalf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store = %v; want ErrForgotten naming NORMAL", o.AllowNormalSync, err)
-			}
+			wantForgotten(t, pool, o, nil, fmt.Sprintf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store", o.AllowNormalSync), "NORMAL")
 		}
 		must(t, sqlitestore.Rearm(ctx, db, "", 0))
 		s3 := mustStore(t, db, opts)

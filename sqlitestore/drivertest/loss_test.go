@@ -76,6 +76,29 @@ func claimedAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Tim
 	}
 }
 
+// wantForgotten fails t, saying what was called, unless New on db with
+// opts refuses with ErrForgotten naming each of names; a store New
+// returns is closed, once refused has checked tally's claims on it (when
+// tally is set). It returns New's error.
+func wantForgotten(t *testing.T, db *sql.DB, opts sqlitestore.Options, tally *faultTally, what string, names ...string) error {
+	t.Helper()
+	s, err := sqlitestore.New(context.Background(), db, opts)
+	if err == nil {
+		if tally != nil {
+			refused(t, s, tally)
+		}
+		s.Close()
+	}
+	bad := !errors.Is(err, sqlitestore.ErrForgotten)
+	for _, n := range names {
+		bad = bad || !strings.Contains(err.Error(), n)
+	}
+	if bad {
+		t.Fatalf("%s = %v; want ErrForgotten naming %q", what, err, names)
+	}
+	return err
+}
+
 func idList(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -208,12 +231,7 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 		if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
 			t.Fatalf("Migrate on the older copy = %v; want ErrForgotten", err)
 		}
-		if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-			if err == nil {
-				s.Close()
-			}
-			t.Fatalf("New on the older copy = %v; want ErrForgotten", err)
-		}
+		wantForgotten(t, db, sqlitestore.Options{}, nil, "New on the older copy")
 
 		const fence = time.Second
 		if err := sqlitestore.Rearm(ctx, db, "", fence); err != nil {
@@ -285,12 +303,7 @@ func olderCopyRestoredAfterACrash(t *testing.T) {
 		db.Close()
 		restoreCopy(t, path, copy)
 		db = d.Open(t, path)
-		if s2, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-			if err == nil {
-				s2.Close()
-			}
-			t.Fatalf("New on the older copy after a crash = %v; want ErrForgotten", err)
-		}
+		wantForgotten(t, db, sqlitestore.Options{}, nil, "New on the older copy after a crash")
 	})
 }
 
@@ -313,12 +326,7 @@ func deletedWhileStopped(t *testing.T) {
 		if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
 			t.Fatalf("Migrate on a new file at the path = %v; want ErrForgotten", err)
 		}
-		if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
-			if err == nil {
-				s.Close()
-			}
-			t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
-		}
+		wantForgotten(t, db, sqlitestore.Options{}, nil, "New on a new file at the path")
 	})
 }
 
@@ -386,21 +394,11 @@ func withoutItsSidecar(t *testing.T) {
 				db.Close()
 				path = w.act(t, d, path)
 				db = d.Open(t, path)
-				names := func(err error) bool {
-					return errors.Is(err, sqlitestore.ErrForgotten) && strings.Contains(err.Error(), "ctoken-sqlite rearm -db ") &&
-						strings.Contains(err.Error(), filepath.Base(path)+" -table ctoken_replay")
-				}
-				if err := sqlitestore.Migrate(ctx, db, ""); !names(err) {
+				names := []string{"ctoken-sqlite rearm -db ", filepath.Base(path) + " -table ctoken_replay"}
+				if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), names[1]) {
 					t.Fatalf("Migrate = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
 				}
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				if !names(err) {
-					if err == nil {
-						s.Close()
-					}
-					t.Fatalf("New = %v; want ErrForgotten naming ctoken-sqlite rearm on %s", err, path)
-				}
-				t.Logf("New: %v", err)
+				t.Logf("New: %v", wantForgotten(t, db, sqlitestore.Options{SweepInterval: -1}, nil, "New on "+path, names...))
 				must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				everyCallRefuses(t, s, "a-0", sqlitestore.ErrUnavailable)
@@ -498,14 +496,7 @@ func walLinksAfterACrash(t *testing.T) {
 			tally := newFaultTally()
 			tally.add(p.lines(), "c-")
 			removeFiles(t, path+"-wal", path+"-shm")
-			db = d.Open(t, path)
-			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
-				if err == nil {
-					refused(t, s, tally)
-					s.Close()
-				}
-				t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
-			}
+			wantForgotten(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1}, tally, fmt.Sprintf("New after the WAL of %d acknowledged claims was deleted", len(tally.acked)))
 		})
 		// A checkpoint killed before its first page past the file's
 		// end: the pages it copied point at pages the file lacks.
@@ -542,9 +533,7 @@ func walLinksAfterACrash(t *testing.T) {
 			if err := db.QueryRow(`SELECT count(*) FROM ctoken_replay`).Scan(new(int)); err == nil || !strings.Contains(err.Error(), "malformed") {
 				t.Fatalf("reading the table = %v; want SQLite to find the file malformed", err)
 			}
-			if _, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
-				t.Fatalf("New = %v; want ErrForgotten", err)
-			}
+			wantForgotten(t, db, sqlitestore.Options{SweepInterval: -1}, nil, "New")
 			must(t, db.Close())
 			must(t, os.Rename(links[0], path+"-wal"))
 			if err := os.Remove(path + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -685,26 +674,13 @@ func walLinksAfterACrash(t *testing.T) {
 						t.Fatalf("Migrate = %v", err)
 					}
 				}
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				switch {
-				case act.refused && !errors.Is(err, sqlitestore.ErrForgotten):
-					if err == nil {
-						refused(t, s, tally)
-						s.Close()
-					}
-					t.Fatalf("New after %s (%d claims acknowledged) = %v; want ErrForgotten", act.name, len(tally.acked), err)
-				case act.refused:
-					t.Logf("New: %v", err)
+				if act.refused {
+					t.Logf("New: %v", wantForgotten(t, db, sqlitestore.Options{SweepInterval: -1}, tally, fmt.Sprintf("New after %s (%d claims acknowledged)", act.name, len(tally.acked))))
 					// The operator's decision, with a fence: no
 					// acknowledged ID is accepted either.
 					must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
-					refused(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), tally)
-				case err != nil:
-					t.Fatalf("New = %v; want a store (nothing was lost)", err)
-				default:
-					refused(t, s, tally)
-					s.Close()
 				}
+				refused(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), tally)
 			})
 		}
 		t.Run("New and Close keep the process's SQLite locks on the file", func(t *testing.T) {

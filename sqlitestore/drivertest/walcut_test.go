@@ -268,10 +268,7 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 		t.Fatal("no record went on overflow pages with its key")
 	}
 	writeWALPages(t, np, link, func(pgno uint32) bool { return pgno == cut })
-	_, err := sqlitestore.New(ctx, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1})
-	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "ctoken-sqlite rearm") {
-		t.Fatalf("New = %v; want ErrForgotten naming the rearm command (page %d of %d long records unwritten)", err, cut, cutRows[cut])
-	}
+	wantForgotten(t, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1}, nil, fmt.Sprintf("New (page %d of %d long records unwritten)", cut, cutRows[cut]), "ctoken-sqlite rearm")
 }
 
 // TestOneRowSharedWithAnotherTableCoversOnlyItself: a checkpoint cut
@@ -365,7 +362,6 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 		{"a WAL the database holds, its last frame torn", true, func(w []byte) []byte { return w[:len(w)-100] }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			path, _, s := heldInWAL(t)
 			claimAll(t, s, idList("c-", 20), time.Now().Add(time.Hour))
 			np, link := walDeletedCopy(t, path, "")
@@ -381,10 +377,7 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 				serves(t, np, "", idList("c-", 20))
 				return
 			}
-			_, err := sqlitestore.New(ctx, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1})
-			if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), tc.refusal) || !strings.Contains(err.Error(), "ctoken-sqlite rearm") {
-				t.Fatalf("New = %v; want ErrForgotten: %q and the rearm command", err, tc.refusal)
-			}
+			wantForgotten(t, driver.Open(t, np), sqlitestore.Options{SweepInterval: -1}, nil, "New", tc.refusal, "ctoken-sqlite rearm")
 		})
 	}
 }
