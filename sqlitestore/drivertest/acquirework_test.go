@@ -420,9 +420,7 @@ func acquireWorkCommitRefused(t *testing.T, d Driver) {
 			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
 			insertApp(t, tx, "job")
 			if tc.handler != "" {
-				if _, err := tx.ExecContext(ctx, tc.handler); err != nil {
-					t.Fatalf("%s: %v", tc.handler, err)
-				}
+				mustExec(t, ctx, tx, tc.handler)
 			}
 			if err := w.Commit(ctx, time.Now().Add(tc.until), workFP, tc.result); !errors.Is(err, replay.ErrRolledBack) {
 				t.Fatalf("Commit = %v; want ErrRolledBack", err)
@@ -474,9 +472,7 @@ func workTempTrigger(t *testing.T, d Driver, acquired bool) {
 				w, tx, _ = begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
 			}
 			insertApp(t, tx, "job")
-			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
-				t.Fatalf("%s: %v", tc.stmt, err)
-			}
+			mustExec(t, ctx, tx, tc.stmt)
 			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
 			switch {
 			case !tc.escaped && !errors.Is(err, replay.ErrRolledBack):
@@ -532,9 +528,7 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 			must(t, err)
 			defer rows.Close()
 			rows.Next()
-			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
-				t.Fatalf("%s: %v", tc.stmt, err)
-			}
+			mustExec(t, ctx, tx, tc.stmt)
 			done := make(chan error, 1)
 			go func() { done <- w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")) }()
 			select {

@@ -30,9 +30,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 				claimAll(t, s, []string{"a", "b"}, time.Now().Add(time.Hour))
-				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
-					t.Fatalf("%s: %v", tc.tamper, err)
-				}
+				mustExec(t, ctx, db, tc.tamper)
 				first, err := s.Claim(ctx, "c", time.Now().Add(time.Hour))
 				if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
 					t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)

@@ -111,9 +111,7 @@ func TestForgetContract(t *testing.T) {
 						s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
 						return s
 					}, func(t *testing.T) {
-						if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
-							t.Fatalf("%s: %v", w.sql, err)
-						}
+						mustExec(t, context.Background(), db, w.sql)
 					})
 					// The refusal is the loss's, not a passing error.
 					if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {

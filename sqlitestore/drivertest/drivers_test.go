@@ -68,13 +68,13 @@ func must(t testing.TB, err error) {
 }
 
 // mustExec runs query on db (a DB, Conn or Tx) with ctx, failing t on an
-// error.
+// error, which names the query.
 func mustExec(t testing.TB, ctx context.Context, db interface {
 	ExecContext(context.Context, string, ...any) (sql.Result, error)
 }, query string, args ...any) {
 	t.Helper()
 	if _, err := db.ExecContext(ctx, query, args...); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", query, err)
 	}
 }
 

@@ -48,9 +48,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
 	must(t, err)
 	for _, q := range []string{`PRAGMA wal_autocheckpoint = 1`, `INSERT INTO app (id) VALUES ('x')`, `ROLLBACK`} {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
+		mustExec(t, ctx, tx, q)
 	}
 	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err == nil {
 		t.Fatal("Commit after the handler's ROLLBACK = nil; want the escape refused")

@@ -939,9 +939,7 @@ func appVacuumWhileRunning(t *testing.T) {
 				app = append(app, `DELETE FROM early`)
 			}
 			for _, q := range app {
-				if _, err := db.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
+				mustExec(t, ctx, db, q)
 			}
 			time.Sleep(50 * time.Millisecond) // checks
 		}

@@ -204,9 +204,7 @@ func TestReadRecordChecksTheMarker(t *testing.T) {
 				if first, err := s.Claim(ctx, "a", time.Now().Add(time.Hour)); !first || err != nil {
 					t.Fatalf("Claim = %v, %v; want first", first, err)
 				}
-				if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
-					t.Fatalf("%s: %v", tc.tamper, err)
-				}
+				mustExec(t, ctx, db, tc.tamper)
 				for _, id := range []string{"a", "never-claimed"} {
 					r, err := s.ReadRecord(ctx, id)
 					if !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) != tc.forgotten || r.State != 0 {

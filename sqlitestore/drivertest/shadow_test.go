@@ -32,9 +32,7 @@ func TestTempTableShadow(t *testing.T) {
 			ctx := context.Background()
 			w, tx, _ := acquire(t, s, "job", time.Minute, nil)
 			for _, q := range shadowStatements {
-				if _, err := tx.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s in the Work: %v", q, err)
-				}
+				mustExec(t, ctx, tx, q)
 			}
 			insertApp(t, tx, "job")
 			if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
@@ -55,9 +53,7 @@ func TestTempTableShadow(t *testing.T) {
 			l := mustLease(t, s, "job", time.Minute)
 			w, tx, _ := begin(t, s, "job", l.Token)
 			for _, q := range shadowStatements {
-				if _, err := tx.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s in the Work: %v", q, err)
-				}
+				mustExec(t, ctx, tx, q)
 			}
 			if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
 				t.Fatalf("Commit = %v", err)
@@ -74,9 +70,7 @@ func TestTempTableShadow(t *testing.T) {
 			must(t, err)
 			defer tx.Rollback()
 			for _, q := range shadowStatements {
-				if _, err := tx.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s in the caller's transaction: %v", q, err)
-				}
+				mustExec(t, ctx, tx, q)
 			}
 			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), id, time.Now().Add(time.Hour))
 			if err != nil {

@@ -314,9 +314,7 @@ func workEscapedRollback(t *testing.T, d Driver) {
 			if tc.before {
 				insertApp(t, tx, "before")
 			}
-			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
-				t.Fatalf("%s: %v", tc.stmt, err)
-			}
+			mustExec(t, ctx, tx, tc.stmt)
 			if tc.after {
 				insertApp(t, tx, "after")
 			}
