@@ -83,11 +83,11 @@ func BenchmarkMiddlewareTransactionalVsFloor(b *testing.B) {
 		for _, path := range []string{"server", "handler", "bare", "own"} {
 			b.Run(d.Name+"/path="+path, func(b *testing.B) {
 				db := benchDB(b, d)
-				s := benchStore(b, db)
+				s := mustStore(b, db, sqlitestore.Options{})
 				floor := benchDB(b, d)
 				var floorHandler http.Handler = benchCharge(floor)
 				if path == "own" {
-					floorHandler = benchOwnWork(b, benchStore(b, floor), benchCharge(nil))
+					floorHandler = benchOwnWork(b, mustStore(b, floor, sqlitestore.Options{}), benchCharge(nil))
 				}
 				keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 				must(b, err)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,7 +19,8 @@ import (
 // The benchmarks time the store against floors on files made alike (Safe
 // settings, on a disk); the VsFloor ones run each call beside the floor's,
 // as a disk's fsync latency drifts within seconds. BENCHMARKS.md lists
-// them and their commands.
+// them and their commands. A store has the default options (its checker
+// runs, as in production) unless a benchmark says otherwise.
 
 // benchFloorTable is a table of the store's table's shape (the same
 // columns, key and index), without the store: the floor's INSERT writes
@@ -58,29 +58,11 @@ var (
 // handler's table, so the store and its floors write to files made alike.
 func benchDB(b *testing.B, d Driver) *sql.DB {
 	b.Helper()
-	ctx := context.Background()
-	db := d.Open(b, filepath.Join(b.TempDir(), "bench.db"))
-	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-		b.Fatalf("Migrate: %v", err)
-	}
+	db, _ := openMigrated(b, d)
 	for _, stmt := range []string{benchFloorTable, benchFloorIndex, benchAppTable} {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			b.Fatalf("%s: %v", stmt, err)
-		}
+		mustExec(b, context.Background(), db, stmt)
 	}
 	return db
-}
-
-// benchStore is a store on db with the default options (its checker
-// runs, as in production), closed when the benchmark's run ends.
-func benchStore(b *testing.B, db *sql.DB) *sqlitestore.Store {
-	b.Helper()
-	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{})
-	if err != nil {
-		b.Fatalf("New: %v", err)
-	}
-	b.Cleanup(func() { s.Close() })
-	return s
 }
 
 // benchIDs returns n distinct IDs, made before the timer starts so that
@@ -137,7 +119,7 @@ func benchDrivers(b *testing.B, fn func(b *testing.B, d Driver)) {
 // BenchmarkClaim: Store.Claim of fresh IDs, one at a time.
 func BenchmarkClaim(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, d Driver) {
-		s := benchStore(b, benchDB(b, d))
+		s := mustStore(b, benchDB(b, d), sqlitestore.Options{})
 		ids := benchIDs(b.N)
 		until := time.Now().Add(time.Hour)
 		b.ReportAllocs()
@@ -209,7 +191,7 @@ func BenchmarkClaimConcurrent(b *testing.B) {
 	for _, d := range Drivers() {
 		for _, n := range benchConcurrency {
 			b.Run(fmt.Sprintf("%s/claimers=%d", d.Name, n), func(b *testing.B) {
-				s := benchStore(b, benchDB(b, d))
+				s := mustStore(b, benchDB(b, d), sqlitestore.Options{})
 				ids := benchIDs(b.N)
 				until := time.Now().Add(time.Hour)
 				benchParallel(b, n, "claims/s", func(i int) error { return benchClaim(s, ids[i], until) })
@@ -242,7 +224,7 @@ func BenchmarkTransactional(b *testing.B) {
 		for _, m := range benchModes {
 			b.Run(d.Name+"/"+m.name, func(b *testing.B) {
 				db := benchDB(b, d)
-				s := benchStore(b, db)
+				s := mustStore(b, db, sqlitestore.Options{})
 				ids := benchIDs(b.N)
 				until := time.Now().Add(time.Hour)
 				b.ReportAllocs()
@@ -344,7 +326,7 @@ func benchPairedAfter(b *testing.B, before, store, floor func(i int)) {
 // a claim then an INSERT, each on a file of its own in one directory.
 func BenchmarkClaimVsFloor(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, d Driver) {
-		s := benchStore(b, benchDB(b, d))
+		s := mustStore(b, benchDB(b, d), sqlitestore.Options{})
 		floor := benchDB(b, d)
 		ids := benchIDs(b.N)
 		keys := benchKeys(ids)
@@ -363,7 +345,7 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 func BenchmarkClaimAfterWorkVsFloor(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, d Driver) {
 		db := benchDB(b, d)
-		s := benchStore(b, db)
+		s := mustStore(b, db, sqlitestore.Options{})
 		floor := benchDB(b, d)
 		ids := benchIDs(b.N)
 		keys := benchKeys(ids)
@@ -387,7 +369,7 @@ func BenchmarkTransactionalVsFloor(b *testing.B) {
 		for _, m := range benchModes {
 			b.Run(d.Name+"/"+m.name, func(b *testing.B) {
 				db := benchDB(b, d)
-				s := benchStore(b, db)
+				s := mustStore(b, db, sqlitestore.Options{})
 				floor := benchDB(b, d)
 				ids := benchIDs(b.N)
 				until := time.Now().Add(time.Hour)
@@ -464,9 +446,7 @@ func BenchmarkClaimWhileSweeping(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, d Driver) {
 		ctx := context.Background()
 		db := benchDB(b, d)
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-		must(b, err)
-		b.Cleanup(func() { s.Close() })
+		s := mustStore(b, db, sqlitestore.Options{SweepInterval: -1})
 		until := time.Now().Add(time.Hour)
 		claim := func(id string) time.Duration {
 			start := time.Now()
@@ -544,13 +524,8 @@ func BenchmarkSweepKeepsUp(b *testing.B) {
 				name = "max"
 			}
 			b.Run(fmt.Sprintf("%s/rate=%s", d.Name, name), func(b *testing.B) {
-				ctx := context.Background()
-				path := filepath.Join(b.TempDir(), "keepsup.db")
-				db := d.Open(b, path)
-				must(b, sqlitestore.Migrate(ctx, db, ""))
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: time.Second})
-				must(b, err)
-				b.Cleanup(func() { s.Close() })
+				db, path := openMigrated(b, d)
+				s := mustStore(b, db, sqlitestore.Options{SweepInterval: time.Second})
 				size := func(p string) int64 {
 					fi, err := os.Stat(p)
 					if err != nil {
@@ -628,7 +603,7 @@ func BenchmarkReadRecord(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/state=%v", d.Name, state), func(b *testing.B) {
 				ctx := context.Background()
 				db := benchDB(b, d)
-				s := benchStore(b, db)
+				s := mustStore(b, db, sqlitestore.Options{})
 				ids := benchIDs(1)
 				key := benchKeys(ids)[0]
 				l, err := s.AcquireRecord(ctx, ids[0], time.Hour, benchFingerprint)
@@ -662,7 +637,7 @@ func BenchmarkTaskPoll(b *testing.B) {
 				ctx := context.Background()
 				db := benchDB(b, d)
 				var poll taskPoll
-				for _, q := range pollTasks(b, benchStore(b, db)) {
+				for _, q := range pollTasks(b, mustStore(b, db, sqlitestore.Options{})) {
 					if q.name == p {
 						poll = q
 					}
