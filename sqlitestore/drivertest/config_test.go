@@ -509,38 +509,30 @@ func loweredConnectionRefuses(t *testing.T) {
 					RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
 				until := time.Now().Add(time.Minute)
 				lease := mustLease(t, s, "leased", time.Minute) // before the change
+				// refusal is a refused call's error, or one saying what got
+				// through.
+				refusal := func(through bool, got any, err error) error {
+					if through || err == nil {
+						return fmt.Errorf("= %+v, %v", got, err)
+					}
+					return err
+				}
 				calls := []struct {
 					name string
 					call func(id string) error
 				}{
-					{"Claim", func(id string) error {
-						if first, err := s.Claim(ctx, id, until); first || err == nil {
-							return fmt.Errorf("= %v, %v", first, err)
-						} else {
-							return err
-						}
-					}},
+					{"Claim", func(id string) error { first, err := s.Claim(ctx, id, until); return refusal(first, first, err) }},
 					{"AcquireLease", func(id string) error {
-						if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || err == nil {
-							return fmt.Errorf("= %+v, %v", l, err)
-						} else {
-							return err
-						}
+						l, err := s.AcquireLease(ctx, id, time.Minute)
+						return refusal(l.State == replay.LeaseAcquired, l, err)
 					}},
-					{"ConfirmLease", func(string) error {
-						if err := s.ConfirmLease(ctx, "leased", lease.Token, until); err == nil {
-							return errors.New("succeeded")
-						} else {
-							return err
-						}
-					}},
+					{"ConfirmLease", func(string) error { return refusal(false, nil, s.ConfirmLease(ctx, "leased", lease.Token, until)) }},
 					{"BeginWork", func(string) error {
-						if w, err := s.BeginWork(ctx, "leased", lease.Token); err == nil {
+						w, err := s.BeginWork(ctx, "leased", lease.Token)
+						if err == nil {
 							w.Rollback(ctx)
-							return errors.New("succeeded")
-						} else {
-							return err
 						}
+						return refusal(false, w, err)
 					}},
 				}
 				for i, c := range calls {
