@@ -61,13 +61,6 @@ func pcKindOf(i int64, http bool) pcKind {
 	return pcClaim
 }
 
-// pcFront is the idempotency middleware, Transactional, on s in front of
-// a chargeApp (writing to the charges table newPCFile made), served on
-// 127.0.0.1; send makes one request with ref as its Idempotency-Key.
-func pcFront(t *testing.T, s *sqlitestore.Store) func(ref string) answer {
-	return idempotencyFront(t, s, &chargeApp{})
-}
-
 // pcSeed returns the seed of a randomized test: CTOKEN_SEED when set (to
 // run a failed round again), the clock otherwise. It logs the seed.
 func pcSeed(t *testing.T) uint64 {
@@ -185,7 +178,7 @@ func pcStep(ctx context.Context, s *sqlitestore.Store, send func(string) answer,
 
 // pcStart runs the workload with 6 goroutines on fresh IDs prefix+"0",
 // prefix+"1"... beside a reader of db's (see pcReader), noted in l; with
-// send (pcFront), requests through the middleware too. abandon lets it
+// send (idempotencyFront), requests through the middleware too. abandon lets it
 // meet the dead disk for a moment, stops it, and closes s and db.
 func pcStart(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string) (l *pcLedger, abandon func()) {
 	l = newPCLedger()
@@ -244,7 +237,7 @@ func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
 // acknowledged but not refused as done in another way (a confirmation
 // taken back to a lease still held, a committed work's effect missing, a
 // request's answer not replayed as it was kept); errs: calls that
-// failed. send is the middleware on s (pcFront), for the http steps.
+// failed. send is the middleware on s (idempotencyFront), for the http steps.
 func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind) (again, lost []string, errs []error) {
 	ids := slices.Sorted(maps.Keys(acked))
 	var mu sync.Mutex
@@ -365,7 +358,7 @@ func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) 
 		return nil, nil, nil, err
 	}
 	defer s.Close()
-	again, lost, errs = pcCheck(ctx, s, db, pcFront(t, s), acked)
+	again, lost, errs = pcCheck(ctx, s, db, idempotencyFront(t, s, &chargeApp{}), acked)
 	tot.checked += len(acked)
 	tot.again += len(again)
 	tot.lost += len(lost)
@@ -442,7 +435,7 @@ func (f pcFile) open(t *testing.T) *sql.DB {
 }
 
 // newPCFile makes a database file on v with the store's table, the app's
-// table effects and pcFront's table charges.
+// table effects and chargeApp's table charges.
 func newPCFile(t *testing.T, v *crashVFS, pragmas []Pragma) pcFile {
 	t.Helper()
 	f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), pragmas}
@@ -569,7 +562,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		mode := crashMode(round % 2)
 		after, keep := r.IntN(100), r.IntN(2) == 0
 		v.ArmCut(after, keep)
-		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("f%d-r%d-", files, round))
+		l, abandon := pcStart(ctx, s, db, idempotencyFront(t, s, &chargeApp{}), fmt.Sprintf("f%d-r%d-", files, round))
 		if !pcWait(pcPatience, v.Dead) {
 			v.CutNow()
 			t.Logf("round %d: no cut after %v (%d syncs): cut now", round, pcPatience, v.Stats().Syncs)
@@ -1063,7 +1056,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		failedBefore := v.Stats().FailedSyncs
 		target := targets[round%len(targets)]
 		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
-		l, abandon := pcStart(ctx, s, db, pcFront(t, s), fmt.Sprintf("r%d-", round))
+		l, abandon := pcStart(ctx, s, db, idempotencyFront(t, s, &chargeApp{}), fmt.Sprintf("r%d-", round))
 		failed := pcWait(pcPatience, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
 		more := 10 + r.IntN(50)
