@@ -387,13 +387,13 @@ func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
 func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *logRecords) WithGroup(string) slog.Handler      { return h }
 
-// warns returns how many Warn records hold substr in their message.
-func (h *logRecords) warns(substr string) int {
+// count returns how many records of level hold substr in their message.
+func (h *logRecords) count(level slog.Level, substr string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
 	for _, r := range h.records {
-		if r.Level == slog.LevelWarn && strings.Contains(r.Message, substr) {
+		if r.Level == level && strings.Contains(r.Message, substr) {
 			n++
 		}
 	}
@@ -412,7 +412,7 @@ func allowNormalSync(t *testing.T) {
 		logs := &logRecords{}
 		var events []replay.Event
 		s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e replay.Event) { events = append(events, e) }})
-		if n := logs.warns("AllowNormalSync"); n != 1 {
+		if n := logs.count(slog.LevelWarn, "AllowNormalSync"); n != 1 {
 			t.Fatalf("New logged %d Warn records naming AllowNormalSync; want 1", n)
 		}
 		// New reports it synchronously: read before the checker runs.

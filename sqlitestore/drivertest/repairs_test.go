@@ -457,7 +457,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if logs.warns("waits for free space") == 0 {
+		if logs.count(slog.LevelWarn, "waits for free space") == 0 {
 			t.Fatal("no Warn logged for the free space the repair waits for")
 		}
 		must(t, os.Remove(filler))
@@ -497,7 +497,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		must(t, err)
 		defer s.Close()
 		rep.wait(t)
-		if logs.infos("holds it back") == 0 {
+		if logs.count(slog.LevelInfo, "holds it back") == 0 {
 			t.Error("no line logged for the checkpoint a reader holds back")
 		}
 		claimedAll(t, s, ids, until, "after the repair")
@@ -505,17 +505,4 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 			t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
 		}
 	})
-}
-
-// infos returns how many Info records hold substr in their message.
-func (h *logRecords) infos(substr string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, r := range h.records {
-		if r.Level == slog.LevelInfo && strings.Contains(r.Message, substr) {
-			n++
-		}
-	}
-	return n
 }
