@@ -229,23 +229,7 @@ func acquireWorkEscapedRollback(t *testing.T, d Driver) {
 					t.Fatalf("the handler's write after the conflict's ROLLBACK was not committed on its own (%d rows)", n)
 				}
 			}
-			var err error
-			if tc.rollback {
-				err = w.Rollback(ctx)
-			} else {
-				err = w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-			}
-			switch {
-			case !tc.escaped && tc.rollback && err != nil:
-				t.Fatalf("Rollback after %q = %v; want nil", tc.stmt, err)
-			case !tc.escaped && !tc.rollback && !errors.Is(err, replay.ErrRolledBack):
-				t.Fatalf("Commit after %q = %v; want ErrRolledBack", tc.stmt, err)
-			case tc.escaped && (errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable)):
-				t.Fatalf("end of the work after %q = %v; want ErrUnavailable, not ErrRolledBack", tc.stmt, err)
-			}
-			if n := appRows(t, db, "before"); n != 0 {
-				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
-			}
+			endEscapedWork(t, w, db, tc.rollback, workFP, []byte("r"), tc.stmt, tc.escaped)
 			if !tc.escaped {
 				if n := countRows(t, db, `SELECT count(*) FROM app`); n != 0 {
 					t.Fatalf("app rows = %d; want 0", n)

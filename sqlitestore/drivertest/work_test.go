@@ -318,23 +318,7 @@ func workEscapedRollback(t *testing.T, d Driver) {
 			if tc.after {
 				insertApp(t, tx, "after")
 			}
-			var err error
-			if tc.rollback {
-				err = w.Rollback(ctx)
-			} else {
-				err = w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
-			}
-			switch {
-			case !tc.escaped && tc.rollback && err != nil:
-				t.Fatalf("Rollback after the handler's %s = %v; want nil", tc.stmt, err)
-			case !tc.escaped && !tc.rollback && !errors.Is(err, replay.ErrRolledBack):
-				t.Fatalf("Commit after the handler's %s = %v; want ErrRolledBack", tc.stmt, err)
-			case tc.escaped && (errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable)):
-				t.Fatalf("end of the work after the handler's %s and a write = %v; want ErrUnavailable, not ErrRolledBack", tc.stmt, err)
-			}
-			if n := appRows(t, db, "before"); n != 0 {
-				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
-			}
+			endEscapedWork(t, w, db, tc.rollback, nil, nil, tc.stmt, tc.escaped)
 			if n := appRows(t, db, "after"); n != tc.kept {
 				t.Fatalf("app rows after the ROLLBACK = %d; want %d", n, tc.kept)
 			}
@@ -351,6 +335,33 @@ func workEscapedRollback(t *testing.T, d Driver) {
 			s.ReleaseLease(ctx, "job", l.Token)
 			wantRefused(t, s, "job")
 		})
+	}
+}
+
+// endEscapedWork ends w, whose handler ran stmt, with Rollback or Commit
+// (of fp and rec) and checks the outcome: with nothing escaped, Rollback
+// succeeds and Commit is ErrRolledBack; otherwise either is
+// ErrUnavailable, never ErrRolledBack. The handler's app row "before" is
+// never kept.
+func endEscapedWork(t *testing.T, w replay.Work, db *sql.DB, rollback bool, fp, rec []byte, stmt string, escaped bool) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if rollback {
+		err = w.Rollback(ctx)
+	} else {
+		err = w.Commit(ctx, time.Now().Add(time.Hour), fp, rec)
+	}
+	switch {
+	case !escaped && rollback && err != nil:
+		t.Fatalf("Rollback after %q = %v; want nil", stmt, err)
+	case !escaped && !rollback && !errors.Is(err, replay.ErrRolledBack):
+		t.Fatalf("Commit after %q = %v; want ErrRolledBack", stmt, err)
+	case escaped && (errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable)):
+		t.Fatalf("end of the work after %q = %v; want ErrUnavailable, not ErrRolledBack", stmt, err)
+	}
+	if n := appRows(t, db, "before"); n != 0 {
+		t.Fatalf("app row before the ROLLBACK kept (%d)", n)
 	}
 }
 
