@@ -178,9 +178,7 @@ func repairBoot(t *testing.T) string {
 // it serves.
 func markRepair(t *testing.T, db *sql.DB, path string) {
 	t.Helper()
-	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{SweepInterval: -1})
-	must(t, err)
-	s.Close()
+	mustStore(t, db, sqlitestore.Options{SweepInterval: -1}).Close()
 	setSidecarField(t, path, "repair", repairBoot(t))
 }
 
@@ -390,15 +388,12 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // never shrinks, stays under 16 MiB of pages and their frame headers.
 func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		requireDBPage(t, db)
 		appPages(t, db, 5000)
 		markRepair(t, db, path)
 		rep := newRepairs()
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-		must(t, err)
-		defer s.Close()
+		mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
 		rep.wait(t)
 		const bound = 16<<20 + 4096*(24+1) // 16 MiB of pages, their frame headers, one frame more
 		size, wal := fileSize(t, path), fileSize(t, path+"-wal")

@@ -179,9 +179,7 @@ func walSession(t *testing.T, path string, stmts ...string) {
 	db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
 	must(t, err)
 	for _, q := range stmts {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
+		mustExec(t, context.Background(), db, q)
 	}
 	must(t, db.Close())
 }
@@ -305,7 +303,6 @@ func TestWALLoss(t *testing.T) {
 			db.Close()
 			// The released rows, live in this table's kept WAL, are in no
 			// table: they read as lost (docs/sqlitestore.md, known limits).
-			// The 10 released rows lacking, and the rearm command.
 			wantForgotten(t, driver.Open(t, path), sqlitestore.Options{SweepInterval: -1}, nil, "New", "lacks 10 of the", "ctoken-sqlite rearm")
 		}},
 		{"pages freed by releases, then reused, lose nothing", func(t *testing.T) {
@@ -354,11 +351,7 @@ func TestWALLoss(t *testing.T) {
 // ends.
 func serves(t *testing.T, path, table string, ids []string) *sqlitestore.Store {
 	t.Helper()
-	s, err := sqlitestore.New(context.Background(), driver.Open(t, path), sqlitestore.Options{Table: table, SweepInterval: -1})
-	if err != nil {
-		t.Fatalf("New(%q) = %v; want a store (nothing was lost)", table, err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := mustStore(t, driver.Open(t, path), sqlitestore.Options{Table: table, SweepInterval: -1})
 	claimedAll(t, s, ids, time.Now().Add(time.Hour), fmt.Sprintf("in %q", table))
 	return s
 }
