@@ -24,13 +24,19 @@ var shadowStatements = []string{
 // connection, never receives the store's rows: a claim accepted after it
 // is in the file, where every other Store sees it.
 func TestTempTableShadow(t *testing.T) {
-	tests := []struct {
-		name  string
-		claim func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool
-	}{
-		{"made by a handler in an AcquireWork Work", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
+	type claimer func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool
+	// inWork makes the table in a Work of AcquireWork (acquired) or of
+	// BeginWork, beside the handler's app row, and claims id after it.
+	inWork := func(acquired bool) claimer {
+		return func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
 			ctx := context.Background()
-			w, tx, _ := acquire(t, s, "job", time.Minute, nil)
+			var w replay.Work
+			var tx *sqlitestore.Tx
+			if acquired {
+				w, tx, _ = acquire(t, s, "job", time.Minute, nil)
+			} else {
+				w, tx, _ = begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
+			}
 			for _, q := range shadowStatements {
 				mustExec(t, ctx, tx, q)
 			}
@@ -47,23 +53,14 @@ func TestTempTableShadow(t *testing.T) {
 				t.Fatalf("Claim after the Work = %v", err)
 			}
 			return first
-		}},
-		{"made by a handler in a BeginWork Work", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
-			ctx := context.Background()
-			l := mustLease(t, s, "job", time.Minute)
-			w, tx, _ := begin(t, s, "job", l.Token)
-			for _, q := range shadowStatements {
-				mustExec(t, ctx, tx, q)
-			}
-			if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
-				t.Fatalf("Commit = %v", err)
-			}
-			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
-			if err != nil {
-				t.Fatalf("Claim after the Work = %v", err)
-			}
-			return first
-		}},
+		}
+	}
+	tests := []struct {
+		name  string
+		claim claimer
+	}{
+		{"made by a handler in an AcquireWork Work", inWork(true)},
+		{"made by a handler in a BeginWork Work", inWork(false)},
 		{"on the connection of a WithTx transaction", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
 			ctx := context.Background()
 			tx, err := db.BeginTx(ctx, nil)
