@@ -198,14 +198,9 @@ func requireDBPage(t *testing.T, db *sql.DB) {
 func appPages(t *testing.T, db *sql.DB, pages int) {
 	t.Helper()
 	mustExec(t, context.Background(), db, `CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`)
-	if _, err := db.Exec(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
-		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages); err != nil {
-		t.Fatal(err)
-	}
-	var busy, log, done int
-	if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
-		t.Fatalf("emptying the WAL: busy %d, %v", busy, err)
-	}
+	mustExec(t, context.Background(), db, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
+		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages)
+	checkpointTruncate(t, db)
 }
 
 func fileSize(t *testing.T, path string) int64 {
