@@ -448,18 +448,14 @@ func newPCFile(t *testing.T, v *crashVFS, pragmas []Pragma) pcFile {
 	return f
 }
 
-// pcConfigs are journal modes the store accepts (DELETE only with EXTRA:
-// New refuses FULL there, see TestPowerCut).
-var pcConfigs = []struct {
-	name    string
-	pragmas []Pragma
-}{
-	{"WAL FULL", Safe},
-	// Checkpoints every 16 pages: the database file's own syncs and the
-	// WAL's restarts happen within the short rounds.
-	{"WAL FULL autocheckpoint 16", append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", "16"})},
-	{"DELETE EXTRA", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}},
-}
+// pcAutocheckpoint16 is Safe with a checkpoint every 16 pages: the
+// database file's own syncs and the WAL's restarts happen within the short
+// rounds. pcDeleteExtra is journal_mode=DELETE, which the store accepts
+// with EXTRA only (New refuses FULL there, see TestPowerCut).
+var (
+	pcAutocheckpoint16 = append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", "16"})
+	pcDeleteExtra      = []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}
+)
 
 // pcPatience bounds a wait for what a workload does (a Sync, the power
 // cut, an answer): a bound for a store or a VFS that hangs, which a slow
@@ -510,12 +506,12 @@ func TestPowerCut(t *testing.T) {
 		pragmas    []Pragma
 		lazyUnlink bool
 	}{
-		{pcConfigs[0].name, pcConfigs[0].pragmas, false},
-		{pcConfigs[1].name, pcConfigs[1].pragmas, false},
-		{pcConfigs[2].name, pcConfigs[2].pragmas, false},
+		{"WAL FULL", Safe, false},
+		{"WAL FULL autocheckpoint 16", pcAutocheckpoint16, false},
+		{"DELETE EXTRA", pcDeleteExtra, false},
 		{"TRUNCATE FULL", With("journal_mode", "TRUNCATE"), false},
 		{"PERSIST FULL", With("journal_mode", "PERSIST"), false},
-		{"DELETE EXTRA, unlinks lost by a cut", pcConfigs[2].pragmas, true},
+		{"DELETE EXTRA, unlinks lost by a cut", pcDeleteExtra, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -878,8 +874,8 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 	}{
 		{"WAL FULL", Safe, false, []pcTarget{anyFile, behindNormal}},
 		{"WAL FULL errseq", Safe, true, []pcTarget{behindNormal, anyFile}},
-		{"WAL FULL autocheckpoint 16", pcConfigs[1].pragmas, false, []pcTarget{dbFile, behindNormal}},
-		{"DELETE EXTRA", pcConfigs[2].pragmas, false, []pcTarget{anyFile}},
+		{"WAL FULL autocheckpoint 16", pcAutocheckpoint16, false, []pcTarget{dbFile, behindNormal}},
+		{"DELETE EXTRA", pcDeleteExtra, false, []pcTarget{anyFile}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
