@@ -208,13 +208,10 @@ func restoreProcedure(t *testing.T) {
 func olderCopyRestoredWhileStopped(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		dir := t.TempDir()
-		path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+		db, path := openMigrated(t, d)
+		copy := filepath.Join(filepath.Dir(path), "copy.db")
 		until := time.Now().Add(time.Hour)
 		a, b := idList("a-", 8), idList("b-", 8)
-
-		db := d.Open(t, path)
-		must(t, sqlitestore.Migrate(ctx, db, ""))
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
 		must(t, err)
 		claimAll(t, s, a, until)
@@ -281,11 +278,9 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 func olderCopyRestoredAfterACrash(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		dir := t.TempDir()
-		path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+		db, path := openMigrated(t, d)
+		copy := filepath.Join(filepath.Dir(path), "copy.db")
 		until := time.Now().Add(time.Hour)
-		db := d.Open(t, path)
-		must(t, sqlitestore.Migrate(ctx, db, ""))
 		const recheck = 20 * time.Millisecond
 		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
 		must(t, err)
