@@ -95,15 +95,8 @@ func TestSettingsCheckNamesEveryRefusedSetting(t *testing.T) {
 // TestTableName pins the table name: a lower-case identifier, quoted, or
 // refused with ErrConfig, and the one Schema writes into its SQL.
 func TestTableName(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"quoted or refused", quoteTableCases},
-		{"Schema names the table", schemaNamesTheTable},
-	} {
-		t.Run(tc.name, tc.test)
-	}
+	t.Run("quoted or refused", quoteTableCases)
+	t.Run("Schema names the table", schemaNamesTheTable)
 }
 
 func quoteTableCases(t *testing.T) {
