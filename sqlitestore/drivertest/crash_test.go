@@ -608,6 +608,24 @@ func faultEach(ids []string, check func(id string) error) []error {
 	return errs
 }
 
+// faultDone returns the check that s refuses an ID a child of mode
+// acknowledged: a lease's AcquireLease finds it done, a claim's Claim is
+// not first.
+func faultDone(s *sqlitestore.Store, mode string) func(id string) error {
+	return func(id string) error {
+		if mode == "lease" {
+			if l, err := s.AcquireLease(context.Background(), id, faultLease); l.State != replay.LeaseDone || err != nil {
+				return fmt.Errorf("AcquireLease = %v, %v; want LeaseDone", l.State, err)
+			}
+			return nil
+		}
+		if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first || err != nil {
+			return fmt.Errorf("Claim = %v, %v; want not first", first, err)
+		}
+		return nil
+	}
+}
+
 func faultReport(t *testing.T, what string, errs []error) {
 	t.Helper()
 	if len(errs) == 0 {
@@ -752,22 +770,9 @@ func sigkillCheck(t *testing.T, d Driver, path, mode string, tally *faultTally, 
 	defer s.Close()
 	acked := faultKeys(tally.acked)
 	switch mode {
-	case "claim":
-		faultReport(t, fmt.Sprintf("round %d: Claim of an acknowledged ID", round), faultEach(acked, func(id string) error {
-			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
-			if first || err != nil {
-				return fmt.Errorf("Claim = %v, %v; want not first", first, err)
-			}
-			return nil
-		}))
-	case "lease":
-		faultReport(t, fmt.Sprintf("round %d: AcquireLease of a confirmed ID", round), faultEach(acked, func(id string) error {
-			l, err := s.AcquireLease(ctx, id, faultLease)
-			if l.State != replay.LeaseDone || err != nil {
-				return fmt.Errorf("AcquireLease = %v, %v; want LeaseDone", l.State, err)
-			}
-			return nil
-		}))
+	case "claim", "lease":
+		what := map[string]string{"claim": "Claim of an acknowledged ID", "lease": "AcquireLease of a confirmed ID"}[mode]
+		faultReport(t, fmt.Sprintf("round %d: %s", round, what), faultEach(acked, faultDone(s, mode)))
 	case "transactional", "acquirework":
 		effects := map[string]int{}
 		rows, err := db.QueryContext(ctx, `SELECT id FROM effects`)

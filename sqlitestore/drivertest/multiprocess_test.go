@@ -1,7 +1,6 @@
 package drivertest
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
@@ -122,25 +120,6 @@ func shareAFile(t *testing.T, d Driver, mode string, procs, ids int) {
 		}
 	}
 
-	ctx := context.Background()
-	db := d.Open(t, path)
-	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-	if err != nil {
-		t.Fatalf("New after the processes: %v", err)
-	}
-	defer s.Close()
-	faultReport(t, "an acknowledged ID afterwards", faultEach(slices.Collect(maps.Keys(by[acked])), func(id string) error {
-		if mode == "lease" {
-			l, err := s.AcquireLease(ctx, id, faultLease)
-			if l.State != replay.LeaseDone || err != nil {
-				return fmt.Errorf("AcquireLease = %v, %v; want LeaseDone", l.State, err)
-			}
-			return nil
-		}
-		first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
-		if first || err != nil {
-			return fmt.Errorf("Claim = %v, %v; want not first", first, err)
-		}
-		return nil
-	}))
+	s := mustStore(t, d.Open(t, path), sqlitestore.Options{})
+	faultReport(t, "an acknowledged ID afterwards", faultEach(slices.Collect(maps.Keys(by[acked])), faultDone(s, mode)))
 }
