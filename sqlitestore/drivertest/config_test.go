@@ -469,9 +469,7 @@ func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	}
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
 	must(t, err)
-	if _, err := tx.ExecContext(ctx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`); err != nil {
-		t.Fatalf("PRAGMA synchronous = %s in the Work: %v", level, err)
-	}
+	mustExec(t, ctx, tx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`)
 	if err := w.Rollback(ctx); err != nil {
 		t.Fatalf("Rollback: %v", err)
 	}

@@ -269,11 +269,9 @@ func insertExpired(t testing.TB, db *sql.DB, s *sqlitestore.Store, n int) {
 		prefix = s.Prefix()
 	}
 	key := binary.BigEndian.AppendUint16(nil, uint16(len(prefix)))
-	if _, err := db.Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)`+
+	mustExec(t, context.Background(), db, `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)`+
 		` INSERT INTO ctoken_replay (key, state, token, until) SELECT unhex(? || hex('old-' || i)), 'c', '', 1 FROM n`,
-		n, hex.EncodeToString(append(key, prefix...))); err != nil {
-		t.Fatal(err)
-	}
+		n, hex.EncodeToString(append(key, prefix...)))
 }
 
 // expiredRows counts the rows insertExpired wrote that remain.

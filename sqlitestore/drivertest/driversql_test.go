@@ -180,9 +180,7 @@ func schemaRunsThroughExecContext(t *testing.T) {
 		c, err := db.Conn(ctx)
 		must(t, err)
 		defer c.Close()
-		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n"); err != nil {
-			t.Fatalf("Schema's SQL in one ExecContext: %v", err)
-		}
+		mustExec(t, ctx, c, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n") // Schema's SQL in one ExecContext
 		objects := countRows(t, db, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`)
 		markers := countRows(t, db, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`)
 		if objects != 2 || markers != 1 {

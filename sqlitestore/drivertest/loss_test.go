@@ -23,9 +23,7 @@ import (
 // INTO: one read transaction, whatever the WAL holds).
 func snapshot(t *testing.T, db *sql.DB, dst string) {
 	t.Helper()
-	if _, err := db.ExecContext(context.Background(), `VACUUM INTO '`+strings.ReplaceAll(dst, "'", "''")+`'`); err != nil {
-		t.Fatalf("VACUUM INTO: %v", err)
-	}
+	mustExec(t, context.Background(), db, `VACUUM INTO '`+strings.ReplaceAll(dst, "'", "''")+`'`)
 }
 
 // sidecarOf is the sidecar of the default table of the database file at

@@ -65,9 +65,7 @@ func begin(t *testing.T, s *sqlitestore.Store, id, token string) (replay.Work, *
 
 func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
 	t.Helper()
-	if _, err := tx.ExecContext(context.Background(), `INSERT INTO app (id) VALUES (?)`, id); err != nil {
-		t.Fatalf("INSERT in the work's transaction: %v", err)
-	}
+	mustExec(t, context.Background(), tx, `INSERT INTO app (id) VALUES (?)`, id)
 }
 
 // TestWork: the transactional mode used directly, as the middlewares use
@@ -378,9 +376,7 @@ func workEscapedCommit(t *testing.T, d Driver) {
 			w, tx, _ := way.begin(t, s)
 			leaseEnd := time.Now().Add(lease) // not before the lease's end
 			insertApp(t, tx, "before")
-			if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
-				t.Fatalf("COMMIT; BEGIN: %v", err)
-			}
+			mustExec(t, ctx, tx, `COMMIT; BEGIN`)
 			insertApp(t, tx, "after")
 			err := w.Commit(ctx, time.Now().Add(time.Hour), way.fp, way.rec)
 			if err == nil || errors.Is(err, replay.ErrRolledBack) {
