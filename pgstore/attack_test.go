@@ -57,9 +57,7 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 					must(t, charge(ctx, table, id, "work"))
 					tx, _ := TxFrom(ctx)
 					key := fmt.Sprintf(`decode('%x', 'hex')`, s.key(id))
-					if _, err := tx.Exec(ctx, fmt.Sprintf(declare, key)); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, tx, fmt.Sprintf(declare, key))
 					err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 					var n int
 					var flushed bool
@@ -117,9 +115,7 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 				must(t, charge(ctx, table, id, "work"))
 				if tt.handler != "" {
 					tx, _ := TxFrom(ctx)
-					if _, err := tx.Exec(ctx, tt.handler); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, tx, tt.handler)
 				}
 				standby.signal(syscall.SIGSTOP)
 				stopped = true

@@ -180,10 +180,7 @@ func untilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
 		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
 			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
 		}
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("AcquireLease after a refused claim = %+v, %v; want acquired (nothing recorded)", l, err)
-		}
+		l := mustLease(t, s, id, time.Minute) // nothing recorded
 		if err := s.ConfirmLease(bg(), id, l.Token, until); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
 			t.Fatalf("ConfirmLease until %v: %v; want ErrInvalidClaim and replay.ErrExpired", until, err)
 		}
@@ -274,14 +271,8 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		claim(inner, "evt_2", true)
 	})
 	t.Run("lease", func(t *testing.T) {
-		l, err := inner.AcquireLease(bg(), "evt_3", time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("inner AcquireLease = %+v, %v", l, err)
-		}
-		o, err := outer.AcquireLease(bg(), "webhooks:evt_3", time.Minute)
-		if err != nil || o.State != replay.LeaseAcquired {
-			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
-		}
+		l := mustLease(t, inner, "evt_3", time.Minute)
+		o := mustLease(t, outer, "webhooks:evt_3", time.Minute) // a key of its own
 		must(t, outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token))
 		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
 			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
@@ -314,9 +305,7 @@ func invalidIDsRefusedWithoutRecording(t *testing.T) {
 	}
 	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
 	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {
-		if first, err := s.Claim(bg(), id, until); !first || err != nil {
-			t.Fatalf("Claim(%q) = %v, %v", id[:2], first, err)
-		}
+		mustClaim(t, s, id, until)
 		if first, err := s.Claim(bg(), id, until); first || err != nil {
 			t.Fatalf("Claim(%q) again = %v, %v", id[:2], first, err)
 		}

@@ -280,13 +280,9 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 					ctx := w.Context(bg())
 					tx, _ := TxFrom(ctx)
 					for _, sql := range tt.sql {
-						if _, err := tx.Exec(ctx, sql); err != nil {
-							t.Fatal(err)
-						}
+						mustExec(t, tx, sql)
 					}
-					if _, err := tx.Exec(ctx, `INSERT INTO `+work+` VALUES ($1, $2)`, s.key(id), tt.off); err != nil {
-						t.Fatal(err)
-					}
+					mustExec(t, tx, `INSERT INTO `+work+` VALUES ($1, $2)`, s.key(id), tt.off)
 					must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 					var flushed bool
 					must(t, pool.QueryRow(bg(), `SELECT pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&flushed))
@@ -343,9 +339,7 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 			ctx := w.Context(bg())
 			must(t, charge(ctx, table, id, "work"))
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, `select pg_catalog.set_config('ctoken_test.raise', 'on', true)`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, `select pg_catalog.set_config('ctoken_test.raise', 'on', true)`)
 			err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 			if !errors.Is(err, replay.ErrRolledBack) || errors.Is(err, errEscaped) {
 				t.Fatalf("Commit = %v; want ErrRolledBack (the trigger's failure aborted the transaction), not an escape", err)
@@ -395,9 +389,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			ctx := w.Context(bg())
 			must(t, charge(ctx, table, id, "violating"))
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, `INSERT INTO `+child+` VALUES (1)`); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, `INSERT INTO `+child+` VALUES (1)`)
 			err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil)
 			for _, want := range []error{ErrUnavailable, replay.ErrRolledBack, pgx.ErrTxCommitRollback} {
 				if !errors.Is(err, want) {

@@ -166,9 +166,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		set(t, "synchronous_commit", "off")
 		defer set(t, "synchronous_commit", "on")
 		waitEvents(1)
-		if first, err := s.Claim(bg(), "accepted-risk", time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatalf("Claim under an accepted risk = %v, %v; want first", first, err)
-		}
+		mustClaim(t, s, "accepted-risk", time.Now().Add(time.Hour))
 		set(t, "synchronous_commit", "on")
 		// The risk is gone once a recheck read it so (the recheck that
 		// stores it also reports, before the next one reads again).

@@ -304,12 +304,8 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 		}
 		return s.ReleaseLease(bg(), id, l.Token)
 	}, func() error { return s.ReleaseLease(bg(), "release", l.Token) })
-	if err := r.ReleaseLease(bg(), "release", l.Token); err != nil {
-		t.Fatalf("resent ReleaseLease: %v", err)
-	}
-	if l, err := r.AcquireLease(bg(), "release", time.Minute); l.State != replay.LeaseAcquired || err != nil {
-		t.Fatalf("AcquireLease after the release = %+v, %v; want acquired", l, err)
-	}
+	must(t, r.ReleaseLease(bg(), "release", l.Token))
+	mustLease(t, r, "release", time.Minute)
 }
 
 // pausedServerFailsClosedWithinTimeout: a server that stops answering

@@ -602,9 +602,7 @@ func plannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	if twice != 0 || fenced != 0 || len(acked) == 0 {
 		t.Fatalf("after a planned failover: %d of %d acknowledged claims accepted twice, %d fenced; want 0 and 0", twice, len(acked), fenced)
 	}
-	if first, err := p.Claim(bg(), "fresh", until); err != nil || !first {
-		t.Fatalf("Claim of a fresh ID after a planned failover = %v, %v; want first", first, err)
-	}
+	mustClaim(t, p, "fresh", until)
 	if f := markerFence(t, standby.pool(t)); f != 0 {
 		t.Fatalf("the promoted server's table is fenced for %v; want no fence", f)
 	}
@@ -868,8 +866,6 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Run("a table made after the promotion serves", func(t *testing.T) {
 		must(t, Migrate(bg(), pool, "made_after_promotion"))
 		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
-		if first, err := n.Claim(bg(), "fresh", until); err != nil || !first {
-			t.Fatalf("Claim on a table made on the promoted server = %v, %v; want first", first, err)
-		}
+		mustClaim(t, n, "fresh", until)
 	})
 }

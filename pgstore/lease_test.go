@@ -243,9 +243,7 @@ func renewThroughAWork(t *testing.T) {
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
 		must(t, err)
-		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `SELECT 1`)
 		for _, c := range []context.Context{bg(), ctx} {
 			if err := s.RenewLease(c, "locked", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 				t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
@@ -276,9 +274,7 @@ func renewThroughAWork(t *testing.T) {
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
 		must(t, err)
-		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
-			t.Fatal(err)
-		}
+		mustExec(t, tx, `SELECT 1`)
 		if err := s.RenewLease(ctx, "begun", l.Token, time.Minute); err != nil {
 			t.Fatalf("RenewLease of a BeginWork's committed lease: %v", err)
 		}

@@ -110,9 +110,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	})
 	t.Run("an AcquireRecord lease is live", func(t *testing.T) {
 		id := "leased"
-		if r, err := b.AcquireRecord(bg(), id, time.Minute, fp); err != nil || r.State != replay.LeaseAcquired {
-			t.Fatalf("AcquireRecord = %+v, %v", r, err)
-		}
+		mustRecord(t, b, id, time.Minute, fp)
 		for _, c := range []struct {
 			fp   []byte
 			want string
@@ -297,9 +295,7 @@ func acquireWorkLeaseBoundsTheWork(t *testing.T) {
 			must(t, charge(ctx, table, id, "late"))
 			if tt.busy {
 				tx, _ := TxFrom(ctx)
-				if _, err := tx.Exec(ctx, "select pg_sleep($1::float8)", (lease + 100*time.Millisecond).Seconds()); err != nil {
-					t.Fatal(err)
-				}
+				mustExec(t, tx, "select pg_sleep($1::float8)", (lease + 100*time.Millisecond).Seconds())
 			} else {
 				time.Sleep(lease + 300*time.Millisecond)
 				// The server ended the idle session: the ID is free.

@@ -52,9 +52,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	// The runner resumes: its tool completes.
 	resume()
 	// Shutdown waits for the runner to end.
-	if err := a.Shutdown(context.Background()); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
+	must(t, a.Shutdown(context.Background()))
 	if n := e.Count(t, "killed"); n != 0 {
 		t.Fatalf("%d writes kept once the tool of the task reported failed completed; want 0", n)
 	}

@@ -129,9 +129,7 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 				t.Fatalf("New with %s off: store %v, %v; want ErrConfig naming it", setting, s != nil, err)
 			}
 			s := storeOn(t, p.pool(t), func(o *Options) { o.AllowRollback = true })
-			if first, err := s.Claim(bg(), "allowed", time.Now().Add(time.Hour)); !first || err != nil {
-				t.Fatalf("Claim with %s off and AllowRollback = %v, %v; want first", setting, first, err)
-			}
+			mustClaim(t, s, "allowed", time.Now().Add(time.Hour))
 			waitForClaim(t, running, setting+" turned off", ErrConfig)
 			set("on")
 			waitForClaim(t, running, setting+" on again", nil)
@@ -244,9 +242,7 @@ func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 	// Granted all four, the role runs a store.
 	pool := p.loginRole(t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON ctoken_replay TO {role}`)
 	s := storeOn(t, pool)
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("Claim as a role granted all four = %v, %v; want first", first, err)
-	}
+	mustClaim(t, s, "a", time.Now().Add(time.Minute))
 }
 
 // newRefusesAnUnloggedOrTemporaryTable: an unlogged table is emptied

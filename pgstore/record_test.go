@@ -422,9 +422,7 @@ func recordEditedInTheTableIsRefused(t *testing.T) {
 			id := idempotency.StoreID("merchant-1", "POST /payments", "order-1")
 			key := append([]byte{byte(len(prefix) >> 8), byte(len(prefix))}, prefix+id...)
 			var stored []byte
-			if err := pool.QueryRow(ctx, `SELECT result FROM `+DefaultTable+` WHERE key = $1`, key).Scan(&stored); err != nil {
-				t.Fatalf("the row: %v", err)
-			}
+			must(t, pool.QueryRow(ctx, `SELECT result FROM `+DefaultTable+` WHERE key = $1`, key).Scan(&stored))
 			if len(stored) == 0 || bytes.Contains(stored, []byte("4242")) || bytes.Contains(stored, []byte("application/json")) {
 				t.Fatalf("the result column holds %d bytes, or the response in clear", len(stored))
 			}

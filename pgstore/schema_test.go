@@ -131,9 +131,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 		must(t, Rearm(bg(), pool, name, time.Hour))
 		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
-		if first, err := s.Claim(bg(), "x", until); !first || err != nil {
-			t.Fatalf("Claim after Rearm (no change: it had its marker) and Migrate = %v, %v; want first", first, err)
-		}
+		mustClaim(t, s, "x", until)
 	})
 }
 

@@ -65,10 +65,7 @@ func chargesOf(t testing.TB, pool *pgxpool.Pool, table, key string) []string {
 // acquire takes id's lease with a record and begins its work.
 func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Work, string) {
 	t.Helper()
-	r, err := s.AcquireRecord(bg(), id, lease, []byte("fp-"+id))
-	if err != nil || r.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord(%q) = %v, %v; want acquired", id, r.State, err)
-	}
+	r := mustRecord(t, s, id, lease, []byte("fp-"+id))
 	w, err := s.BeginWork(bg(), id, r.Token)
 	if err != nil {
 		t.Fatalf("BeginWork(%q) = %v", id, err)
@@ -493,12 +490,8 @@ func workTempTableOfTheStoresNameTakesNothing(t *testing.T) {
 			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+DefaultTable+` (LIKE public.`+DefaultTable+` INCLUDING ALL)`+onCommit); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id)); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, `CREATE TEMP TABLE `+DefaultTable+` (LIKE public.`+DefaultTable+` INCLUDING ALL)`+onCommit)
+			mustExec(t, tx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id))
 			must(t, charge(ctx, table, id, "first"))
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))

@@ -60,9 +60,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	// pgx.BeginFunc runs on savepoints too.
 	sp, err := tx.Begin(ctx)
 	must(t, err)
-	if _, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, sp, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`)
 	must(t, sp.Rollback(ctx))
 	if _, err := sp.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Fatalf("statement on a rolled-back savepoint = %v, want ErrTxClosed", err)
@@ -347,9 +345,7 @@ func workTxAllowsStatementsThatEndWithIt(t *testing.T) {
 			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, tx, sql)
 			must(t, charge(ctx, table, id, "after"))
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
@@ -735,9 +731,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 			id := fmt.Sprintf("rollback-plain-%d", i)
 			w := way.begin(t, s, id)
 			must(t, charge(w.Context(bg()), table, id, "discarded"))
-			if err := w.Rollback(bg()); err != nil {
-				t.Fatalf("Rollback = %v", err)
-			}
+			must(t, w.Rollback(bg()))
 			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
 				t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
 			}
@@ -859,12 +853,8 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	must(t, charge(ctx, table, "op-spoofer", "spoofer"))
 	tx, err := TxFrom(ctx)
 	must(t, err)
-	if _, err := tx.Exec(ctx, "set local search_path = ctoken_op, pg_catalog, public"); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-spoofer"), []byte("spoofer's record")); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
+	mustExec(t, tx, "set local search_path = ctoken_op, pg_catalog, public")
+	must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-spoofer"), []byte("spoofer's record")))
 	var state string
 	must(t, s.pool.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1`, s.key("op-other")).Scan(&state))
 	if state != "l" {
