@@ -73,7 +73,7 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 					switch {
 					case err == nil && (row.state != "d" || len(charges) != 1):
 						t.Fatalf("Commit = nil, row = %+v, charges = %q; want the work committed with the done row", row, charges)
-					case err != nil && !errorsIsRolledBack(err):
+					case err != nil && !errors.Is(err, replay.ErrRolledBack):
 						t.Fatalf("Commit = %v; want nil, or the work rolled back", err)
 					case err != nil && (row.state == "d" || len(charges) != 0):
 						t.Fatalf("Commit = %v, row = %+v, charges = %q; want nothing kept", err, row, charges)
@@ -272,27 +272,11 @@ func workSessionAttacks(t *testing.T) {
 								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
 							}
 							mustExec(t, admin, `DROP FUNCTION public."`+name+`_reset"(int)`)
-							waitServing(t, s)
+							waitForClaim(t, s, "the overload dropped", nil)
 						}
 					}
 				})
 			}
 		})
-	}
-}
-
-func errorsIsRolledBack(err error) bool { return errors.Is(err, replay.ErrRolledBack) }
-
-// waitServing waits (10 s at most) until s accepts a claim: a recheck
-// that refused has passed again.
-func waitServing(t *testing.T, s *Store) {
-	t.Helper()
-	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
-		if _, err := s.Claim(bg(), fmt.Sprint("serving-", i), time.Now().Add(time.Minute)); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the store still refuses after 10 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

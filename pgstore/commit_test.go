@@ -218,8 +218,8 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
 	pool := p.pool(t)
 	spoofSchema(t, pool)
-	for _, path := range []string{"BeginWork", "AcquireWork"} {
-		t.Run(path, func(t *testing.T) {
+	for _, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
 			// A table of its own: a row below puts a trigger on it.
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
@@ -243,13 +243,6 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_f() CASCADE`)
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_off() CASCADE`)
 			})
-			begin := func(t *testing.T, id string) replay.Work {
-				if path == "AcquireWork" {
-					return acquireWork(t, s, id, []byte("fp"))
-				}
-				w, _ := acquire(t, s, id, time.Minute)
-				return w
-			}
 			for i, tt := range []struct {
 				name string
 				sql  []string // the handler's, before its insert into work
@@ -276,7 +269,7 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 						t.Cleanup(func() { pool.Exec(context.Background(), `DROP TRIGGER IF EXISTS `+trg+` ON `+s.table) })
 					}
 					id := fmt.Sprintf("sync-%d", i)
-					w := begin(t, id)
+					w := way.begin(t, s, id)
 					ctx := w.Context(bg())
 					tx, _ := TxFrom(ctx)
 					for _, sql := range tt.sql {

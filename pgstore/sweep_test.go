@@ -114,9 +114,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 		}
 	})
 	for i := range 100 {
-		if _, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		mustClaim(t, s, fmt.Sprint("id-", i), time.Now().Add(time.Hour))
 	}
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	deadline := time.Now().Add(10 * time.Second)
@@ -133,9 +131,7 @@ func sweeperRunsUntilClose(t *testing.T) {
 		t.Errorf("the Observer saw %d rows deleted in %d sweeps, want 100", deleted, sweeps)
 	}
 	mu.Unlock()
-	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	mustClaim(t, s, "after-close", time.Now().Add(time.Hour))
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
 	time.Sleep(200 * time.Millisecond)
 	if n := countRows(t, s, "state = 'c'"); n != 1 {
@@ -189,13 +185,9 @@ func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 10; o.Timeout = 5 * time.Second })
 	for i := range 30 {
-		if _, err := s.Claim(bg(), fmt.Sprint("old-", i), time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		mustClaim(t, s, fmt.Sprint("old-", i), time.Now().Add(time.Hour))
 	}
-	if _, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	mustClaim(t, s, "live", time.Now().Add(time.Hour))
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live"))
 	tx := mustBegin(t, pool)
 	tag, err := tx.Exec(bg(), s.sweep, 10)
