@@ -95,25 +95,12 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	mustExec(t, pool, `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`)
-	waitClaim := func(what string, want error) {
-		t.Helper()
-		for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
-			_, err := s.Claim(bg(), fmt.Sprint(what, i), time.Now().Add(time.Hour))
-			if want == nil && err == nil || want != nil && errors.Is(err, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v after 10 s", what, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitClaim("replaced", ErrConfig)
+	waitForClaim(t, s, "replaced", ErrConfig)
 	if _, w, err := s.AcquireWork(bg(), "refused", time.Minute, []byte("fp")); w != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("AcquireWork while refused = %v, %v; want ErrConfig", w, err)
 	}
 	must(t, Migrate(bg(), pool, name))
-	waitClaim("restored", nil)
+	waitForClaim(t, s, "restored", nil)
 	commitWork(t, s, "restored")
 }
 

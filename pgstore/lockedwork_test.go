@@ -68,6 +68,10 @@ func TestAcquireWork(t *testing.T) {
 func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	a, b := twinStores(t)
 	fp, other := []byte("fp-first"), []byte("fp-other")
+	answers := []struct {
+		fp   []byte
+		want string
+	}{{fp, "same"}, {other, "other"}}
 	t.Run("a Work holds the ID", func(t *testing.T) {
 		id := "held"
 		acquireWork(t, a, id, fp)
@@ -86,10 +90,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				for _, c := range []struct {
-					fp   []byte
-					want string
-				}{{fp, "same"}, {other, "other"}} {
+				for _, c := range answers {
 					r, err := tt.acquire(c.fp)
 					must(t, err)
 					if got := busyAnswer(t, r, c.fp); got != c.want {
@@ -111,10 +112,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	t.Run("an AcquireRecord lease is live", func(t *testing.T) {
 		id := "leased"
 		mustRecord(t, b, id, time.Minute, fp)
-		for _, c := range []struct {
-			fp   []byte
-			want string
-		}{{fp, "same"}, {other, "other"}} {
+		for _, c := range answers {
 			r, w, err := a.AcquireWork(bg(), id, time.Minute, c.fp)
 			if err != nil || w != nil {
 				t.Fatalf("AcquireWork = %v, %v; want busy, no Work", w, err)

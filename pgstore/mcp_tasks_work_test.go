@@ -117,16 +117,12 @@ func taskInstances(t *testing.T) (e pgEffects, a, b *mcptoken.Tasks) {
 // the 60 s bound ends a hung run only.
 func taskEnded(t *testing.T, ts *mcptoken.Tasks, id string) mcptoken.TaskState {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got, err := ts.Get(context.Background(), "alice", id)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if got.Status != "working" {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still working")
-		}
-	}
+	var got mcptoken.TaskState
+	waitFor(t, 60*time.Second, func() (bool, string) {
+		var err error
+		got, err = ts.Get(context.Background(), "alice", id)
+		must(t, err)
+		return got.Status != "working", "still working"
+	})
+	return got
 }

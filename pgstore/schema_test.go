@@ -153,9 +153,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 	must(t, err)
 	mustExec(t, pool, "BEGIN;\n"+sql+"COMMIT;")
 	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("Claim on a table made from Schema = %v, %v", first, err)
-	}
+	mustClaim(t, s, "a", time.Now().Add(time.Minute))
 }
 
 func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {

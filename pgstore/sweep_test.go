@@ -82,9 +82,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	if first, err := s.Claim(bg(), fmt.Sprint("id-", expired), time.Now().Add(time.Hour)); first || err != nil {
 		t.Fatalf("a live claim after the sweep = %v, %v; want false", first, err)
 	}
-	if first, err := s.Claim(bg(), "id-0", time.Now().Add(time.Hour)); !first || err != nil {
-		t.Fatalf("a swept claim = %v, %v; want first", first, err)
-	}
+	mustClaim(t, s, "id-0", time.Now().Add(time.Hour))
 }
 
 // sweeperRunsUntilClose: the store's goroutine sweeps on its interval
@@ -117,13 +115,9 @@ func sweeperRunsUntilClose(t *testing.T) {
 		mustClaim(t, s, fmt.Sprint("id-", i), time.Now().Add(time.Hour))
 	}
 	mustExec(t, pool, `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`)
-	deadline := time.Now().Add(10 * time.Second)
-	for countRows(t, s, "state = 'c'") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper did not delete the expired rows within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		return countRows(t, s, "state = 'c'") == 0, "the sweeper did not delete the expired rows"
+	})
 	s.Close()
 	s.Close() // idempotent
 	mu.Lock()
@@ -201,9 +195,7 @@ func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	}
 	// The batch stays open during these claims: one that waited for it
 	// would fail at the store's timeout.
-	if first, err := s.Claim(bg(), "new", time.Now().Add(time.Hour)); !first || err != nil {
-		t.Fatalf("new claim beside an open batch = %v, %v", first, err)
-	}
+	mustClaim(t, s, "new", time.Now().Add(time.Hour))
 	if first, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); first || err != nil {
 		t.Fatalf("replay of a live claim beside an open batch = %v, %v", first, err)
 	}
