@@ -21,7 +21,6 @@ import (
 func TestClaim(t *testing.T) {
 	subtests(t, []subtest{
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
-		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
 		{"until rounded up to microseconds", claimStoresUntilRoundedUpToMicroseconds},
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
@@ -93,34 +92,6 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 				if firsts.Load() != 1 {
 					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
 				}
-			}
-		})
-	}
-}
-
-// claimWaitingOnAConcurrentInsertFollowsItsOutcome: a claim that
-// meets another transaction's uncommitted insert of its key waits for it;
-// the row is then not in the claim's snapshot, so the claim's first
-// statement inserts nothing and sees no live row, and the second
-// statement decides: taken (false, nil) when the other transaction
-// committed, first when it rolled back. Under read committed, the default.
-func claimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
-	p := needServer(t)
-	admin := p.pool(t)
-	s := storeOn(t, p.pool(t))
-	for _, commit := range []bool{true, false} {
-		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
-			id := fmt.Sprint("waiting-", commit)
-			finish := blockKey(t, admin, s, id)
-			done := claimAsync(s, id, time.Now().Add(time.Minute))
-			waitForLockWaiter(t, admin)
-			finish(commit)
-			r := <-done
-			if r.err != nil || r.first == commit {
-				t.Fatalf("Claim after the other transaction ended (commit=%v) = %v, %v; want %v, nil", commit, r.first, r.err, !commit)
-			}
-			if first, err := s.Claim(bg(), id, time.Now().Add(time.Minute)); first || err != nil {
-				t.Fatalf("resend = %v, %v; want false, nil", first, err)
 			}
 		})
 	}

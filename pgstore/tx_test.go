@@ -48,7 +48,8 @@ func txFromWithoutATransactionFails(t *testing.T) {
 // claimInATransaction: a Claim whose context carries a transaction
 // (WithTx; a Work's Context: claimIgnoresTheWorkOfAStoreOnAnotherPool)
 // holds only if the transaction commits, and a concurrent claim of the
-// same ID waits for the transaction's end.
+// same ID waits for the transaction's end, then follows its outcome
+// (taken when it committed, first when it rolled back), and is kept.
 func claimInATransaction(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour)
@@ -82,6 +83,9 @@ func claimInATransaction(t *testing.T) {
 			r := <-done
 			if r.err != nil || r.first == tt.commit {
 				t.Fatalf("concurrent claim after the transaction %s = %v, %v; want first = %v", tt.name, r.first, r.err, !tt.commit)
+			}
+			if first, err := s.Claim(bg(), id, until); first || err != nil {
+				t.Fatalf("resend = %v, %v; want false, nil", first, err)
 			}
 		})
 	}
