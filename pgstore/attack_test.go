@@ -240,9 +240,7 @@ func workSessionAttacks(t *testing.T) {
 						must(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
 						if attacked {
 							for _, sql := range attack.sql(s, name) {
-								if _, err := tx.Exec(ctx, sql); err != nil {
-									t.Fatalf("%s: %v", sql, err)
-								}
+								mustExec(t, tx, sql)
 							}
 						}
 						err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))

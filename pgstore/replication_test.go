@@ -39,11 +39,9 @@ func addStandby(t *testing.T, primary *pgServer, sync bool, slot, port string) (
 	t.Helper()
 	standby = startStandby(t, primary, slot, port)
 	admin := primary.pool(t)
-	want := "sync"
-	if !sync {
-		want = "async"
-	}
+	want := "async"
 	if sync {
+		want = "sync"
 		mustExec(t, admin, `ALTER SYSTEM SET synchronous_standby_names = '*'`)
 		mustExec(t, admin, `SELECT pg_reload_conf()`)
 	}

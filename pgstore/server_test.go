@@ -466,7 +466,7 @@ type execer interface {
 func mustExec(t testing.TB, q execer, sql string, args ...any) {
 	t.Helper()
 	if _, err := q.Exec(bg(), sql, args...); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 

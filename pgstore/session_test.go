@@ -52,9 +52,7 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 				// A prepared statement of SQL, through a function.
 				"do $$ begin execute 'prepare ctoken_sql_prepared as select 1'; end $$",
 			} {
-				if _, err := tx.Exec(ctx, sql); err != nil {
-					t.Fatalf("%s: %v", sql, err)
-				}
+				mustExec(t, tx, sql)
 			}
 			if _, err := tx.Prepare(ctx, "ctoken_prepared", "select 1"); err != nil {
 				t.Fatal(err)

@@ -557,11 +557,9 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 				must(t, charge(ctx, table, id, "work"))
 				if attack {
 					tx, _ := TxFrom(ctx)
-					if _, err := tx.Exec(ctx, `DO $$ BEGIN
+					mustExec(t, tx, `DO $$ BEGIN
 						BEGIN EXECUTE 'DEALLOCATE `+name+`'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END;
-						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`); err != nil {
-						t.Fatal(err)
-					}
+						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`)
 				}
 				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 				row, _ := rowOf(t, s, id)
