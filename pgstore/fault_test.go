@@ -58,18 +58,13 @@ func claimAsync(s *Store, id string, until time.Time) <-chan claimResult {
 }
 
 // waitForLockWaiter returns the PID of a backend waiting on a lock.
-func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
+func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) (pid int32) {
 	t.Helper()
-	for range 200 {
-		var pid int32
+	waitFor(t, 10*time.Second, func() (bool, string) {
 		err := pool.QueryRow(bg(), `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH %' LIMIT 1`).Scan(&pid)
-		if err == nil {
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no statement waiting on the lock")
-	return 0
+		return err == nil, "no statement waiting on the lock"
+	})
+	return pid
 }
 
 // TestFaults pins the steps against server faults.
@@ -201,15 +196,11 @@ func lossyStores(t *testing.T) (d *replyDropper, s, r *Store) {
 // lost.
 func waitRowState(t *testing.T, r *Store, id, want string) {
 	t.Helper()
-	var got string
-	for range 500 {
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		var got string
 		r.pool.QueryRow(bg(), `SELECT state FROM `+r.table+` WHERE key = $1 AND until > now()`, r.key(id)).Scan(&got)
-		if got == want {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("row %s in state %q, want %q", id, got, want)
+		return got == want, fmt.Sprintf("row %s in state %q, want %q", id, got, want)
+	})
 }
 
 // lostReply runs call with the server's replies dropped by d, after warm

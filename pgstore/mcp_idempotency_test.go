@@ -14,20 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken"
-
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// idemKeys seal the recorded results of the tests' idempotent tools.
-var idemKeys = func() *ctoken.Keyring {
-	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		panic(err)
-	}
-	return kr
-}()
 
 // mcpIntegration is a minimal mcptoken.Integration for the tests.
 func mcpIntegration() *mcptoken.Integration {
@@ -60,7 +49,7 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 	// ends: long enough that no loaded machine outlives it
 	// before the COMMIT (whose passing the fence is the
 	// premise), short enough for the test.
-	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: storeOn(t, via), KeyArgument: "key", Transactional: true, Lease: 5 * time.Second}, mcpIntegration())
+	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: testKeys(t), Store: storeOn(t, via), KeyArgument: "key", Transactional: true, Lease: 5 * time.Second}, mcpIntegration())
 	must(t, err)
 	var runs atomic.Int32
 	pay := func(ctx context.Context) ([]byte, error) {
