@@ -44,17 +44,13 @@ func BenchmarkIdempotencyFirstRequestCost(b *testing.B) {
 	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-idem:"})
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	mw, err := idempotency.New(idempotency.Config{
 		Store: s, Keys: keys,
 		Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
 		Route:  func(*http.Request) string { return "POST /payments" },
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	const body, answer = `{"amount":100,"currency":"eur"}`, `{"id":"pay_1"}`
 	handler := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")

@@ -27,13 +27,9 @@ import (
 func BenchmarkWebhookMiddleware(b *testing.B) {
 	s, _ := newTestStore(b)
 	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	body := []byte(`{"type":"statusChange","id":"bc-123456","status":"FINISHED","at":"2026-01-02T03:04:05Z"}`)
 	request := func(id int64) *http.Request {
@@ -143,9 +139,7 @@ func BenchmarkClaimCost(b *testing.B) {
 	}
 	const setLua = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2])"
 	setSHA, err := sc.ScriptLoad(ctx, setLua).Result()
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	script := func() error {
 		return sc.Do(ctx, "EVALSHA", setSHA, 1, "bench:"+id(), "1", until.UnixMilli()).Err()
 	}

@@ -47,18 +47,12 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 	s := provisioned(b, c, Options{Prefix: "bench-webhook:"})
 	cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Namespace: "endpoint"}
 	signer, err := webhook.NewSigner(webhook.Config{Scheme: cfg.Scheme, Secrets: cfg.Secrets})
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	plain, err := webhook.NewVerifier(cfg) // verifies only; the floor dedupes by hand
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	cfg.Replay = s
 	v, err := webhook.NewVerifier(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	body := `{"type":"statusChange","id":"bc-123456","status":"FINISHED","at":"2026-01-02T03:04:05Z"}`
 	const window = 24 * time.Hour
 	floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,9 +178,7 @@ func BenchmarkLeaseServerCPU(b *testing.B) {
 	c := srv.client()
 	s := provisioned(b, c, Options{Prefix: "bench-lease:"})
 	sha, err := c.ScriptLoad(ctx, "return 1").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
+	must(b, err)
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
 	token := newToken()

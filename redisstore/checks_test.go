@@ -588,9 +588,7 @@ func waitRewrite(t *testing.T, c *redis.Client) {
 func connectedReplicas(t *testing.T, c *redis.Client) int {
 	t.Helper()
 	v, err := c.Do(context.Background(), "ROLE").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	_, n, ok := parseRole(v)
 	if !ok {
 		t.Fatalf("ROLE %v", v)
@@ -808,9 +806,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 				t.Fatalf("replay under the ACL = %+v, %v", got, err)
 			}
 			n, err := admin.HLen(ctx, s.serversKey()).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			if kept := n > 0; kept != tt.kept {
 				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
 			}

@@ -78,9 +78,7 @@ func claimOverEachEntryState(t *testing.T) {
 				t.Fatalf("Claim = %v, %v; want %v", first, err, tt.first)
 			}
 			v, err := c.Get(ctx, s.key(id)).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			switch {
 			case tt.first && (!strings.HasPrefix(v, s.nonceBase) || !strings.HasPrefix(v, "1")):
 				t.Fatalf("entry %q after a first claim; want \"1\" + the claim's nonce", v)
@@ -104,9 +102,7 @@ func claimStoresAbsoluteExpiry(t *testing.T) {
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
 	wantClaim(t, s, "abs2", until.Add(400*time.Microsecond), true)
 	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if got != until.UnixMilli()+1 {
 		t.Fatalf("PEXPIRETIME = %d, want %d (rounded up)", got, until.UnixMilli()+1)
 	}

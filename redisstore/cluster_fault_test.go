@@ -58,9 +58,7 @@ func checkSpread(t *testing.T, c *redis.ClusterClient, prefix string) map[string
 func masterOf(t *testing.T, c *redis.ClusterClient, key string) string {
 	t.Helper()
 	m, err := c.MasterForKey(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return m.Options().Addr
 }
 
@@ -876,9 +874,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					mc := redis.NewClient(&redis.Options{Addr: m.addr})
 					err := mc.ConfigResetStat(ctx).Err()
 					mc.Close()
-					if err != nil {
-						t.Fatal(err)
-					}
+					must(t, err)
 				}
 			}
 			// Timeout and MaxSkew wide enough that a loaded machine's
@@ -927,9 +923,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					st, len(lost), len(victims))
 			}
 			before, err := op.getMarkers(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			t0 := time.Now()
 			opened, perr := op.Provision(ctx)
 			// The fences the waiting application raises itself (each lost

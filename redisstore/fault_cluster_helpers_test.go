@@ -72,9 +72,7 @@ func (tc *testCluster) masters(t *testing.T) []node {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := c.ClusterNodes(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var ms []node
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
@@ -189,13 +187,9 @@ func (tc *testCluster) restartEmpty(t *testing.T, addrs ...string) {
 func (tc *testCluster) kill(t *testing.T, addr string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(tc.nodeDir(addr), "redis.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	must(t, syscall.Kill(pid, syscall.SIGKILL))
 	// A killed process's main thread can show as a zombie while its other
 	// threads still exit, holding the listening socket: a start then fails
@@ -327,8 +321,6 @@ func keyNodes(t *testing.T, c *redis.ClusterClient, prefix string) map[string]st
 		<-mu
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return m
 }

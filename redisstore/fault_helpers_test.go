@@ -139,9 +139,7 @@ func startInstance(t testing.TB, name string, store replay.Store, wrap func(http
 	t.Helper()
 	in := &instance{name: name, replay: store}
 	cfg, err := configFromEnv(store)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	in.cfg.Store(cfg)
 	h := in.handler()
 	if wrap != nil {
@@ -156,9 +154,7 @@ func startInstance(t testing.TB, name string, store replay.Store, wrap func(http
 func reloadInstance(t testing.TB, in *instance) {
 	t.Helper()
 	cfg, err := configFromEnv(in.replay)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	in.cfg.Store(cfg)
 }
 
@@ -221,9 +217,7 @@ func mintMany(t *testing.T, c *http.Client, ins []*instance, n int) []single {
 	for i := range n {
 		for _, kind := range singleUseKinds {
 			tok, err := mint(c, ins[i%len(ins)].srv.URL, kind, "alice")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			out = append(out, single{kind, tok})
 		}
 	}

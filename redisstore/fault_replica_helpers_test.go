@@ -188,14 +188,10 @@ sentinel down-after-milliseconds %[3]s 1000
 sentinel failover-timeout %[3]s 3000
 sentinel parallel-syncs %[3]s 1
 `, port, dir, sentinelMaster, host, pport)), 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		cmd := exec.Command(bin, conf)
 		logf, err := os.Create(filepath.Join(dir, "sentinel.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		must(t, cmd.Start())
 		sp := &sentinelProc{addr: "127.0.0.1:" + port, cmd: cmd, exited: make(chan struct{}), dir: dir}
@@ -322,9 +318,7 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 	for i := range 6 {
 		p := startClusterNode(t, args)
 		id, err := adminDo(p.addr(), "CLUSTER", "MYID")
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		rc.ids[p] = id.(string)
 		if i < 3 {
 			rc.masters = append(rc.masters, p)

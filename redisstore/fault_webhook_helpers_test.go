@@ -26,9 +26,7 @@ func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, 
 			t.Logf("delivery %s: lease step not recorded: %v", d.ID, err)
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, ok := webhook.DeliveryFrom(r.Context())
 		if !ok {
@@ -66,9 +64,7 @@ type hookSender struct {
 func newHookSender(t testing.TB, c *http.Client) *hookSender {
 	t.Helper()
 	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return &hookSender{signer: s, c: c}
 }
 

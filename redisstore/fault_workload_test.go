@@ -114,9 +114,7 @@ type wlStore interface {
 func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() time.Time) *workload {
 	t.Helper()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	b := make([]byte, 6)
 	rand.Read(b)
 	wl := &workload{
@@ -129,9 +127,7 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 			now = nows[i]
 		}
 		ot, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "fault-workload", TTL: cfg.ttl, Replay: s, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		v, err := webhook.NewVerifier(webhook.Config{
 			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint",
 			Lease: cfg.lease, Now: now,
@@ -144,9 +140,7 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 				}
 			},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		hook := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, ok := webhook.DeliveryFrom(r.Context())
 			if !ok {
@@ -182,9 +176,7 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 		})
 	}
 	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	wl.signer = s
 	return wl
 }

@@ -231,9 +231,7 @@ func newFleet(t *testing.T, n int, store replay.Store) *fleet {
 	for i := range n {
 		in := &instance{name: "i" + strconv.Itoa(i), replay: store}
 		cfg, err := configFromEnv(store)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		in.cfg.Store(cfg)
 		in.srv = httptest.NewServer(in.handler()) // binds 127.0.0.1
 		f.instances = append(f.instances, in)

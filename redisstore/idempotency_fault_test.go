@@ -160,9 +160,7 @@ func newIdemRun(t *testing.T, stores ...*Store) *idemRun {
 				run.mu.Unlock()
 			}),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		srv := httptest.NewUnstartedServer(mw.Wrap(run.api))
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
 		srv.Start()

@@ -341,9 +341,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			waitChecks(t, s) // a check a missing marker started (it fences the key space) has ended
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				return v
 			}
 			before := fmt.Sprint(markers())
@@ -468,9 +466,7 @@ func setMarkers(t *testing.T, c *redis.Client, s *Store, mark func(i int) string
 		} else {
 			err = c.Set(ctx, m, v, 0).Err()
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 	}
 }
 

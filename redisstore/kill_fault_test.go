@@ -39,13 +39,9 @@ func TestFaultChildInstance(t *testing.T) {
 		return
 	}
 	delay, err := time.ParseDuration(os.Getenv(envChildDelay))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	logf, err := os.OpenFile(os.Getenv(envChildLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer logf.Close()
 	store := mustNew(t, standaloneClient(t, addr), Options{Prefix: os.Getenv(envChildPrefix), Timeout: 2 * time.Second})
 	// One write(2) on an O_APPEND file: a line survives SIGKILL once the
@@ -78,13 +74,9 @@ func startChild(t *testing.T, redisAddr, prefix, logPath string, delay time.Dura
 		envChildRedis+"="+redisAddr, envChildPrefix+"="+prefix,
 		envChildLog+"="+logPath, envChildDelay+"="+delay.String())
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
@@ -180,9 +172,7 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	for range 150 {
 		for _, kind := range singleUseKinds {
 			tok, err := mint(c, urls[len(toks)%2], kind, "alice")
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			toks = append(toks, single{kind, tok})
 		}
 	}

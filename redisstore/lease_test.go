@@ -195,9 +195,7 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 		t.Fatal(r, err)
 	}
 	before, err := c.Get(ctx, s.key("d")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	must(t, s.RenewLease(ctx, "d", r.Token, 90*time.Second))
 	pttl, err := c.PTTL(ctx, s.key("d")).Result()
 	if err != nil || pttl <= 89*time.Second || pttl > 90*time.Second {
@@ -219,9 +217,7 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	}
 	must(t, s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	done, err := c.Get(ctx, s.key("d")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if err := s.RenewLease(ctx, "d", r.Token, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal of a done entry = %v; want ErrLeaseLost", err)
 	}

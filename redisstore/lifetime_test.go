@@ -522,14 +522,10 @@ func flushAndMeet(t *testing.T, s *Store, c *redis.Client) lossFence {
 	ctx := context.Background()
 	var f lossFence
 	keys, err := c.Keys(ctx, s.Prefix()+"*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	for _, k := range keys {
 		ttl, err := c.PTTL(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		if at := time.Now().Add(ttl); ttl > 0 && at.After(f.latest) {
 			f.latest = at
 		}
@@ -595,18 +591,12 @@ func oneMinuteWorkIsFencedForMinutes(t *testing.T) {
 		}},
 		{"one-time tokens with a 1-minute TTL", 3*time.Minute + 31*time.Second, func(t *testing.T, s *Store) {
 			kr, err := ctoken.NewKeyring(ctoken.RandomKey())
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			issuer, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: kr, Purpose: "bootstrap", TTL: time.Minute, Replay: s})
-			if err != nil {
-				t.Fatal(err)
-			}
+			must(t, err)
 			for i := range 20 {
 				tok, err := issuer.Mint(map[string]string{"run": fmt.Sprint(i)})
-				if err != nil {
-					t.Fatal(err)
-				}
+				must(t, err)
 				if _, err := issuer.Redeem(context.Background(), tok, map[string]string{"run": fmt.Sprint(i)}); err != nil {
 					t.Fatalf("Redeem: %v", err)
 				}
@@ -638,16 +628,12 @@ func idempotencyKeysAreFencedForTheirWindowAndLease(t *testing.T) {
 	c := srv.client()
 	s := provisioned(t, c, Options{Prefix: "idem:", Logger: quietLogger()})
 	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	mw, err := idempotency.New(idempotency.Config{
 		Store: s, Keys: kr, Window: window, Lease: lease,
 		Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"pay_1"}`)

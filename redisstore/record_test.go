@@ -92,9 +92,7 @@ func recordEntryLayout(t *testing.T) {
 func keysOf(t *testing.T, c *redis.Client, s *Store, marks ...string) []string {
 	t.Helper()
 	keys, err := c.Keys(context.Background(), s.Prefix()+"*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if len(marks) == 0 {
 		return keys
 	}

@@ -99,9 +99,7 @@ func mustProvision(t testing.TB, s *Store) {
 func mustStatus(t testing.TB, s *Store) Status {
 	t.Helper()
 	st, err := s.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return st
 }
 
@@ -109,9 +107,7 @@ func mustStatus(t testing.TB, s *Store) Status {
 func mustLedger(t testing.TB, s *Store) []LedgerEntry {
 	t.Helper()
 	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return l
 }
 
@@ -127,9 +123,7 @@ func must(t testing.TB, err error) {
 func mustNew(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
 	s, err := New(c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return s
 }
 
@@ -137,9 +131,7 @@ func mustNew(t testing.TB, c Client, opts Options) *Store {
 func mustOpen(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return s
 }
 
@@ -281,9 +273,7 @@ func zeroOptionsUseDefaultPrefix(t *testing.T) {
 func closedAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -304,9 +294,7 @@ func closedAddr(t testing.TB) string {
 func freePort(t testing.TB) string {
 	t.Helper()
 	p, err := belowEphemeral()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return p
 }
 
@@ -315,9 +303,7 @@ func freePort(t testing.TB) string {
 func silentServer(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
@@ -372,9 +358,7 @@ func argText(t *testing.T, a any) string {
 		return strconv.FormatInt(*v, 10)
 	case encoding.BinaryMarshaler:
 		b, err := v.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		return string(b)
 	}
 	t.Fatalf("argument %T: not a type the store sends", a)
@@ -494,9 +478,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	})
 	t.Run("every key has one owner", func(t *testing.T) {
 		keys, err := c.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		for _, k := range keys {
 			if k == outer.serversKey() || k == inner.serversKey() || k == outer.ledgerKey() || k == inner.ledgerKey() ||
 				k == outer.lifetimeKey() || k == inner.lifetimeKey() {

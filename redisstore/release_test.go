@@ -130,9 +130,7 @@ func releaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 	<-done
 	wantClaim(t, s, "m", time.Now().Add(time.Minute), true)
 	l2, err := s.AcquireLease(ctx, "o", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	s.releaseLater("o", token, time.Now().Add(10*time.Second)) // someone else's lease: untouched
 	<-done
 	if v, err := c.Get(ctx, s.key("o")).Result(); err != nil || v != "L"+l2.Token {

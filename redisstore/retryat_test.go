@@ -71,13 +71,9 @@ func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 		cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint",
 			DedupWindow: 30 * time.Minute, RetryAfter: 7 * time.Second}
 		v, err := webhook.NewVerifier(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		calls := 0
 		mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
 		body := []byte(`{"type":"fenced"}`)

@@ -203,9 +203,7 @@ func standaloneClient(t testing.TB, addr string) *redis.Client {
 func mustInfo(t testing.TB, c *redis.Client, section string) string {
 	t.Helper()
 	v, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return v
 }
 

@@ -98,15 +98,11 @@ func newWHFleet(t *testing.T, store *Store, n int, lease time.Duration, next htt
 		v, err := webhook.NewVerifier(webhook.Config{
 			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		f.mws = append(f.mws, v.Middleware(next))
 	}
 	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	f.signer = s
 	return f
 }
