@@ -20,6 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+const whSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 // BenchmarkWebhookMiddleware measures new deliveries through the webhook
 // middleware with this store against the Redis at CTOKEN_REDIS_ADDR: read,
 // verify, acquire the lease (one EVALSHA), a handler answering 204, confirm

@@ -184,3 +184,59 @@ func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
 		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
 	}
 }
+
+// busyRedis keeps the test Redis busy in a Lua loop for d (under Redis's
+// busy-reply threshold, so other clients' commands wait rather than fail)
+// and returns a channel closed when it is done. It returns once the loop
+// runs.
+func busyRedis(t *testing.T, d time.Duration) <-chan struct{} {
+	t.Helper()
+	// No read deadline: the loop ends by itself, and a spell of CPU time
+	// (os.clock, on Valkey) takes several times as long on a loaded
+	// machine.
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ReadTimeout: -1, MaxRetries: -1})
+	// Valkey (8.0) freezes TIME for the length of a script, so a loop on
+	// TIME would spin until the busy-reply threshold there; it has
+	// os.clock (CPU time, which a spinning script spends at least as fast
+	// as wall time), which Redis 7.0 lacks.
+	const spin = `local ok, c0 = pcall(function() return os.clock() end)
+if ok then
+  repeat until os.clock() - c0 >= tonumber(ARGV[1]) / 1000000
+  return 1
+end
+local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return 1`
+	done := make(chan struct{})
+	started := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close()
+		close(started)
+		if err := c.Eval(context.Background(), spin, nil, d.Microseconds()).Err(); err != nil {
+			t.Errorf("busy loop: %v", err)
+		}
+	}()
+	<-started
+	// Let the script reach the server and start spinning.
+	probe := redis.NewClient(&redis.Options{Addr: redisAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer probe.Close()
+	// Three pings in a row that wait behind the script: one alone can be
+	// late on a loaded machine before the script reached the server.
+	for waited, deadline := 0, time.Now().Add(5*time.Second); time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			waited = 0
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if waited++; waited == 3 { // the script is running
+			return done
+		}
+	}
+	t.Fatal("the busy loop never started")
+	return nil
+}
