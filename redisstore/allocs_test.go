@@ -17,8 +17,7 @@ func TestClaimAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	s := provisioned(t, c, Options{Prefix: "allocs:", RecheckInterval: time.Hour})
 	// The fewest of three rounds: AllocsPerRun counts the whole process's
 	// allocations, and other tests' stores may check their servers

@@ -711,8 +711,7 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t)
-			c := srv.client()
+			c := newServer(t).client()
 			var ev events
 			s := provisioned(t, c, Options{Prefix: "cond:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
 			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
@@ -737,8 +736,7 @@ func refusalForAConditionEndsWithIt(t *testing.T) {
 func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	var ev events
 	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
 	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
@@ -875,8 +873,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 		for _, st := range steps {
 			t.Run(ch.name+", "+st.name, func(t *testing.T) {
 				t.Parallel()
-				srv := newServer(t)
-				c := srv.client()
+				c := newServer(t).client()
 				s := provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
 				var old []string
 				for i := range 200 {

@@ -49,8 +49,7 @@ func TestClaim(t *testing.T) {
 // that fails: each state an entry can be in gets its answer, and only a
 // free ID (none, or a lease's cancel note) is taken. Real redis-server.
 func claimOverEachEntryState(t *testing.T) {
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	s := provisioned(t, c, Options{Prefix: "states:", Logger: quietLogger()})
 	ctx := context.Background()
 	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
@@ -275,8 +274,7 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 // claims of the ID stay refused. Real redis-server.
 func resentClaimFindsItsOwnEntry(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t)
-	real := srv.client()
+	real := newServer(t).client()
 	var ev events
 	resend := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		if name, _ := args[0].(string); name == "EVALSHA" || name == "EVAL" {

@@ -157,8 +157,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 // Redis 7.0 has no WAITAOF (7.2 added it): a Durability asking for it is
 // refused at construction, not at the first claim.
 func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
-	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := srv.client()
+	c := newServer(t, "--appendonly", "yes", "--appendfsync", "always").client()
 	ctx := context.Background()
 	info := mustInfo(t, c, "server")
 	has := versionAtLeast(info, 7, 2)

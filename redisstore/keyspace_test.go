@@ -61,8 +61,7 @@ func TestForgetContract(t *testing.T) {
 
 func forgetContractFlushAll(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
 		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: 2 * time.Second})
 	}, func(t *testing.T) {
@@ -605,8 +604,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t)
-			c := srv.client()
+			c := newServer(t).client()
 			if tt.name == "keys evicted" {
 				c.Set(ctx, "other-app:0", "x", 0) // something to evict
 			}

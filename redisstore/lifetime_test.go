@@ -605,8 +605,7 @@ func oneMinuteWorkIsFencedForMinutes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t)
-			c := srv.client()
+			c := newServer(t).client()
 			s := provisioned(t, c, Options{Prefix: "minute:", Logger: quietLogger()})
 			if s.Horizon() != DefaultHorizon || s.maxSkew != replay.SkewMargin {
 				t.Fatalf("Horizon %v, MaxSkew %v; the test is of the defaults", s.Horizon(), s.maxSkew)
@@ -624,8 +623,7 @@ func oneMinuteWorkIsFencedForMinutes(t *testing.T) {
 // Horizon.
 func idempotencyKeysAreFencedForTheirWindowAndLease(t *testing.T) {
 	const window, lease = 2 * time.Minute, 10 * time.Second
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	s := provisioned(t, c, Options{Prefix: "idem:", Logger: quietLogger()})
 	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
 	must(t, err)

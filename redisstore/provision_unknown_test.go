@@ -50,8 +50,7 @@ func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			srv := newServer(t)
-			c := srv.client()
+			c := newServer(t).client()
 			opts := Options{Prefix: "unknown:", Logger: quietLogger(), Horizon: horizon}
 			s := mustNew(t, c, opts)
 			defer s.Close()
@@ -118,8 +117,7 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			srv := newServer(t)
-			c := srv.client()
+			c := newServer(t).client()
 			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
 			s := mustNew(t, c, opts)
 			defer s.Close()

@@ -114,8 +114,7 @@ func readIsOnePipelineOfReads(t *testing.T) {
 func readAnswersAtMaxmemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := newServer(t, "--maxmemory-policy", "noeviction")
-	c := srv.client()
+	c := newServer(t, "--maxmemory-policy", "noeviction").client()
 	s := provisioned(t, c, Options{Prefix: "full:"})
 	fp, result := []byte("fp"), bytes.Repeat([]byte("r"), 1000)
 	acquireRecord(t, s, "leased", fp, replay.LeaseAcquired)

@@ -808,8 +808,7 @@ func TestParseSide(t *testing.T) {
 func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := srv.client()
+	c := newServer(t, "--appendonly", "yes", "--appendfsync", "always").client()
 	s := provisioned(t, c, Options{Prefix: "implied-rec:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: time.Minute})
 	if s.dur.implied == nil || !s.dur.implied.on.Load() {
 		t.Skip("the implied local AOF wait is off (no WAITAOF on this server)")

@@ -433,8 +433,7 @@ var (
 // redis-server never see each other's claims, releases or fence markers.
 func nestedPrefixesNeverShareKeys(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	ctx := context.Background()
 	outer := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	inner := mustNew(t, c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})

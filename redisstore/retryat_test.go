@@ -26,8 +26,7 @@ func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const horizon = 2 * time.Hour
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	s := provisioned(t, c, Options{Prefix: "retry-at:", Horizon: horizon, Logger: quietLogger()})
 	for _, m := range s.tags {
 		must(t, c.Del(ctx, m).Err())
@@ -83,8 +82,7 @@ func keySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const horizon = 2 * time.Hour
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	prefix := "retry-at-space:"
 	s := provisioned(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
 	want := time.Now().Add(horizon)

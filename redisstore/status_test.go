@@ -27,8 +27,7 @@ func TestStatus(t *testing.T) {
 // and what the server shows now, and writes nothing.
 func statusReportsShardsLedgerAndServer(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	ctx := context.Background()
 	s := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	ends := []time.Time{time.Now().Add(time.Hour), time.Now().Add(2 * time.Hour), time.Now().Add(3 * time.Hour)}
@@ -108,8 +107,7 @@ func reopenRefusesWithoutWhoAndWhy(t *testing.T) {
 // serves. Run again, it changes nothing.
 func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
+	c := newServer(t).client()
 	ctx := context.Background()
 	running := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	end := time.Now().Add(time.Hour)
@@ -162,8 +160,7 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 // refused, and nothing is written.
 func reopenRefusesAServerOpenRefuses(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, "--maxmemory-policy", "allkeys-lru")
-	c := srv.client()
+	c := newServer(t, "--maxmemory-policy", "allkeys-lru").client()
 	ctx := context.Background()
 	s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger()})
 	if n, err := s.Reopen(ctx, "alice", "INC-43"); n != 0 || !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "maxmemory-policy") {
