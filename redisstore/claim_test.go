@@ -97,10 +97,9 @@ func claimOverEachEntryState(t *testing.T) {
 // is stored as it is: "over each entry state", its free ID.)
 func claimStoresAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
-	ctx := context.Background()
 	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
 	wantClaim(t, s, "abs2", until.Add(400*time.Microsecond), true)
-	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
+	got, err := c.Do(context.Background(), "PEXPIRETIME", s.key("abs2")).Int64()
 	must(t, err)
 	if got != until.UnixMilli()+1 {
 		t.Fatalf("PEXPIRETIME = %d, want %d (rounded up)", got, until.UnixMilli()+1)

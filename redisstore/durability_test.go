@@ -158,14 +158,13 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 // refused at construction, not at the first claim.
 func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 	c := newServer(t, "--appendonly", "yes", "--appendfsync", "always").client()
-	ctx := context.Background()
 	info := mustInfo(t, c, "server")
 	has := versionAtLeast(info, 7, 2)
 	if has {
 		provisionFirst(t, c, Options{Durability: Durability{LocalAOF: true}})
 	}
 	for _, d := range []Durability{{LocalAOF: true}, {ReplicaAOF: 1}} {
-		_, err := Open(ctx, c, Options{Durability: d})
+		_, err := Open(context.Background(), c, Options{Durability: d})
 		switch {
 		case !has && (!errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "WAITAOF")):
 			t.Fatalf("Open with %+v on a server without WAITAOF = %v; want ErrConfig", d, err)

@@ -648,7 +648,6 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 // started, so the operator can tell a lost key space from a new one.
 func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	srv := newServer(t)
 	c := srv.client()
 	opts := Options{Prefix: "pay:", Logger: quietLogger()}
@@ -656,7 +655,7 @@ func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	s.Close()
 	srv.restart(syscall.SIGKILL)
-	_, err := Open(ctx, c, opts)
+	_, err := Open(context.Background(), c, opts)
 	if !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned || !strings.Contains(err.Error(), "keeps no data across a restart and started") ||
 		!strings.Contains(err.Error(), "`ctoken-store provision` fences it") || strings.Contains(err.Error(), "then `ctoken-store reopen`") {
 		t.Fatalf("Open after the restart = %v; want ErrConfig naming the restart", err)

@@ -67,9 +67,8 @@ func provisionedHorizonIsTheNewestRecorded(t *testing.T) {
 
 func ledgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	s, _ := newTestStore(t)
-	ctx := context.Background()
 	for i := range ledgerMax + 5 {
-		must(t, s.note(ctx, ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)))
+		must(t, s.note(context.Background(), ledgerLoss, fmt.Sprintf("entry %d\nsecond line", i)))
 	}
 	got := mustLedger(t, s)
 	if len(got) != ledgerMax {

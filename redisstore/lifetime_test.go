@@ -314,7 +314,6 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
-	ctx := context.Background()
 	shortOpts := lifetimeOpts("horizon:", 50*time.Millisecond)
 	shortOpts.Horizon = 3 * time.Second
 	short := provisioned(t, c, shortOpts)
@@ -324,7 +323,7 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Second)
 	for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {
 		time.Sleep(60 * time.Millisecond)
-		claim(ctx, short, "short-poll", time.Now().Add(time.Second)) // a call runs the due check
+		claim(context.Background(), short, "short-poll", time.Now().Add(time.Second)) // a call runs the due check
 	}
 	if short.Lifetime() != long.Lifetime() {
 		t.Fatalf("short application (Horizon %v) knows %v; want the record's %v", short.Horizon(), short.Lifetime(), long.Lifetime())

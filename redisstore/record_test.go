@@ -115,7 +115,6 @@ func keysOf(t *testing.T, c *redis.Client, s *Store, marks ...string) []string {
 // ClaimAndLeaseEntriesHaveEmptyRecord, in TestStore.)
 func recordReadsEntriesWithoutARecord(t *testing.T) {
 	s, c := newTestStore(t)
-	ctx := context.Background()
 	tok := "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		name, value string
@@ -128,7 +127,7 @@ func recordReadsEntriesWithoutARecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "old-" + tc.name
-			must(t, c.Set(ctx, s.key(id), tc.value, time.Minute).Err())
+			must(t, c.Set(context.Background(), s.key(id), tc.value, time.Minute).Err())
 			r := acquireRecord(t, s, id, []byte("fp"), tc.want)
 			if r.Fingerprint != nil || r.Result != nil || r.Token != "" {
 				t.Fatalf("record of %q = %+v; want empty", tc.value, r)
@@ -207,13 +206,12 @@ func resentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 // by Redis's clock it lies past the one-hour horizon: the record's
 // confirmation is refused as the other steps are.
 func recordConfirmPastTheHorizonByRedisClockIsRefused(t *testing.T) {
-	ctx := context.Background()
 	fp := []byte("fp")
 	c := newTestClient(t)
 	ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
 	l := acquireRecord(t, s, "h", fp, replay.LeaseAcquired)
-	if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, []byte("result")); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
+	if err := s.ConfirmRecord(context.Background(), "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, []byte("result")); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
 		t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
 	}
 }
@@ -729,13 +727,12 @@ func recordBytesNeverPassThroughLua(t *testing.T) {
 			hook := new(scriptSizes)
 			c.AddHook(cmdHook{after: hook.note})
 			s := provisioned(t, c, opts)
-			ctx := context.Background()
 			fp, result := bytes.Repeat([]byte{1}, replay.MaxFingerprintBytes), bytes.Repeat([]byte("R"), 64<<10)
 			hook.mu.Lock()
 			hook.args, hook.replies, hook.plainArgsBytes, hook.confirms = nil, nil, 0, 0
 			hook.mu.Unlock()
 			l := acquireRecord(t, s, "big", fp, replay.LeaseAcquired)
-			must(t, s.ConfirmRecord(ctx, "big", l.Token, time.Now().Add(time.Hour), fp, result))
+			must(t, s.ConfirmRecord(context.Background(), "big", l.Token, time.Now().Add(time.Hour), fp, result))
 			if d := acquireRecord(t, s, "big", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 				t.Fatal("replay differs")
 			}

@@ -620,7 +620,6 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 // evidence consumed there and fences nothing more (one fence, one ledger
 // entry), so an operator's reopen is not undone by a slower instance.
 func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
-	ctx := context.Background()
 	f := newFake()
 	var stores []*Store
 	for range 2 {
@@ -629,7 +628,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	}
 	f.set(func(f *fakeServer) { f.evicted += 10 })
 	for _, s := range stores {
-		s.checkServer(ctx)
+		s.checkServer(context.Background())
 		if err := s.refusal(); err != nil {
 			t.Fatalf("refusal after the check = %v; want none (the fences refuse)", err)
 		}
@@ -645,7 +644,6 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 // after the reset): that entry cannot say the reset was fenced, and the
 // store fences it.
 func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
-	ctx := context.Background()
 	f := newFake()
 	s := mustOpen(t, f, Options{Logger: quietLogger()})
 	defer s.Close()
@@ -654,7 +652,7 @@ func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 		f.commands = 1 << 20
 		f.servers["run-a"] = "2 0 0 0 0 0 0 0 1700000000123 1024" // an older Store's, after the reset
 	})
-	s.checkServer(ctx)
+	s.checkServer(context.Background())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fences != Shards || len(f.ledger) != 1 {
