@@ -154,8 +154,7 @@ func readAnswersAtMaxmemory(t *testing.T) {
 func readRefusesALostShard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := newTestClient(t)
-	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	s, c := newTestStore(t)
 	until := time.Now().Add(time.Minute)
 	wantClaim(t, s, "a", until, true)
 	marker := s.tags[shardOf("a")]

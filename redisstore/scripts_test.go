@@ -59,8 +59,7 @@ func TestRedisClock(t *testing.T) {
 // record step of a Store from New, each with an event — writes nothing
 // and never accepts an ID twice.
 func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
-	c := newTestClient(t)
-	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	good, c := newTestStore(t)
 	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
 	ctx := context.Background()
 
@@ -128,8 +127,7 @@ func untilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
 // call that waited that long in transit would see), and the refusal says
 // 2 minutes, not 0.
 func lagRefusalReportsTheClockTheCallSent(t *testing.T) {
-	c := newTestClient(t)
-	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	good, _ := newTestStore(t)
 	var lagging atomic.Bool
 	lagging.Store(true)
 	hooked := newTestClient(t)
