@@ -448,13 +448,7 @@ func workTempTrigger(t *testing.T, d Driver, acquired bool) {
 			ctx := context.Background()
 			s, db := workStore(t, d, sqlitestore.Options{})
 			other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-			var w replay.Work
-			var tx *sqlitestore.Tx
-			if acquired {
-				w, tx, _ = acquire(t, s, "job", time.Minute, workFP)
-			} else {
-				w, tx, _ = begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
-			}
+			w, tx := workOf(t, s, "job", acquired, workFP)
 			insertApp(t, tx, "job")
 			mustExec(t, ctx, tx, tc.stmt)
 			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))

@@ -30,13 +30,7 @@ func TestTempTableShadow(t *testing.T) {
 	inWork := func(acquired bool) claimer {
 		return func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
 			ctx := context.Background()
-			var w replay.Work
-			var tx *sqlitestore.Tx
-			if acquired {
-				w, tx, _ = acquire(t, s, "job", time.Minute, nil)
-			} else {
-				w, tx, _ = begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
-			}
+			w, tx := workOf(t, s, "job", acquired, nil)
 			for _, q := range shadowStatements {
 				mustExec(t, ctx, tx, q)
 			}

@@ -46,6 +46,18 @@ func wantLease(t *testing.T, s *sqlitestore.Store, id string, want replay.LeaseS
 	}
 }
 
+// workOf opens a Work on id for a minute, through AcquireWork with fp
+// (acquired) or through a lease and BeginWork, and returns it with its Tx.
+func workOf(t *testing.T, s *sqlitestore.Store, id string, acquired bool, fp []byte) (replay.Work, *sqlitestore.Tx) {
+	t.Helper()
+	if acquired {
+		w, tx, _ := acquire(t, s, id, time.Minute, fp)
+		return w, tx
+	}
+	w, tx, _ := begin(t, s, id, mustLease(t, s, id, time.Minute).Token)
+	return w, tx
+}
+
 // begin opens a Work on id's lease and returns it with its Tx.
 func begin(t *testing.T, s *sqlitestore.Store, id, token string) (replay.Work, *sqlitestore.Tx, context.Context) {
 	t.Helper()
@@ -125,13 +137,7 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 	for i, e := range ends {
 		for _, acquired := range []bool{false, true} {
 			id := fmt.Sprintf("job-%d-%v", i, acquired)
-			var w replay.Work
-			var tx *sqlitestore.Tx
-			if acquired {
-				w, tx, _ = acquire(t, s, id, time.Minute, nil)
-			} else {
-				w, tx, _ = begin(t, s, id, mustLease(t, s, id, time.Minute).Token)
-			}
+			w, tx := workOf(t, s, id, acquired, nil)
 			if n := read(tx); n != 0 {
 				t.Fatalf("%s: the handler reads wal_autocheckpoint = %d on the store's connection; want 0", id, n)
 			}
