@@ -415,21 +415,20 @@ func (w *work) committedBefore(ctx context.Context) (bool, error) {
 }
 
 // endContext is the context committedBefore and spend run under: they
-// read or record what already happened, so the caller's deadline, which
-// may run out during them and leave a known outcome unknown, does not end
-// them. The Timeout bounds them (call sets it); under a negative Timeout,
-// the caller's context while it is live, else DefaultTimeout.
+// find out or record what already happened, and a caller's context that
+// ends during them would leave a known outcome unknown, or an escaped
+// work free to run again. So they run past it, within the Timeout, or
+// DefaultTimeout when the Timeout is negative (a caller's context that is
+// done bounds nothing).
 func (s *Store) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	switch {
-	case s.timeout > 0:
-		return context.WithoutCancel(ctx), func() {}
-	case ctx.Err() != nil:
-		return context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
+	bound := s.timeout
+	if bound <= 0 {
+		bound = DefaultTimeout
 	}
-	return ctx, func() {}
+	return context.WithTimeout(context.WithoutCancel(ctx), bound)
 }
 
 // commitSetting is the synchronous_commit a work's COMMIT runs with: the

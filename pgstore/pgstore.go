@@ -174,8 +174,10 @@ type Options struct {
 	// Timeout bounds every call: the effective deadline is the earlier of
 	// the caller's context deadline and now + Timeout. Zero means
 	// DefaultTimeout; a negative value means only the caller's context
-	// bounds the call (a Work's end that reads or records its outcome
-	// after that context is done is bounded by DefaultTimeout).
+	// bounds the call. A Work's Commit or Rollback that must find out or
+	// record whether the handler's SQL committed its transaction runs
+	// those steps past the caller's context, each within Timeout
+	// (DefaultTimeout when Timeout is negative).
 	Timeout time.Duration
 
 	// AllowAsyncCommit lets New accept a session whose synchronous_commit
