@@ -379,8 +379,9 @@ func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), fir
 			return nil
 		}
 		refusal := fmt.Errorf("%w; the repair needs %.1f MiB free in %s and finds %.1f MiB: free space there (it tries again, up to 30 s apart)", errRepairing, mib(n), dir, mib(free))
-		s.repairShort.Store(&refusal)
+		// Logged first: whoever reads the refusal finds the line written.
 		s.log.Warn("sqlitestore: the repair after an I/O error waits for free space beside the database", "table", unquote(s.table), "dir", dir, "needed", n, "free", free, "in", wait)
+		s.repairShort.Store(&refusal)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
