@@ -460,6 +460,14 @@ func (s *Store) closeWriter() {
 	for _, st := range s.wc.stmts {
 		st.Close()
 	}
+	// A transaction a step left open when Close ended it (a driver may
+	// report a context's end after its BEGIN ran) is never handed back
+	// to the application's pool.
+	if _, err := s.wc.conn.ExecContext(context.Background(), `ROLLBACK`); err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+		discard(s.wc.conn)
+		s.wc = nil
+		return
+	}
 	if s.wal {
 		for _, pragma := range []string{`PRAGMA wal_autocheckpoint = ` + strconv.Itoa(s.wc.autockpt), `PRAGMA busy_timeout = ` + strconv.Itoa(s.wc.busy)} {
 			if _, err := s.wc.conn.ExecContext(context.Background(), pragma); err != nil {
