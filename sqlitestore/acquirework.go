@@ -243,8 +243,7 @@ func (w *work) rolledBack(ctx context.Context) error {
 		w.drop(false)
 		return unavailable(ctx, fmt.Errorf("a statement of the handler ended the work's transaction, and reading the connection's changes failed: %w", err))
 	}
-	_, rerr := q.exec(`ROLLBACK`)
-	if rerr != nil && !strings.Contains(rerr.Error(), "no transaction is active") {
+	if rerr := rollback(q); rerr != nil {
 		w.drop(false)
 		return unavailable(ctx, fmt.Errorf("a statement of the handler ended the work's transaction; rollback: %w", rerr))
 	}

@@ -312,11 +312,20 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 	if s.wc == nil {
 		return true
 	}
-	_, rerr := (stmtQuerier{context.WithoutCancel(ctx), s.wc}).exec(`ROLLBACK`)
-	if rerr != nil && !strings.Contains(rerr.Error(), "no transaction is active") {
+	if rollback(stmtQuerier{context.WithoutCancel(ctx), s.wc}) != nil {
 		s.dropWriter()
 	}
 	return true
+}
+
+// rollback ends the transaction open on q's connection, if any; its
+// error is a rollback's that failed, whose connection must be dropped.
+func rollback(q stmtQuerier) error {
+	_, err := q.exec(`ROLLBACK`)
+	if err != nil && strings.Contains(err.Error(), "no transaction is active") {
+		return nil
+	}
+	return err
 }
 
 // writerConn is the connection the store holds for its writes, its
@@ -457,13 +466,13 @@ func (s *Store) closeWriter() {
 		return
 	}
 	s.guard.wal.Store(nil)
+	// No transaction goes back to the application's pool: one was found
+	// open there after a Close midway through a repair.
+	rerr := rollback(stmtQuerier{context.Background(), s.wc})
 	for _, st := range s.wc.stmts {
 		st.Close()
 	}
-	// A transaction a step left open when Close ended it (a driver may
-	// report a context's end after its BEGIN ran) is never handed back
-	// to the application's pool.
-	if _, err := s.wc.conn.ExecContext(context.Background(), `ROLLBACK`); err != nil && !strings.Contains(err.Error(), "no transaction is active") {
+	if rerr != nil {
 		discard(s.wc.conn)
 		s.wc = nil
 		return
