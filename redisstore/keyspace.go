@@ -661,13 +661,17 @@ func (s *Store) readySpace(ctx context.Context) error {
 	if s.spaceErr != nil && time.Since(s.spaceAt) < keySpaceRetry {
 		return s.spaceErr
 	}
+	// The refusal is kept from when the check began, not from its reply:
+	// Redis judged the fence before the reply came, so a slow reply never
+	// keeps a fence that ended past keySpaceRetry after its end.
+	began := time.Now()
 	err := s.checkKeySpace(ctx)
 	switch {
 	case err == nil:
 		s.spaceOK.Store(true)
 		s.spaceErr = nil
 	case errors.Is(err, ErrConfig) || errors.Is(err, ErrFenced):
-		s.spaceErr, s.spaceAt = err, time.Now()
+		s.spaceErr, s.spaceAt = err, began
 	}
 	return err
 }
