@@ -62,6 +62,27 @@ func chargesOf(t testing.TB, pool *pgxpool.Pool, table, key string) []string {
 	return holders
 }
 
+// wantChargeCount fails t unless key has n charges committed in table.
+func wantChargeCount(t testing.TB, pool *pgxpool.Pool, table, key string, n int) {
+	t.Helper()
+	if got := chargesOf(t, pool, table, key); len(got) != n {
+		t.Fatalf("charges of %q = %q, want %d", key, got, n)
+	}
+}
+
+// storeWithCharges is newTestStore with a table of charges beside it.
+func storeWithCharges(t *testing.T) (*Store, string) {
+	t.Helper()
+	s := newTestStore(t)
+	return s, chargeTable(t, s.pool)
+}
+
+// refuseAll makes s's rechecks refuse with ErrUnavailable.
+func refuseAll(s *Store) {
+	refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+	s.refusal.Store(&refusal)
+}
+
 // acquire takes id's lease with a record and begins its work.
 func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Work, string) {
 	t.Helper()
@@ -72,6 +93,17 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 	}
 	t.Cleanup(func() { w.Rollback(bg()) })
 	return w, r.Token
+}
+
+// acquireTx is acquire's work (for a minute) with its context and the
+// handler's transaction.
+func acquireTx(t testing.TB, s *Store, id string) (replay.Work, context.Context, pgx.Tx) {
+	t.Helper()
+	w, _ := acquire(t, s, id, time.Minute)
+	ctx := w.Context(bg())
+	tx, err := TxFrom(ctx)
+	must(t, err)
+	return w, ctx, tx
 }
 
 // TestWork pins the transactional work (a replay.Work) a Store begins. (A
@@ -99,16 +131,13 @@ func TestWork(t *testing.T) {
 // workRefusals: every rejection path of BeginWork and Commit, and
 // what each leaves behind.
 func workRefusals(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	until := time.Now().Add(time.Hour)
 
 	t.Run("BeginWork", func(t *testing.T) {
-		r, err := s.AcquireRecord(bg(), "b", time.Minute, nil)
-		must(t, err)
+		r := mustRecord(t, s, "b", time.Minute, nil)
 		refusing := newTestStore(t)
-		refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-		refusing.refusal.Store(&refusal)
+		refuseAll(refusing)
 		cancelled, cancel := context.WithCancel(bg())
 		cancel()
 		tests := []struct {
@@ -162,10 +191,8 @@ func workRefusals(t *testing.T) {
 					t.Error("1/0 succeeded")
 				}
 			}, want: []error{ErrUnavailable, pgx.ErrTxCommitRollback, replay.ErrRolledBack}, wantLease: "l"},
-			{name: "a recheck refusing", until: until, prepare: func(s *Store, _ string) {
-				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-				s.refusal.Store(&refusal)
-			}, want: []error{ErrUnavailable, replay.ErrRolledBack}, wantLease: "l"},
+			{name: "a recheck refusing", until: until, prepare: func(s *Store, _ string) { refuseAll(s) },
+				want: []error{ErrUnavailable, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "the lease released", until: until, prepare: func(s *Store, id string) {
 				mustExec(t, s.pool, `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id))
 			}, want: []error{replay.ErrLeaseLost}, wantLease: ""},
@@ -191,9 +218,7 @@ func workRefusals(t *testing.T) {
 						t.Fatalf("Commit = %v, want %v", err, want)
 					}
 				}
-				if got := chargesOf(t, s.pool, table, s.prefix); len(got) != 0 {
-					t.Fatalf("charges = %q, want the work rolled back", got)
-				}
+				wantChargeCount(t, s.pool, table, s.prefix, 0) // the work rolled back
 				if row, _ := rowOf(t, s, "c"); row.state != tt.wantLease {
 					t.Fatalf("lease row state = %q, want %q", row.state, tt.wantLease)
 				}
@@ -213,9 +238,7 @@ func workRefusals(t *testing.T) {
 		if err := w.Commit(bg(), until, nil, nil); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Commit = %v, want ErrForgotten", err)
 		}
-		if got := chargesOf(t, s.pool, table, "forgotten"); len(got) != 0 {
-			t.Fatalf("charges = %q, want none", got)
-		}
+		wantChargeCount(t, s.pool, table, "forgotten", 0)
 	})
 }
 
@@ -223,8 +246,7 @@ func workRefusals(t *testing.T) {
 // already done still ends the transaction (the connection is closed, so
 // nothing is committed) and gives the connection back to the pool.
 func workEndsWithADoneContext(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	done, cancel := context.WithCancel(bg())
 	cancel()
 	ends := []struct {
@@ -245,9 +267,7 @@ func workEndsWithADoneContext(t *testing.T) {
 			if n := s.pool.Stat().AcquiredConns(); n != 0 {
 				t.Fatalf("%d connections still acquired, want the work's given back", n)
 			}
-			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
-				t.Fatalf("charges = %q, want none", got)
-			}
+			wantChargeCount(t, s.pool, table, id, 0)
 			if row, _ := rowOf(t, s, id); row.state != "l" {
 				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
 			}
@@ -258,8 +278,7 @@ func workEndsWithADoneContext(t *testing.T) {
 // workFirstEndWins: the first of Commit and Rollback decides; later
 // calls return its outcome and change nothing.
 func workFirstEndWins(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	until := time.Now().Add(time.Hour)
 
 	t.Run("concurrent Commits", func(t *testing.T) {
@@ -482,22 +501,17 @@ func benchWork(b *testing.B, s *Store) {
 // receives neither the fence nor the record: Commit writes the done row
 // in the store's table, and a retry finds the key done.
 func workTempTableOfTheStoresNameTakesNothing(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	for _, onCommit := range []string{" ON COMMIT DROP", ""} {
 		t.Run("temp table"+onCommit, func(t *testing.T) {
 			id := "temp" + strings.ReplaceAll(onCommit, " ", "-")
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			tx, _ := TxFrom(ctx)
+			w, ctx, tx := acquireTx(t, s, id)
 			mustExec(t, tx, `CREATE TEMP TABLE `+DefaultTable+` (LIKE public.`+DefaultTable+` INCLUDING ALL)`+onCommit)
 			mustExec(t, tx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id))
 			must(t, charge(ctx, table, id, "first"))
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
 			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
-				t.Fatalf("charges = %q, want one", got)
-			}
+			wantChargeCount(t, s.pool, table, id, 1)
 		})
 	}
 }

@@ -42,12 +42,8 @@ func TestWorkTx(t *testing.T) {
 // refuses Commit and Rollback (the Work ends it), allows savepoints, and
 // the work still commits afterwards.
 func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
-	w, _ := acquire(t, s, "h", time.Minute)
-	ctx := w.Context(bg())
-	tx, err := TxFrom(ctx)
-	must(t, err)
+	s, table := storeWithCharges(t)
+	w, ctx, tx := acquireTx(t, s, "h")
 	for name, end := range map[string]func(context.Context) error{"Commit": tx.Commit, "Rollback": tx.Rollback} {
 		if err := end(ctx); !errors.Is(err, errTxOwned) {
 			t.Fatalf("handler's %s = %v, want a refusal", name, err)
@@ -116,9 +112,7 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 	}
 	for endName, end := range ends {
 		t.Run("after "+endName, func(t *testing.T) {
-			w, _ := acquire(t, s, "end-"+endName, time.Minute)
-			ctx := w.Context(bg())
-			tx, _ := TxFrom(ctx)
+			w, ctx, tx := acquireTx(t, s, "end-"+endName)
 			sp, err := tx.Begin(ctx)
 			must(t, err)
 			rows, err := sp.Query(ctx, `SELECT generate_series(1, 10000)`)
@@ -143,9 +137,7 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 // BatchResults of it is open, and serves it once they are closed.
 func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	s := newTestStore(t)
-	w, _ := acquire(t, s, "busy", time.Minute)
-	ctx := w.Context(bg())
-	tx, _ := TxFrom(ctx)
+	_, ctx, tx := acquireTx(t, s, "busy")
 	rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
 	must(t, err)
 	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
@@ -187,9 +179,7 @@ func workTxLargeObjects(t *testing.T) {
 		t.Fatal("pgx.LargeObjects is no longer one Tx field: largeObjects returns the zero value")
 	}
 	s := newTestStore(t)
-	w, _ := acquire(t, s, "lo", time.Minute)
-	ctx := w.Context(bg())
-	tx, _ := TxFrom(ctx)
+	w, ctx, tx := acquireTx(t, s, "lo")
 	lo := tx.LargeObjects()
 	oid, err := lo.Create(ctx, 0)
 	must(t, err)
@@ -243,8 +233,7 @@ var handlerStatements = []string{
 // (ErrRolledBack: nothing escaped), the charge is not committed, and the
 // lease is left for the holder to release. Never Commit = nil.
 func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	sends := []struct {
 		name string
 		send func(ctx context.Context, tx pgx.Tx, sql string) error
@@ -307,9 +296,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 				if err == nil || !errors.Is(err, replay.ErrRolledBack) {
 					t.Fatalf("Commit = %v, want ErrRolledBack", err)
 				}
-				if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
-					t.Fatalf("charges = %q, want none", got)
-				}
+				wantChargeCount(t, s.pool, table, id, 0)
 				if row, _ := rowOf(t, s, id); row.state != "l" {
 					t.Fatalf("lease row state = %q, want the lease left for the holder to release", row.state)
 				}
@@ -336,21 +323,16 @@ func (r rewriteThen) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []
 // transaction (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, a savepoint
 // through Begin) is sent, and the work commits.
 func workTxAllowsStatementsThatEndWithIt(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	for i, sql := range []string{"set local statement_timeout = 10000", "SET LOCAL synchronous_commit = on",
 		"set constraints all deferred", "/* commit */ select 1", "select 'commit'", "-- rollback\nselect 1"} {
 		t.Run(sql, func(t *testing.T) {
 			id := "allowed-" + strconv.Itoa(i)
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			tx, _ := TxFrom(ctx)
+			w, ctx, tx := acquireTx(t, s, id)
 			mustExec(t, tx, sql)
 			must(t, charge(ctx, table, id, "after"))
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
-				t.Fatalf("charges = %q, want one", got)
-			}
+			wantChargeCount(t, s.pool, table, id, 1)
 		})
 	}
 }
@@ -407,8 +389,7 @@ type escapeCase struct {
 // work never runs a second time: a retry's AcquireRecord finds it done.
 // A one-time token claimed in the work is accepted at most once.
 func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	tests := []escapeCase{
 		{"commit; begin", 1},
 		{"rollback; begin", 0},
@@ -441,18 +422,14 @@ var workWays = []struct {
 // escapes on one way of beginning the work (its k-th).
 func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []escapeCase, acquireOne func(t *testing.T, s *Store, id string) replay.Work) {
 	for i, tt := range tests {
-		refusing := func(s *Store) {
-			refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-			s.refusal.Store(&refusal)
-		}
 		for j, prepare := range []struct {
 			name string
 			fn   func(s *Store)
 			done bool // Commit's context is done: the session cannot say which transaction it is in
 		}{
 			{"", nil, false},
-			{" with a recheck refusing", refusing, false},
-			{" with a recheck refusing and the context done", refusing, true},
+			{" with a recheck refusing", refuseAll, false},
+			{" with a recheck refusing and the context done", refuseAll, true},
 		} {
 			t.Run(tt.sql+prepare.name, func(t *testing.T) {
 				s := storeOn(t, s.pool)
@@ -569,9 +546,7 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 				if err != nil {
 					t.Fatalf("work %d: Commit = %v; want the work and the done row committed", i, err)
 				}
-				if got := chargesOf(t, pool, table, id); len(got) != 1 {
-					t.Fatalf("work %d: charges = %q, want one", i, got)
-				}
+				wantChargeCount(t, pool, table, id, 1)
 			}
 		})
 	}
@@ -670,8 +645,7 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 // without a record (a token claimed before stays claimed), on both ways
 // in; a work that did not escape still rolls back with nil.
 func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	escapes := []struct {
 		name, sql  string
 		maxCharges int  // charges the escape may have committed
@@ -733,9 +707,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
 				t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
 			}
-			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
-				t.Fatalf("charges = %q after a rollback", got)
-			}
+			wantChargeCount(t, s.pool, table, id, 0)
 		})
 	}
 }
@@ -747,8 +719,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 // holder's charge is committed. (An escape the Tx refuses rolls the work
 // back: workTxRefusesStatementsThatEscapeTheTransaction.)
 func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	until := time.Now().Add(time.Hour)
 	t.Run("past the Tx", func(t *testing.T) {
 		id := "lost-raw"
@@ -778,13 +749,10 @@ func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 // committed, or fails with pgx.ErrTxClosed: the rows committed are
 // exactly the inserts that returned nil.
 func workTxUsedWhileCommitRuns(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	for round := range 5 {
 		id := fmt.Sprintf("late-%d", round)
-		w, _ := acquire(t, s, id, time.Minute)
-		ctx := w.Context(bg())
-		tx, _ := TxFrom(ctx)
+		w, ctx, tx := acquireTx(t, s, id)
 		var inserted atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 4 {
@@ -832,8 +800,7 @@ func workTxUsedWhileCommitRuns(t *testing.T) {
 // operator, the fence's UPDATE matched it too and wrote this work's record
 // into it), and the other key's work still commits.
 func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
-	s := newTestStore(t)
-	table := chargeTable(t, s.pool)
+	s, table := storeWithCharges(t)
 	for _, sql := range []string{
 		`CREATE SCHEMA IF NOT EXISTS ctoken_op`,
 		`CREATE OR REPLACE FUNCTION ctoken_op.yes(bytea, bytea) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$`,
@@ -863,7 +830,5 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	if err := other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")); err != nil {
 		t.Fatalf("the other key's Commit = %v; want nil", err)
 	}
-	if got := chargesOf(t, s.pool, table, "op-other"); len(got) != 1 {
-		t.Fatalf("the other key's charges = %v; want one", got)
-	}
+	wantChargeCount(t, s.pool, table, "op-other", 1)
 }
