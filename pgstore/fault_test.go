@@ -286,8 +286,7 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 		t.Fatalf("AcquireLease after the confirmation = %+v, %v; want done", l, err)
 	}
 
-	l, err = r.AcquireLease(bg(), "release", time.Minute)
-	must(t, err)
+	l = mustLease(t, r, "release", time.Minute)
 	lostReply(t, d, "ReleaseLease", func(id string) error {
 		l, err := acquired(id)
 		if err != nil {
@@ -375,24 +374,21 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 		}
 	}()
 	type callFunc func(ctx context.Context, s *Store) error
+	claim := func(id string) callFunc {
+		return func(ctx context.Context, s *Store) error {
+			first, err := s.Claim(ctx, id, until)
+			if first {
+				return errors.New("first")
+			}
+			return err
+		}
+	}
 	calls := []struct {
 		name string
 		call callFunc
 	}{
-		{"Claim new", func(ctx context.Context, s *Store) error {
-			first, err := s.Claim(ctx, "during", until)
-			if first {
-				return errors.New("first")
-			}
-			return err
-		}},
-		{"Claim old", func(ctx context.Context, s *Store) error {
-			first, err := s.Claim(ctx, "before", until)
-			if first {
-				return errors.New("first")
-			}
-			return err
-		}},
+		{"Claim new", claim("during")},
+		{"Claim old", claim("before")},
 		{"AcquireLease", func(ctx context.Context, s *Store) error {
 			l, err := s.AcquireLease(ctx, "lease", time.Minute)
 			if l.State != 0 {
@@ -447,18 +443,12 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	resumed = true
 	deadline := time.Now().Add(10 * time.Second)
 	for _, st := range stores {
-		for {
+		waitFor(t, time.Until(deadline), func() (bool, string) {
 			first, err := st.s.Claim(bg(), "before", until)
-			if err == nil {
-				if first {
-					t.Fatalf("%s: a claim made before the pause is first after it", st.name)
-				}
-				break
+			if err == nil && first {
+				t.Fatalf("%s: a claim made before the pause is first after it", st.name)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: claims still failing 10 s after the server resumed: %v", st.name, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil, fmt.Sprintf("%s: claims still failing after the server resumed: %v", st.name, err)
+		})
 	}
 }
