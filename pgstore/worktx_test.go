@@ -32,7 +32,6 @@ func TestWorkTx(t *testing.T) {
 		{"commit after an escape is never a success", workCommitAfterAnEscapeIsNeverASuccess},
 		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
 		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
-		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
 		{"the fence is the store's whatever the handler defines", workFenceIsTheStoresWhateverTheHandlerDefines},
 		{"a handler's operators never reach the fence", workHandlersOperatorsNeverReachTheFence},
 	})
@@ -503,53 +502,13 @@ func stmtcacheName(sql string) string {
 	return "stmtcache_" + hex.EncodeToString(digest[:24])
 }
 
-// workHandlersPreparedStatementNeverStandsInForTheStores: a handler's
-// SQL (a DO block, which the Tx cannot see into) that replaces, on a
-// pooled connection whose statement cache holds the fence from a work
-// before, the statement prepared under the fence's cache name by its own
-// (DEALLOCATE, then PREPARE ... AS SELECT 0) must not make Commit report
-// success without the done row: the store's statements after the
-// handler's are sent unnamed, so the fence runs as the store wrote it.
-// Then Commit succeeds with the done row, and the connection, holding a
-// statement prepared by SQL, is closed rather than pooled.
-func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
-	p := needServer(t)
-	for k, way := range workWays {
-		t.Run(way.name, func(t *testing.T) {
-			// One connection: the second work runs on the first's.
-			pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
-			s := storeOn(t, pool)
-			table := chargeTable(t, pool)
-			// The fence's call, under the name pgx's statement cache
-			// would give it.
-			fence, params := s.fenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
-			if way.name == "AcquireWork" {
-				fence, params = s.lockedFenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
-			}
-			name := stmtcacheName(fence)
-			for i, attack := range []bool{false, true} {
-				id := fmt.Sprintf("prepared-%d-%d", k, i)
-				w := way.begin(t, s, id)
-				ctx := w.Context(bg())
-				must(t, charge(ctx, table, id, "work"))
-				if attack {
-					tx, _ := TxFrom(ctx)
-					mustExec(t, tx, `DO $$ BEGIN
-						BEGIN EXECUTE 'DEALLOCATE `+name+`'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END;
-						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`)
-				}
-				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-				row, _ := rowOf(t, s, id)
-				if err == nil && (row.state != "d" || string(row.result) != "r") {
-					t.Fatalf("work %d: Commit = nil but the row = %+v, charges = %q: the work committed without the done row", i, row, chargesOf(t, pool, table, id))
-				}
-				if err != nil {
-					t.Fatalf("work %d: Commit = %v; want the work and the done row committed", i, err)
-				}
-				wantChargeCount(t, pool, table, id, 1)
-			}
-		})
+// fenceOf is the fence's call for a work begun by way (a name of
+// workWays), and the types of its parameters.
+func fenceOf(s *Store, way string) (call, params string) {
+	if way == "AcquireWork" {
+		return s.lockedFenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
 	}
+	return s.fenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
 }
 
 // workFenceIsTheStoresWhateverTheHandlerDefines: a handler's function of
@@ -557,7 +516,12 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 // under the call's text or a pgx cache name, never runs in the fence's
 // place: Commit commits the work with the done row (or, refused, neither),
 // the handler's mark is never written, and the next work on the
-// connection commits.
+// connection commits. Nor does a statement a handler's SQL (a DO block,
+// which the Tx cannot see into) prepares under the cache name of the
+// fence, which the connection's statement cache holds from the work
+// before (DEALLOCATE, then PREPARE ... AS SELECT 0): the store's
+// statements after the handler's are sent unnamed, and the connection,
+// holding a statement prepared by SQL, is closed rather than pooled.
 func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	p := needServer(t)
 	for k, way := range workWays {
@@ -569,12 +533,8 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 			}{
 				{"a function of the fence's name first on the search_path", false, func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error {
 					schema := fmt.Sprintf("attacker_%d", time.Now().UnixNano())
-					params := "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
-					name := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(s.fenceCall, ".", 2)[1], `"`), `"($1, $2, $3, $4, $5, $6, $7, $8)`)
-					if way.name == "AcquireWork" {
-						params = "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
-						name = strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(s.lockedFenceCall, ".", 2)[1], `"`), `"($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
-					}
+					call, params := fenceOf(s, way.name)
+					name, _, _ := strings.Cut(strings.TrimPrefix(strings.SplitN(call, ".", 2)[1], `"`), `"(`)
 					for _, sql := range []string{
 						`CREATE SCHEMA ` + schema,
 						`CREATE FUNCTION ` + schema + `.` + name + `(` + params + `) RETURNS int LANGUAGE sql AS $$ INSERT INTO ` + marks + ` VALUES ('fence', 'attack'); SELECT 0 $$`,
@@ -596,6 +556,14 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 						return errors.New("Prepare under pgx's cache prefix was not refused")
 					}
 					return nil
+				}},
+				{"the fence's cache name prepared by SQL", false, func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error {
+					call, params := fenceOf(s, way.name)
+					name := stmtcacheName(call)
+					_, err := tx.Exec(ctx, `DO $$ BEGIN
+						BEGIN EXECUTE 'DEALLOCATE `+name+`'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END;
+						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`)
+					return err
 				}},
 			} {
 				t.Run(attack.name, func(t *testing.T) {
