@@ -284,10 +284,8 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			t.Run(send.name+"/"+sql, func(t *testing.T) {
 				n++
 				id := "stmt-" + strconv.Itoa(n)
-				w, _ := acquire(t, s, id, time.Minute)
-				ctx := w.Context(bg())
+				w, ctx, tx := acquireTx(t, s, id)
 				must(t, charge(ctx, table, id, "before"))
-				tx, _ := TxFrom(ctx)
 				if err := send.send(ctx, tx, sql); err == nil {
 					t.Fatalf("%q was accepted", sql)
 				}
