@@ -110,17 +110,12 @@ func effectKeyNames(n int) []string {
 	return keys
 }
 
-// sendEffect sends one attempt of key to the app at base: a charge for an
-// idempotency key, a signed delivery for a message ID (msg_…). It reports
-// whether the client saw success: 201, or for a delivery a 200 (already
-// processed); 409, 503 and no answer are retried; any other status fails t.
-func sendEffect(t testing.TB, client *http.Client, signer *webhook.Signer, base, key string) bool {
-	ok, _ := sendEffectProblem(t, client, signer, base, key)
-	return ok
-}
-
-// sendEffectProblem is sendEffect that also returns the problem type of a
-// 503 answer ("" for any other answer).
+// sendEffectProblem sends one attempt of key to the app at base: a charge
+// for an idempotency key, a signed delivery for a message ID (msg_…). It
+// reports whether the client saw success: 201, or for a delivery a 200
+// (already processed); 409, 503 and no answer are retried; any other
+// status fails t. It also returns the problem type of a 503 answer (""
+// for any other answer).
 func sendEffectProblem(t testing.TB, client *http.Client, signer *webhook.Signer, base, key string) (ok bool, problem string) {
 	const body = `{"amount": 1999, "currency": "eur"}`
 	path := "/charges"
@@ -187,7 +182,7 @@ func effectLoad(t testing.TB, base func() string, keys []string, spread, d time.
 			defer wg.Done()
 			time.Sleep(spread * time.Duration(i) / time.Duration(len(keys)))
 			for time.Now().Before(deadline) {
-				ok := sendEffect(t, client, signer, base(), key)
+				ok, _ := sendEffectProblem(t, client, signer, base(), key)
 				mu.Lock()
 				if ok {
 					seen[key] = time.Now()
@@ -873,34 +868,25 @@ func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
 func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
 func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
 
-// childStore is the store of a child process of these tests (the app of
-// TestEffectsOnce/app kills), from the value of its environment variable
-// env: "<database URL> <prefix> <effect table> <key>" (the key becomes
-// effectKey); it returns the store (with timeout, no sweeper) and the
-// table.
-func childStore(env, spec string, timeout time.Duration) (*Store, string) {
-	parts := strings.Fields(spec)
-	if len(parts) != 4 {
-		log.Fatalf("%s: want 4 fields", env)
-	}
-	effectKey = parts[3]
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, parts[0])
-	if err != nil {
-		log.Fatal(err)
-	}
-	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: timeout})
-	if err != nil {
-		log.Fatal(err)
-	}
-	return s, parts[2]
-}
-
 // runEffectAppChild serves effectApp (both middlewares, transactional,
 // a 2 s lease) on 127.0.0.1, prints its URL, and serves until killed.
+// spec is "<database URL> <prefix> <effect table> <key>" (the key becomes
+// effectKey); the store has a 5 s Timeout and no sweeper.
 func runEffectAppChild(spec string) {
-	s, table := childStore(effectAppChild, spec, 5*time.Second)
-	app := busyApp(table, 20*time.Millisecond)
+	parts := strings.Fields(spec)
+	if len(parts) != 4 {
+		log.Fatalf("%s: want 4 fields", effectAppChild)
+	}
+	effectKey = parts[3]
+	pool, err := pgxpool.New(context.Background(), parts[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := New(context.Background(), pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	app := busyApp(parts[2], 20*time.Millisecond)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -948,6 +934,13 @@ func effectsOnceThroughAppKills(t *testing.T) {
 	}
 	stop, exited, err := start()
 	must(t, err)
+	running := func() {
+		select {
+		case <-exited:
+			t.Errorf("the app process exited before its kill")
+		default:
+		}
+	}
 	keys := effectKeyNames(40)
 	const kills = 8
 	var wg sync.WaitGroup
@@ -956,11 +949,7 @@ func effectsOnceThroughAppKills(t *testing.T) {
 		defer wg.Done()
 		for range kills {
 			time.Sleep(time.Duration(100+mathrand.IntN(300)) * time.Millisecond)
-			select {
-			case <-exited:
-				t.Errorf("the app process exited before its kill")
-			default:
-			}
+			running()
 			stop()
 			var err error
 			if stop, exited, err = start(); err != nil {
@@ -976,11 +965,7 @@ func effectsOnceThroughAppKills(t *testing.T) {
 		return ""
 	}, keys, 3*time.Second, 40*time.Second, nil)
 	wg.Wait()
-	select {
-	case <-exited:
-		t.Errorf("the app process exited before its kill")
-	default:
-	}
+	running()
 	stop()
 	t.Logf("%d kills of the app process; %d attempts failed", kills, failed)
 	if failed == 0 {
