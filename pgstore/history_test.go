@@ -499,7 +499,11 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 				if twice, _ := acceptedAgain(t, p, acked, until, true); twice != 0 {
 					t.Fatalf("%d of %d acknowledged claims accepted twice before the recheck; want 0", twice, len(acked))
 				}
-				waitFenced(t, s, 10*time.Second)
+				waitFor(t, 10*time.Second, func() (bool, string) {
+					_, err := s.Claim(bg(), "probe", time.Now().Add(time.Minute))
+					return errors.Is(err, ErrFenced),
+						fmt.Sprintf("the running store does not refuse with ErrFenced: %v", err)
+				})
 			} else {
 				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Observer = observe })
 			}
@@ -538,16 +542,6 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			})
 		})
 	}
-}
-
-// waitFenced waits until s refuses a claim with ErrFenced.
-func waitFenced(t *testing.T, s *Store, within time.Duration) {
-	t.Helper()
-	waitFor(t, within, func() (bool, string) {
-		_, err := s.Claim(bg(), "probe", time.Now().Add(time.Minute))
-		return errors.Is(err, ErrFenced),
-			fmt.Sprintf("the running store does not refuse with ErrFenced: %v", err)
-	})
 }
 
 // shutdown stops p as an operator's switchover does (SIGINT to the
