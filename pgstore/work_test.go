@@ -444,10 +444,7 @@ func benchWork(b *testing.B, s *Store) {
 	result := benchResult(4 << 10)
 	id := func(p string, i int) string { return p + strconv.Itoa(1_000_000_000+i) }
 	begin := func(key string) replay.Work {
-		r, err := s.AcquireRecord(bg(), key, time.Minute, fp)
-		if err != nil || r.State != replay.LeaseAcquired {
-			b.Fatal(r.State, err)
-		}
+		r := mustRecord(b, s, key, time.Minute, fp)
 		w, err := s.BeginWork(bg(), key, r.Token)
 		must(b, err)
 		ctx := w.Context(bg())
@@ -487,10 +484,7 @@ func benchWork(b *testing.B, s *Store) {
 		},
 		func(i int) {
 			key := id("s", i)
-			r, err := s.AcquireRecord(bg(), key, time.Minute, fp)
-			if err != nil || r.State != replay.LeaseAcquired {
-				b.Fatal(r.State, err)
-			}
+			r := mustRecord(b, s, key, time.Minute, fp)
 			floor(key) // the handler's own transaction
 			must(b, s.ConfirmRecord(bg(), key, r.Token, until, fp, result))
 		})
