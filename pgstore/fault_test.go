@@ -441,9 +441,8 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	})
 	p.signal(syscall.SIGCONT)
 	resumed = true
-	deadline := time.Now().Add(10 * time.Second)
 	for _, st := range stores {
-		waitFor(t, time.Until(deadline), func() (bool, string) {
+		waitFor(t, 10*time.Second, func() (bool, string) {
 			first, err := st.s.Claim(bg(), "before", until)
 			if err == nil && first {
 				t.Fatalf("%s: a claim made before the pause is first after it", st.name)
