@@ -34,25 +34,32 @@ func zeroStoreRefuses(t *testing.T) {
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Claim = %v, %v; want ErrConfig", first, err)
 	}
-	if _, err := s.AcquireLease(bg(), "a", time.Minute); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store AcquireLease: %v", err)
-	}
-	if err := s.ConfirmLease(bg(), "a", strings.Repeat("a", tokenLen), time.Now().Add(time.Minute)); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store ConfirmLease: %v", err)
-	}
-	if err := s.Release(bg(), "a"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store Release: %v", err)
-	}
-	if err := s.ReleaseLease(bg(), "a", strings.Repeat("a", tokenLen)); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store ReleaseLease: %v", err)
+	_, leaseErr := s.AcquireLease(bg(), "a", time.Minute)
+	_, sweepErr := s.Sweep(bg())
+	for name, err := range map[string]error{
+		"AcquireLease": leaseErr,
+		"ConfirmLease": s.ConfirmLease(bg(), "a", strings.Repeat("a", tokenLen), time.Now().Add(time.Minute)),
+		"Release":      s.Release(bg(), "a"),
+		"ReleaseLease": s.ReleaseLease(bg(), "a", strings.Repeat("a", tokenLen)),
+		"Sweep":        sweepErr,
+	} {
+		if !errors.Is(err, ErrConfig) {
+			t.Fatalf("zero Store %s: %v; want ErrConfig", name, err)
+		}
 	}
 	if d, p := s.Durability(), s.Prefix(); d != (Durability{}) || p != "" {
 		t.Fatalf("zero Store Durability, Prefix = %+v, %q; want zero", d, p)
 	}
-	if _, err := s.Sweep(bg()); !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store Sweep: %v", err)
-	}
 	s.Close()
+}
+
+// newRefused fails t unless New on pool with opts is refused with
+// ErrConfig and no store; what says of what it is refused.
+func newRefused(t *testing.T, pool *pgxpool.Pool, opts Options, what string) {
+	t.Helper()
+	if s, err := New(bg(), pool, opts); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New %s = %v, %v; want ErrConfig", what, s, err)
+	}
 }
 
 func newRefusesBadConfiguration(t *testing.T) {
@@ -95,17 +102,13 @@ func newRefusesAsyncCommitUnlessAllowed(t *testing.T) {
 		}
 	}
 	pool := p.pool(t, "synchronous_commit", "off")
-	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New with synchronous_commit off = %v, %v; want ErrConfig", s, err)
-	}
+	newRefused(t, pool, Options{SweepInterval: -1}, "with synchronous_commit off")
 	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncCommit = true })
 	if d := s.Durability(); d.SynchronousCommit != "off" {
 		t.Fatalf("Durability() = %+v, want off", d)
 	}
 	// Without a synchronous standby, a store that requires one is refused.
-	if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New requiring a synchronous standby on a lone server = %v, %v; want ErrConfig", s, err)
-	}
+	newRefused(t, p.pool(t), Options{SweepInterval: -1, RequireSynchronousStandby: true}, "requiring a synchronous standby on a lone server")
 }
 
 // newRefusesSettingsThatLoseCommitsInACrash: a server with fsync off
@@ -145,16 +148,13 @@ func newRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 	primary := ownServer(t)
 	addStandby(t, primary, false, "", freePort())
 	pool := primary.pool(t)
-	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)
-	}
+	newRefused(t, pool, Options{SweepInterval: -1}, "with an asynchronous standby")
 	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncStandby = true })
 	if d := s.Durability(); d.Standbys != 1 || d.WaitsForStandby() {
 		t.Fatalf("Durability() = %+v; want one standby, not waited for", d)
 	}
-	if s, err := New(bg(), pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New requiring a synchronous standby with only an asynchronous one = %v, %v; want ErrConfig", s, err)
-	}
+	newRefused(t, pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true},
+		"requiring a synchronous standby with only an asynchronous one")
 }
 
 func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
@@ -163,20 +163,20 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, behind); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New with the clock 2 min behind = %v, %v; want ErrConfig", s, err)
 	}
-	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: 3 * time.Minute}, behind); err != nil {
-		t.Fatalf("New within a wider MaxSkew: %v", err)
-	} else {
-		s.Close()
-	}
-	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: -1}, behind); err != nil {
-		t.Fatalf("New with the check off: %v", err)
-	} else {
-		s.Close()
-	}
 	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) }
-	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, ahead); err != nil {
-		t.Fatalf("New with the clock ahead (claims are then held longer, never shorter): %v", err)
-	} else {
+	for _, tc := range []struct {
+		name    string
+		maxSkew time.Duration
+		now     func() time.Time
+	}{
+		{"within a wider MaxSkew", 3 * time.Minute, behind},
+		{"with the check off", -1, behind},
+		{"with the clock ahead (claims are then held longer, never shorter)", 0, ahead},
+	} {
+		s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: tc.maxSkew}, tc.now)
+		if err != nil {
+			t.Fatalf("New %s: %v", tc.name, err)
+		}
 		s.Close()
 	}
 }
@@ -197,12 +197,8 @@ func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 	if s, err := newStore(bg(), pool, opts, behind); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New with the clock 4 s behind (limit 3 s): %v; want ErrConfig", err)
 	}
-	tx, err := admin.Begin(bg())
-	must(t, err)
-	if _, err := tx.Exec(bg(), `LOCK TABLE "`+name+`" IN ACCESS EXCLUSIVE MODE`); err != nil {
-		tx.Rollback(bg())
-		t.Fatal(err)
-	}
+	tx := mustBegin(t, admin)
+	mustExec(t, tx, `LOCK TABLE "`+name+`" IN ACCESS EXCLUSIVE MODE`)
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
@@ -233,10 +229,7 @@ func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 			if grant != "" {
 				grants = append(grants, `GRANT `+grant+` ON ctoken_replay TO {role}`)
 			}
-			pool := p.loginRole(t, admin, grants...)
-			if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-				t.Fatalf("New as a role granted %q: %v; want ErrConfig", grant, err)
-			}
+			newRefused(t, p.loginRole(t, admin, grants...), Options{SweepInterval: -1}, "as a role granted "+grant)
 		})
 	}
 	// Granted all four, the role runs a store.
@@ -256,19 +249,8 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	name := migratedTable(t, admin)
 	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	mustExec(t, admin, `ALTER TABLE "`+name+`" SET UNLOGGED`)
-	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New on an unlogged table: %v; want ErrConfig", err)
-	}
-	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
-		first, err := running.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour))
-		if !first && errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Claim on a table made unlogged = %v, %v after 10 s; want ErrUnavailable and ErrConfig", first, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	newRefused(t, p.pool(t), Options{Table: name, SweepInterval: -1}, "on an unlogged table")
+	waitForClaim(t, running, "a table made unlogged", ErrConfig)
 	mustExec(t, admin, `ALTER TABLE "`+name+`" SET LOGGED`)
 
 	// A temporary table of the same name, on the pool's one connection.
@@ -279,9 +261,7 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	} {
 		mustExec(t, pool, q)
 	}
-	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New on a name that finds a temporary table: %v; want ErrConfig", err)
-	}
+	newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "on a name that finds a temporary table")
 	if s, err := New(bg(), pool, Options{Table: "public." + name, SweepInterval: -1}); err != nil {
 		t.Fatalf("New on the qualified permanent table: %v", err)
 	} else {
@@ -308,9 +288,7 @@ func tableInASystemSchemaIsRefused(t *testing.T) {
 			if err := Rearm(bg(), pool, table, time.Second); !errors.Is(err, ErrConfig) {
 				t.Fatalf("Rearm(%q): %v; want ErrConfig", table, err)
 			}
-			if s, err := New(bg(), pool, Options{Table: table, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-				t.Fatalf("New(%q): %v; want ErrConfig", table, err)
-			}
+			newRefused(t, pool, Options{Table: table, SweepInterval: -1}, "on "+table)
 		})
 	}
 	// A table (not a schema) may start with pg_.

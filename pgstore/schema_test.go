@@ -65,9 +65,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			[3]string{outer + "lease_1", "l", `now() + interval '1 hour'`},
 			[3]string{outer + "old_1", "c", `now() - interval '1 second'`},
 		)
-		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-			t.Fatalf("New on a layout-1 table = %v, %v; want ErrConfig (run Migrate)", s, err)
-		}
+		newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "on a layout-1 table (run Migrate)")
 		for range 2 { // idempotent
 			must(t, Migrate(bg(), pool, name))
 		}
@@ -122,9 +120,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Migrate of a layout-1 table with a key starting with 0x00: %v; want ErrConfig", err)
 		}
-		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-			t.Fatalf("New after the refused Migrate = %v, %v; want ErrConfig (still layout 1)", s, err)
-		}
+		newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "after the refused Migrate (still layout 1)")
 	})
 	t.Run("rearm leaves it to Migrate", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
@@ -249,9 +245,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
 			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
 		}
-		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-			t.Fatalf("New on it = %v, %v; want ErrConfig", s, err)
-		}
+		newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "on a table whose result column is text")
 	})
 
 	t.Run("key layout 1", func(t *testing.T) {
