@@ -35,8 +35,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			until := time.Now().Add(time.Hour)
 			mustClaim(t, s, "claimed", until)
-			l, err := s.AcquireLease(bg(), "leased", time.Minute)
-			must(t, err)
+			l := mustLease(t, s, "leased", time.Minute)
 			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
 				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {

@@ -53,8 +53,7 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 		t.Fatalf("row after the renewal: token %q, fingerprint %q, result %q; want the lease's, unchanged", token, fp, result)
 	}
 	before, _ := rowOf(t, s, "a")
-	other, err := s.AcquireLease(bg(), "other", time.Minute)
-	must(t, err)
+	other := mustLease(t, s, "other", time.Minute)
 	if err := s.RenewLease(bg(), "a", other.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
 		t.Fatalf("renewal with another lease's token = %v; want ErrLeaseLost", err)
 	}

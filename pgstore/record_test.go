@@ -234,8 +234,7 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	recorded := func(id string) {
 		t.Helper()
-		l, err := s.AcquireRecord(bg(), id, time.Minute, []byte("old fp"))
-		must(t, err)
+		l := mustRecord(t, s, id, time.Minute, []byte("old fp"))
 		must(t, s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")))
 		expire(t, s, id)
 	}
@@ -250,16 +249,12 @@ func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 		}
 	})
 	t.Run("ConfirmLease of an ended lease", func(t *testing.T) {
-		l, err := s.AcquireLease(bg(), "b", time.Minute)
-		must(t, err)
+		l := mustLease(t, s, "b", time.Minute)
 		recorded("b2")
 		expire(t, s, "b")
 		// The lease ended and someone recorded, then that expired too: a
 		// late ConfirmLease records afresh, without the record.
-		l2, err := s.AcquireRecord(bg(), "b", time.Minute, []byte("old fp"))
-		must(t, err)
-		must(t, s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")))
-		expire(t, s, "b")
+		recorded("b")
 		must(t, s.ConfirmLease(bg(), "b", l.Token, until))
 		wantRecord(t, s, "b", replay.LeaseDone, nil, nil)
 	})
@@ -339,8 +334,7 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 	waitRowState(t, r, "acquire", "l")
 	wantRecord(t, r, "acquire", replay.LeaseBusy, []byte("lost fp"), nil)
 
-	l, err := r.AcquireRecord(bg(), "confirm", time.Minute, []byte("fp"))
-	must(t, err)
+	l := mustRecord(t, r, "confirm", time.Minute, []byte("fp"))
 	lostReply(t, d, "ConfirmRecord", func(id string) error {
 		w, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
 		if err != nil {

@@ -37,8 +37,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	for i := range expired + live {
 		mustClaim(t, s, fmt.Sprint("id-", i), time.Now().Add(time.Hour))
 	}
-	l, err := s.AcquireLease(bg(), "lease", time.Minute)
-	must(t, err)
+	l := mustLease(t, s, "lease", time.Minute)
 	must(t, s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)))
 	// Expire the first claims and the done row on the database's clock.
 	keys := [][]byte{s.key("lease")}
@@ -144,8 +143,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 		mustClaim(t, s, id, time.Now().Add(time.Hour))
 		mustExec(t, admin, `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id))
 		// A sweeper's batch: the expired row locked, then deleted.
-		tx, err := admin.Begin(bg())
-		must(t, err)
+		tx := mustBegin(t, admin)
 		mustExec(t, tx, `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id))
 		type result struct {
 			ok  bool
