@@ -173,8 +173,7 @@ func refusalsWriteNothing(t *testing.T) {
 		return v
 	}
 	mustClaim(t, s, "claimed", until)
-	l, err := s.AcquireLease(bg(), "leased", time.Minute)
-	must(t, err)
+	l := mustLease(t, s, "leased", time.Minute)
 	claimed, leased := version("claimed"), version("leased")
 	for range 5 {
 		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
