@@ -67,15 +67,18 @@ func whSigner(t testing.TB) *webhook.Signer {
 	return s
 }
 
-// deliverTo serves delivery id with body, signed by s, to h in process and
-// returns the status.
-func deliverTo(t testing.TB, h http.Handler, s *webhook.Signer, id, body string) int {
+// deliverTo serves delivery id with body, signed by s and with the extra
+// headers (name, then value), to h in process and returns the response.
+func deliverTo(t testing.TB, h http.Handler, s *webhook.Signer, id, body string, headers ...string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
 	must(t, s.Sign(req.Header, id, []byte(body)))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	return rec.Code
+	return rec
 }
 
 // insertRun is a handler that inserts the delivery's row in the work's
@@ -171,7 +174,7 @@ func webhookWorkCommitsOncePerFirstDelivery(t *testing.T) {
 			prefix := strings.NewReplacer(" ", "_", ".", "_").Replace(tc.name)
 			count := commitCounter(t, pool)
 			for i := range n {
-				if code := deliverTo(t, h, signer, fmt.Sprintf("msg_%s_%d", prefix, i), "{}"); code != http.StatusCreated {
+				if code := deliverTo(t, h, signer, fmt.Sprintf("msg_%s_%d", prefix, i), "{}").Code; code != http.StatusCreated {
 					t.Fatalf("delivery %d: status %d, want 201", i, code)
 				}
 			}
@@ -231,15 +234,11 @@ func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	deliver := func(id, tok string, fail bool) int {
-		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
-		must(t, signer.Sign(req.Header, id, []byte("{}")))
-		req.Header.Set("X-Token", tok)
+		headers := []string{"X-Token", tok}
 		if fail {
-			req.Header.Set("X-Fail", "1")
+			headers = append(headers, "X-Fail", "1")
 		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec.Code
+		return deliverTo(t, h, signer, id, "{}", headers...).Code
 	}
 	tok, err := onetime.Mint(claims)
 	must(t, err)
@@ -301,19 +300,11 @@ func webhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
 	}
 	const id = "msg_busy"
 	done := make(chan int, 1)
-	go func() { done <- deliverTo(t, first, signer, id, "{}") }()
+	go func() { done <- deliverTo(t, first, signer, id, "{}").Code }()
 	<-started
-	send := func(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
-		t.Helper()
-		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
-		must(t, signer.Sign(req.Header, id, []byte("{}")))
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
 	for _, in := range instances {
 		t.Run(in.name+" while it runs", func(t *testing.T) {
-			rec := send(t, in.h)
+			rec := deliverTo(t, in.h, signer, id, "{}")
 			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" {
 				t.Fatalf("status %d, Retry-After %q; want 503, 1", rec.Code, rec.Header().Get("Retry-After"))
 			}
@@ -325,7 +316,7 @@ func webhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
 	}
 	for _, in := range instances {
 		t.Run(in.name+" after it committed", func(t *testing.T) {
-			if rec := send(t, in.h); rec.Code != http.StatusOK {
+			if rec := deliverTo(t, in.h, signer, id, "{}"); rec.Code != http.StatusOK {
 				t.Fatalf("status %d, want 200", rec.Code)
 			}
 		})
