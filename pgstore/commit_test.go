@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,17 @@ import (
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// wantCharges fails t unless the holders of key's committed charges are
+// exactly holders, in order.
+func wantCharges(t *testing.T, pool *pgxpool.Pool, table, key string, holders ...string) {
+	t.Helper()
+	if got := chargesOf(t, pool, table, key); !slices.Equal(got, holders) {
+		t.Fatalf("charges of %q = %q; want %q", key, got, holders)
+	}
+}
 
 // workCommitKeepsTheWorkAndTheRecordTogether: Commit writes the
 // work's row and the done row (with its record, or none when both are
@@ -37,13 +48,9 @@ func workCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
 			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			must(t, charge(ctx, table, id, "first"))
-			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
-				t.Fatalf("charges before Commit = %q, want none visible", got)
-			}
+			wantCharges(t, s.pool, table, id) // none visible before Commit
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), tt.fingerprint, tt.result))
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
-				t.Fatalf("charges after Commit = %q, want one", got)
-			}
+			wantCharges(t, s.pool, table, id, "first")
 			row, ok := rowOf(t, s, id)
 			if !ok || row.state != "d" || !bytes.Equal(row.fingerprint, tt.wantFP) || !bytes.Equal(row.result, tt.result) {
 				t.Fatalf("row = %+v, %v; want done with the record", row, ok)
@@ -73,9 +80,7 @@ func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 		if err := w.Commit(bg(), until, []byte("fp"), []byte("slow")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("Commit after the lease ran out = %v, want ErrLeaseLost", err)
 		}
-		if got := chargesOf(t, s.pool, table, "k2"); len(got) != 0 {
-			t.Fatalf("charges = %q, want none", got)
-		}
+		wantCharges(t, s.pool, table, "k2")
 		if row, _ := rowOf(t, s, "k2"); row.state != "l" {
 			t.Fatalf("row state = %q, want the expired lease left as it was", row.state)
 		}
@@ -337,9 +342,7 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 			if !errors.Is(err, replay.ErrRolledBack) || errors.Is(err, errEscaped) {
 				t.Fatalf("Commit = %v; want ErrRolledBack (the trigger's failure aborted the transaction), not an escape", err)
 			}
-			if got := chargesOf(t, pool, table, id); len(got) != 0 {
-				t.Fatalf("charges = %q, want none", got)
-			}
+			wantCharges(t, pool, table, id)
 			if row, _ := rowOf(t, s, id); row.state == "d" {
 				t.Fatalf("row = %+v: the key is recorded as done, though the work rolled back", row)
 			}
@@ -393,9 +396,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			if !errors.As(err, &pgErr) || pgErr.Code != "23503" {
 				t.Fatalf("Commit = %v, want the foreign key violation", err)
 			}
-			if got := chargesOf(t, pool, table, id); len(got) != 0 {
-				t.Fatalf("charges = %q, want none", got)
-			}
+			wantCharges(t, pool, table, id)
 			wantLease := "l"
 			if path == "AcquireWork" {
 				wantLease = ""
@@ -407,9 +408,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			ctx = w.Context(bg())
 			must(t, charge(ctx, table, id, "retry"))
 			must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
-			if got := chargesOf(t, pool, table, id); len(got) != 1 || got[0] != "retry" {
-				t.Fatalf("charges = %q, want the retry's", got)
-			}
+			wantCharges(t, pool, table, id, "retry")
 		})
 	}
 }

@@ -155,9 +155,7 @@ func acquireWorkCommitsAtMostOnce(t *testing.T) {
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); !errors.Is(err, replay.ErrLeaseLost) {
 			t.Fatalf("Commit = %v; want ErrLeaseLost", err)
 		}
-		if got := chargesOf(t, a.pool, table, id); len(got) != 0 {
-			t.Fatalf("charges = %q; want none", got)
-		}
+		wantCharges(t, a.pool, table, id)
 	})
 	t.Run("racing instances", func(t *testing.T) {
 		for i := range 20 {
@@ -226,9 +224,7 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	w2 := acquireWork(t, b, id, []byte("fp"))
 	must(t, charge(w2.Context(bg()), table, id, "retry"))
 	must(t, w2.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))
-	if got := chargesOf(t, a.pool, table, id); len(got) != 1 || got[0] != "retry" {
-		t.Fatalf("charges = %q; want the retry's only", got)
-	}
+	wantCharges(t, a.pool, table, id, "retry")
 }
 
 // acquireWorkRefusals: every refusal opens no transaction and takes
@@ -307,9 +303,7 @@ func acquireWorkLeaseBoundsTheWork(t *testing.T) {
 			if tt.busy && !errors.Is(err, replay.ErrLeaseLost) || !tt.busy && err == nil {
 				t.Fatalf("Commit = %v", err)
 			}
-			if got := chargesOf(t, a.pool, table, id); len(got) != 0 {
-				t.Fatalf("charges = %q; want none", got)
-			}
+			wantCharges(t, a.pool, table, id)
 			if _, ok := rowOf(t, a, id); ok {
 				t.Fatal("a row of the ID was written")
 			}
