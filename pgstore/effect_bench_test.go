@@ -239,19 +239,25 @@ func benchServe(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, h http.Ha
 	trips0 := trips.Load()
 	b.ResetTimer()
 	for i := range b.N {
-		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", keys[i])
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusCreated {
-			b.Fatalf("status %d: %s", rec.Code, rec.Body)
-		}
+		serveCharge(b, h, keys[i])
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(trips.Load()-trips0)/float64(b.N), "round-trips/op")
 	report()
 	wal()
+}
+
+// serveCharge serves h a charge request with the Idempotency-Key key, in
+// process, and fails b unless it is answered 201.
+func serveCharge(b *testing.B, h http.Handler, key string) {
+	req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated {
+		b.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
 }
 
 // BenchmarkTransactionalPaired is BenchmarkTransactionalFirstRequest
@@ -272,7 +278,7 @@ func benchServe(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, h http.Ha
 // AllowAsyncCommit), which leaves out the WAL flush's wait. Issue 55's
 // target: "first-request" at most 1.2× "floor".
 func BenchmarkTransactionalPaired(b *testing.B) {
-	benchSettings(b, false)
+	benchSettings(b, 0, false)
 }
 
 // BenchmarkTransactionalMinimal pairs the floor of
@@ -284,7 +290,7 @@ func BenchmarkTransactionalPaired(b *testing.B) {
 // store's table made the first request's p50 0.05× to 0.1× of the floor
 // slower.
 func BenchmarkTransactionalMinimal(b *testing.B) {
-	benchSettings(b, true)
+	benchSettings(b, 0, true)
 }
 
 // BenchmarkTransactionalNetwork is BenchmarkTransactionalPaired (sync and
@@ -299,19 +305,7 @@ func BenchmarkTransactionalMinimal(b *testing.B) {
 func BenchmarkTransactionalNetwork(b *testing.B) {
 	for _, rtt := range []time.Duration{100 * time.Microsecond, 500 * time.Microsecond, 1400 * time.Microsecond} {
 		b.Run(fmt.Sprintf("rtt=%.1fms", float64(rtt)/float64(time.Millisecond)), func(b *testing.B) {
-			b.Run("sync-commit", func(b *testing.B) {
-				pool, trips, d := delayedPool(b, rtt)
-				benchPaired(b, pool, trips, storeOn(b, pool), false)
-				reportRTT(b, pool, d)
-			})
-			b.Run("async-commit", func(b *testing.B) {
-				pool, trips, d := delayedPool(b, rtt, "synchronous_commit", "off")
-				benchPaired(b, pool, trips, storeOn(b, pool, func(o *Options) {
-					o.AllowAsyncCommit = true
-					o.Logger = slog.New(slog.DiscardHandler)
-				}), false)
-				reportRTT(b, pool, d)
-			})
+			benchSettings(b, rtt, false)
 		})
 	}
 }
@@ -346,10 +340,7 @@ func reportRTT(b *testing.B, pool *pgxpool.Pool, d *delays) {
 // handler's own transaction); "first-request" adds the middleware.
 func BenchmarkTransactionalClientCPU(b *testing.B) {
 	pool, _ := countedPool(b, "synchronous_commit", "off")
-	s := storeOn(b, pool, func(o *Options) {
-		o.AllowAsyncCommit = true
-		o.Logger = slog.New(slog.DiscardHandler)
-	})
+	s := storeOn(b, pool, asyncCommit)
 	for _, name := range []string{"floor", "sql", "store", "first-request"} {
 		b.Run(name, func(b *testing.B) {
 			op := transactionalOps(b, pool, s)[name] // keys of this run's own
@@ -373,35 +364,42 @@ func BenchmarkTransactionalClientCPU(b *testing.B) {
 	}
 }
 
+// asyncCommit makes a store accept synchronous_commit off
+// (AllowAsyncCommit), logging nothing.
+func asyncCommit(o *Options) {
+	o.AllowAsyncCommit = true
+	o.Logger = slog.New(slog.DiscardHandler)
+}
+
 // benchSettings runs benchPaired (minimal: its floor and "minimal"
-// alone) under each server setting.
-func benchSettings(b *testing.B, minimal bool) {
-	b.Run("sync-commit", func(b *testing.B) {
-		pool, trips := countedPool(b)
-		benchPaired(b, pool, trips, storeOn(b, pool), minimal)
-	})
-	b.Run("async-commit", func(b *testing.B) {
-		async, trips := countedPool(b, "synchronous_commit", "off")
-		benchPaired(b, async, trips, storeOn(b, async, func(o *Options) {
-			o.AllowAsyncCommit = true
-			o.Logger = slog.New(slog.DiscardHandler)
-		}), minimal)
-	})
+// alone) under each server setting; with the server rtt away (see
+// delayedPool), only sync and async commit, each followed by reportRTT.
+func benchSettings(b *testing.B, rtt time.Duration, minimal bool) {
+	run := func(name string, params []string, cached int, opts ...func(*Options)) {
+		b.Run(name, func(b *testing.B) {
+			pool, trips, d := delayedPool(b, rtt, params...)
+			if cached > 0 {
+				cache(b, pool, cached)
+			}
+			benchPaired(b, pool, trips, storeOn(b, pool, opts...), minimal)
+			if rtt != 0 {
+				reportRTT(b, pool, d)
+			}
+		})
+	}
+	run("sync-commit", nil, 0)
+	run("async-commit", []string{"synchronous_commit", "off"}, 0, asyncCommit)
+	if rtt != 0 {
+		return
+	}
 	// A disk whose flush takes a millisecond more (a network volume's),
 	// emulated by commit_delay: every WAL flush of a commit waits 1 ms
 	// first (commit_siblings 0: whatever the other sessions do).
-	b.Run("sync-commit-1ms-flush", func(b *testing.B) {
-		pool, trips := countedPool(b, "commit_delay", "1000", "commit_siblings", "0")
-		benchPaired(b, pool, trips, storeOn(b, pool), minimal)
-	})
+	run("sync-commit-1ms-flush", []string{"commit_delay", "1000", "commit_siblings", "0"}, 0)
 	// An application's connections hold its statements in pgx's cache
 	// (512 at most by default): the reset's check of statements prepared
 	// by SQL reads pg_prepared_statements, which PostgreSQL builds whole.
-	b.Run("sync-commit-300-cached", func(b *testing.B) {
-		pool, trips := countedPool(b)
-		cache(b, pool, 300)
-		benchPaired(b, pool, trips, storeOn(b, pool), minimal)
-	})
+	run("sync-commit-300-cached", nil, 300)
 }
 
 // cache runs n statements of distinct text on every connection the
@@ -462,16 +460,7 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 	insert := `INSERT INTO ` + table + ` (key, body) VALUES ($1, $2)`
 	body := []byte(strings.Repeat("x", 128))
 	hs := transactionalHandlers(b, pool, s, table, len(body))
-	serve := func(h http.Handler, key string) {
-		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", `"`+key+`"`)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusCreated {
-			b.Fatalf("status %d: %s", rec.Code, rec.Body)
-		}
-	}
+	serve := func(h http.Handler, key string) { serveCharge(b, h, `"`+key+`"`) }
 	until := time.Now().Add(time.Hour)
 	fp := make([]byte, 32)
 	record := benchResult(300)
