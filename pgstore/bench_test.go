@@ -8,8 +8,6 @@ package pgstore
 // latencies.
 
 import (
-	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"testing"
@@ -220,10 +218,7 @@ func BenchmarkClaimPaired(b *testing.B) {
 	// this shows in microseconds.
 	b.Run("first-async-commit", func(b *testing.B) {
 		pool := needServer(b).pool(b, "synchronous_commit", "off")
-		first(b, storeOn(b, pool, func(o *Options) {
-			o.AllowAsyncCommit = true
-			o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		}))
+		first(b, storeOn(b, pool, asyncCommit))
 	})
 	b.Run("replayed", func(b *testing.B) {
 		s := newTestStore(b)
