@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,12 +89,6 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 // with the standby stopped, Commit must not return nil.
 func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 	primary, standby := syncPair(t)
-	stopped := false
-	t.Cleanup(func() {
-		if stopped {
-			standby.signal(syscall.SIGCONT)
-		}
-	})
 	for k, tt := range []struct {
 		name    string
 		handler string   // run in the work
@@ -121,11 +114,9 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 					tx, _ := TxFrom(ctx)
 					mustExec(t, tx, tt.handler)
 				}
-				standby.signal(syscall.SIGSTOP)
-				stopped = true
+				resume := stopStandby(t, standby)
 				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-				standby.signal(syscall.SIGCONT)
-				stopped = false
+				resume()
 				if err == nil {
 					t.Fatalf("Commit = nil with the synchronous standby stopped: the statement_timeout ended COMMIT's wait for it")
 				}

@@ -151,13 +151,10 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		s := storeOn(t, p.pool(t), func(o *Options) { o.AllowAsyncCommit = true; o.RecheckInterval = 20 * time.Millisecond }, r.options)
 		waitEvents := func(want int) {
 			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if n, _ := r.count(replay.EventRiskAccepted, "AllowAsyncCommit", "", ""); n == want {
-					break
-				} else if n > want || time.Now().After(deadline) {
-					t.Fatalf("%d replay.EventRiskAccepted; want %d", n, want)
-				}
-			}
+			waitFor(t, 10*time.Second, func() (bool, string) {
+				n, _ := r.count(replay.EventRiskAccepted, "AllowAsyncCommit", "", "")
+				return n == want, fmt.Sprintf("%d replay.EventRiskAccepted; want %d", n, want)
+			})
 			time.Sleep(200 * time.Millisecond) // about ten rechecks more: still want
 			if n, lines := r.count(replay.EventRiskAccepted, "AllowAsyncCommit", "WARN", "option=AllowAsyncCommit"); n != want || lines != want {
 				t.Fatalf("%d events, %d Warn lines; want %d (once per appearance)", n, lines, want)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -288,15 +289,19 @@ func durabilityContractStoppedSynchronousStandby(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = time.Second; o.RequireSynchronousStandby = true })
-	stopped := false
-	t.Cleanup(func() {
-		if stopped {
-			standby.signal(syscall.SIGCONT)
-		}
-	})
+	var resume func()
 	replaytest.RunDurabilityContract(t, unavailableOnly{t, s},
-		func(t *testing.T) { standby.signal(syscall.SIGSTOP); stopped = true },
-		func(t *testing.T) { standby.signal(syscall.SIGCONT); stopped = false })
+		func(t *testing.T) { resume = stopStandby(t, standby) },
+		func(t *testing.T) { resume() })
+}
+
+// stopStandby stops standby (SIGSTOP) and returns the func that resumes
+// it (SIGCONT); one left stopped is resumed when t ends.
+func stopStandby(t *testing.T, standby *pgServer) (resume func()) {
+	standby.signal(syscall.SIGSTOP)
+	resume = sync.OnceFunc(func() { standby.signal(syscall.SIGCONT) })
+	t.Cleanup(resume)
+	return resume
 }
 
 // unavailableOnly fails the test when a step returns an error other than
