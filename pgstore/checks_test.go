@@ -19,7 +19,6 @@ func TestChecks(t *testing.T) {
 		{"standby fails closed", standbyFailsClosed},
 		{"standby refusal names how to cover it", judgeStandbyRefusalNamesHowToCoverIt},
 		{"recheck runs every second, not every sweep", recheckRunsEverySecondNotEverySweep},
-		{"recheck refuses what New would refuse", recheckRefusesWhatNewWouldRefuse},
 	})
 }
 
@@ -247,35 +246,4 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			}
 		})
 	}
-}
-
-// recheckRefusesWhatNewWouldRefuse: the sweeper repeats New's checks.
-// synchronous_commit turned off on the running server makes every claim
-// refuse (ErrUnavailable and ErrConfig) until it is on again; a standby
-// attached later without synchronous replication does the same.
-func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
-	t.Parallel() // servers of its own
-	primary := ownServer(t)
-	admin := primary.pool(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	exec := func(qs ...string) {
-		t.Helper()
-		for _, q := range qs {
-			mustExec(t, admin, q)
-		}
-	}
-	waitForClaim(t, s, "at start", nil)
-	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
-	waitForClaim(t, s, "synchronous_commit turned off", ErrConfig)
-	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) || !errors.Is(err, replay.ErrConfig) {
-		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig, which matches replay.ErrConfig (an operator must act)", l, err)
-	}
-	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
-	waitForClaim(t, s, "synchronous_commit on again", nil)
-	addStandby(t, primary, false, "", freePort())
-	waitForClaim(t, s, "an asynchronous standby attached", ErrConfig)
-	waitFor(t, 10*time.Second, func() (bool, string) {
-		d := s.Durability()
-		return d.Standbys == 1, fmt.Sprintf("Durability() after the recheck = %+v; want one standby", d)
-	})
 }
