@@ -163,9 +163,8 @@ func faultChild(spec string) error {
 		return fmt.Errorf("New: %w", err)
 	}
 	if job.HoldInWAL {
-		var busy, log, done int
-		if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
-			return fmt.Errorf("checkpoint: busy %d, %v", busy, err)
+		if err := checkpointTruncate(db); err != nil {
+			return err
 		}
 	}
 	var out sync.Mutex
@@ -427,9 +426,8 @@ func launchFault(t *testing.T, job faultJob) *faultProc {
 	p.out.changed = make(chan struct{}, 1)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.stderr
 	if job.Gate {
-		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
+		p.stdin, err = p.cmd.StdinPipe()
+		must(t, err)
 	}
 	must(t, p.cmd.Start())
 	go func() {
@@ -460,16 +458,6 @@ func (p *faultProc) waitReady(t *testing.T) {
 		t.Fatalf("child %s exited (%v) before it was ready; stderr:\n%s", p.mode, p.cmd.ProcessState, p.stderr.String())
 	case <-time.After(faultPatience):
 		t.Fatalf("child %s not ready within %v; stderr:\n%s", p.mode, faultPatience, p.stderr.String())
-	}
-}
-
-// isReady reports whether the child said ready.
-func (p *faultProc) isReady() bool {
-	select {
-	case <-p.ready:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -692,7 +680,7 @@ func sigkillRounds(t *testing.T, d Driver, mode string, r *rand.Rand) {
 			// Killed at a random moment of its start, New included.
 			delay := time.Duration(r.Int64N(int64(startup + 20*time.Millisecond)))
 			time.Sleep(delay)
-			if p.isReady() {
+			if isClosed(p.ready) {
 				delays = append(delays, delay)
 			} else {
 				delays = append(delays, -delay) // killed before it was ready

@@ -108,10 +108,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 						t.Fatalf("New after a restart with a repair unfinished = %v; want ErrForgotten", err)
 					}
 					must(t, sqlitestore.Rearm(ctx, db, "", 0))
-					if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
-						t.Fatalf("New after Rearm = %v", err)
-					}
-					defer s.Close()
+					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				} else {
 					if err != nil {
 						t.Fatalf("New with a repair unfinished in this boot = %v; want a store that repairs", err)
@@ -123,9 +120,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 					rep.wait(t)
 				}
 				claimedAll(t, s, ids, until, "after the repair")
-				if first, err := s.Claim(ctx, "after", until); !first || err != nil {
-					t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
-				}
+				claimAll(t, s, []string{"after"}, until)
 				if got := sidecarField(t, path, "repair"); got != nil {
 					t.Fatalf("the sidecar's repair mark after the repair = %v; want none", got)
 				}
@@ -200,7 +195,7 @@ func appPages(t *testing.T, db *sql.DB, pages int) {
 	mustExec(t, context.Background(), db, `CREATE TABLE IF NOT EXISTS app (id INTEGER PRIMARY KEY, v BLOB)`)
 	mustExec(t, context.Background(), db, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)
 		INSERT INTO app (v) SELECT zeroblob(3900) FROM c`, pages)
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 }
 
 func fileSize(t *testing.T, path string) int64 {
@@ -281,8 +276,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 		}
 		rep := newRepairs()
 		opts.Observer = rep.observe
-		s, err := sqlitestore.New(ctx, db, opts)
-		must(t, err)
+		s := mustStore(t, db, opts)
 		rep.wait(t)
 		s.Close()
 		watch.Close()
@@ -425,9 +419,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 
 		logs := &logRecords{}
 		rep := newRepairs()
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-		must(t, err)
-		defer s.Close()
+		s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
 		// The refusal names the figures once the repair measured the space.
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
@@ -453,9 +445,7 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 		must(t, os.Remove(filler))
 		rep.wait(t)
 		claimedAll(t, s, ids, until, "after the repair")
-		if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
-			t.Fatalf("Claim of a fresh ID after the repair = %v, %v; want first", first, err)
-		}
+		claimAll(t, s, []string{"fresh"}, until)
 	})
 }
 
@@ -483,16 +473,13 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		}
 		logs := &logRecords{}
 		rep := newRepairs()
-		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
-		must(t, err)
+		s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
 		defer s.Close()
 		rep.wait(t)
 		if logs.count(slog.LevelInfo, "holds it back") == 0 {
 			t.Error("no line logged for the checkpoint a reader holds back")
 		}
 		claimedAll(t, s, ids, until, "after the repair")
-		if first, err := s.Claim(ctx, "fresh", until); !first || err != nil {
-			t.Fatalf("Claim of a fresh ID beside the held read = %v, %v; want first", first, err)
-		}
+		claimAll(t, s, []string{"fresh"}, until)
 	})
 }

@@ -51,7 +51,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
 	must(t, sqlitestore.Migrate(ctx, db, table))
 	s := mustStore(t, db, sqlitestore.Options{Table: table, RecheckInterval: time.Hour, SweepInterval: -1})
-	checkpoint := func() { checkpointTruncate(t, db) }
+	checkpoint := func() { must(t, checkpointTruncate(db)) }
 	id := func(prefix string, i int) string {
 		return fmt.Sprintf("%s-%x", prefix, sha256.Sum256([]byte{byte(i), byte(i >> 8)}))
 	}
@@ -67,9 +67,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	checkpoint()
 	var acked []string
 	for i := range 60 {
-		if first, err := s.Claim(ctx, id("c", i), time.Now().Add(time.Hour)); err != nil || !first {
-			t.Fatalf("Claim = %v, %v", first, err)
-		}
+		claimAll(t, s, []string{id("c", i)}, time.Now().Add(time.Hour))
 		acked = append(acked, id("c", i))
 	}
 	np, link := walDeletedCopy(t, path, table)
@@ -128,16 +126,18 @@ func heldInWAL(t *testing.T) (path string, db *sql.DB, s *sqlitestore.Store) {
 	path = faultDB(t, driver)
 	db = driver.OpenWith(t, path, With("wal_autocheckpoint", "0"))
 	s = mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	return path, db, s
 }
 
-func checkpointTruncate(t *testing.T, db *sql.DB) {
-	t.Helper()
+// checkpointTruncate copies db's WAL into the file and empties it; a
+// reader holding it back (busy) is an error.
+func checkpointTruncate(db *sql.DB) error {
 	var busy, frames, done int
 	if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &frames, &done); err != nil || busy != 0 {
-		t.Fatalf("checkpoint: busy %d, %v", busy, err)
+		return fmt.Errorf("checkpoint: busy %d, %v", busy, err)
 	}
+	return nil
 }
 
 // walDeletedCopy copies the database at path and the sidecars of tables
@@ -232,11 +232,11 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 	for i := range 2000 {
 		mustExec(t, context.Background(), db, `INSERT INTO effects (id) VALUES (?)`, fmt.Sprintf("%0200d", i))
 	}
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	claimAll(t, s, idList("old-", 300), time.Now().Add(time.Hour))
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	mustExec(t, context.Background(), db, `DELETE FROM effects`)
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	fp := bytes.Repeat([]byte{1}, 32)
 	var tokens []string
 	for i := range 40 {
@@ -246,7 +246,7 @@ func TestCheckpointCutShortOfLongKeyRecordsIsRefused(t *testing.T) {
 		}
 		tokens = append(tokens, r.Token)
 	}
-	checkpointTruncate(t, db) // the leases' rows, keys on their pages, in the file
+	must(t, checkpointTruncate(db)) // the leases' rows, keys on their pages, in the file
 	result := bytes.Repeat([]byte{'r'}, 2000)
 	for i := range 40 {
 		must(t, s.ConfirmRecord(ctx, long(i), tokens[i], time.Now().Add(time.Hour), fp, result))
@@ -284,7 +284,7 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 	must(t, sqlitestore.Migrate(ctx, db, "other"))
 	a := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
 	b := mustStore(t, db, sqlitestore.Options{Table: "other", RecheckInterval: time.Hour, SweepInterval: -1})
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	// Expired by New: the leaf's rows the file holds are then no live
 	// row of the table.
 	ids := func(suffix string) []string {
@@ -301,7 +301,7 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 		oldEnd = time.Now().Add(2 * time.Second)
 		claimAll(t, a, []string{id}, oldEnd)
 	}
-	checkpointTruncate(t, db)
+	must(t, checkpointTruncate(db))
 	until := time.Now().Add(time.Hour)
 	claimAll(t, a, ids("-acked"), until)
 	onLeaf := map[uint32][]string{}
@@ -320,9 +320,7 @@ func TestOneRowSharedWithAnotherTableCoversOnlyItself(t *testing.T) {
 		t.Fatal("no leaf of acknowledged claims")
 	}
 	// The same token presented to the other middleware: same ID, same until.
-	if first, err := b.Claim(ctx, onLeaf[cut][0], until); err != nil || !first {
-		t.Fatal(first, err)
-	}
+	claimAll(t, b, []string{onLeaf[cut][0]}, until)
 	np, link := walDeletedCopy(t, path, "", "other")
 	writeWALPages(t, np, link, func(pgno uint32) bool { return pgno == cut })
 	time.Sleep(time.Until(oldEnd))
@@ -430,8 +428,7 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 	// As the crash left them, the WAL in place the store's link.
 	np, link := walDeletedCopy(t, path, "")
 	must(t, os.Link(link, np+"-wal"))
-	other, err := sql.Open(driver.SQLName, driver.DSN(np, Safe))
-	must(t, err)
+	other := driver.Open(t, np)
 	mustExec(t, ctx, other, `INSERT INTO effects (id) VALUES ('after the kill')`)
 	must(t, other.Close())
 	if _, err := os.Stat(np + "-wal"); !errors.Is(err, os.ErrNotExist) {

@@ -48,15 +48,8 @@ func walLossChild(job faultJob) error {
 			return fmt.Errorf("New other_table: %w", err)
 		}
 	}
-	checkpoint := func() error {
-		var busy, log, done int
-		if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
-			return fmt.Errorf("checkpoint: busy %d, %v", busy, err)
-		}
-		return nil
-	}
 	if job.Scenario != "with tx, no idle connection" {
-		if err := checkpoint(); err != nil {
+		if err := checkpointTruncate(db); err != nil {
 			return err
 		}
 	}
@@ -80,7 +73,7 @@ func walLossChild(job faultJob) error {
 			}
 			tokens[id(i)] = l.Token
 		}
-		if err := checkpoint(); err != nil {
+		if err := checkpointTruncate(db); err != nil {
 			return err
 		}
 		for i := range job.N {
@@ -128,7 +121,7 @@ func walLossChild(job faultJob) error {
 				return fmt.Errorf("Claim(%s) = %v, %v", id(i), first, err)
 			}
 		}
-		if err := checkpoint(); err != nil {
+		if err := checkpointTruncate(db); err != nil {
 			return err
 		}
 		for i := range job.N {
@@ -176,8 +169,7 @@ func walLossChild(job faultJob) error {
 // connection: SQLite copies the WAL into the file and deletes it).
 func walSession(t *testing.T, path string, stmts ...string) {
 	t.Helper()
-	db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
-	must(t, err)
+	db := driver.Open(t, path)
 	for _, q := range stmts {
 		mustExec(t, context.Background(), db, q)
 	}
@@ -232,7 +224,7 @@ func claimsLost(t *testing.T, path, scenario string) {
 // refuses.
 func TestWALLoss(t *testing.T) {
 	ctx := context.Background()
-	tests := []struct {
+	for _, tc := range []struct {
 		name string
 		test func(t *testing.T)
 	}{
@@ -337,8 +329,7 @@ func TestWALLoss(t *testing.T) {
 				}
 			}
 		}},
-	}
-	for _, tc := range tests {
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.test(t)
