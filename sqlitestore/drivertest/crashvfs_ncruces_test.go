@@ -580,10 +580,9 @@ func (f *crashFile) Close() error {
 }
 
 func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
-	v := f.v
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.dead {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.v.dead {
 		return 0, sqlite3.IOERR_WRITE
 	}
 	n, err := f.File.WriteAt(p, off)
@@ -594,10 +593,9 @@ func (f *crashFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *crashFile) Truncate(size int64) error {
-	v := f.v
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.dead {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.v.dead {
 		return sqlite3.IOERR_TRUNCATE
 	}
 	err := f.File.Truncate(size)
@@ -729,10 +727,9 @@ func (f *crashFile) Pragma(name, value string) (string, error) {
 
 // SizeHint preallocates (fallocate): a pending growth of the file.
 func (f *crashFile) SizeHint(size int64) error {
-	v := f.v
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.dead {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.v.dead {
 		return sqlite3.IOERR_WRITE
 	}
 	err := vfsutil.WrapSizeHint(f.File, size)

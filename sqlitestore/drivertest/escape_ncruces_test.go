@@ -41,12 +41,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	}
 	before, err := os.ReadFile(path)
 	must(t, err)
-	_, w, err := s.AcquireWork(ctx, "escaped", time.Minute, nil)
-	if err != nil || w == nil {
-		t.Fatalf("AcquireWork = %v, %v", w, err)
-	}
-	tx, err := sqlitestore.TxFrom(w.Context(ctx))
-	must(t, err)
+	w, tx, _ := acquire(t, s, "escaped", time.Minute, nil)
 	for _, q := range []string{`PRAGMA wal_autocheckpoint = 1`, `INSERT INTO app (id) VALUES ('x')`, `ROLLBACK`} {
 		mustExec(t, ctx, tx, q)
 	}

@@ -1115,8 +1115,7 @@ func TestCrashVFS(t *testing.T) {
 	// table makes a file with the table rows, synced (FULL).
 	table := func(t *testing.T, v *crashVFS, journal string) string {
 		path := filepath.Join(t.TempDir(), "plain.db")
-		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-		must(t, err)
+		db := pcFile{v, path, With("journal_mode", journal)}.open(t)
 		defer db.Close()
 		mustExec(t, ctx, db, `CREATE TABLE rows (id INTEGER PRIMARY KEY, v BLOB)`)
 		return path
@@ -1125,8 +1124,7 @@ func TestCrashVFS(t *testing.T) {
 	// integrity.
 	count := func(t *testing.T, v *crashVFS, path string, ids []int) int {
 		t.Helper()
-		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, Safe))
-		must(t, err)
+		db := pcFile{v, path, Safe}.open(t)
 		defer db.Close()
 		var ok string
 		if err := db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
@@ -1149,8 +1147,7 @@ func TestCrashVFS(t *testing.T) {
 			for _, closeFirst := range []bool{false, true} {
 				v := newCrashVFS(t)
 				path := table(t, v, journal)
-				db, err := sql.Open(driver.SQLName, v.DSN(driver, path, []Pragma{{"journal_mode", journal}, {"synchronous", "OFF"}, {"busy_timeout", "5000"}}))
-				must(t, err)
+				db := pcFile{v, path, []Pragma{{"journal_mode", journal}, {"synchronous", "OFF"}, {"busy_timeout", "5000"}}}.open(t)
 				var ids []int
 				for i := range 50 {
 					mustExec(t, ctx, db, `INSERT INTO rows (id, v) VALUES (?, ?)`, i, blob)
@@ -1177,8 +1174,7 @@ func TestCrashVFS(t *testing.T) {
 				for rep := range 3 {
 					v := newCrashVFS(t)
 					path := table(t, v, journal)
-					db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-					must(t, err)
+					db := pcFile{v, path, With("journal_mode", journal)}.open(t)
 					v.ArmCut(10+r.IntN(60), r.IntN(2) == 0)
 					var (
 						mu   sync.Mutex
@@ -1218,8 +1214,7 @@ func TestCrashVFS(t *testing.T) {
 	fsyncFailure := func(t *testing.T, journal string, normal bool) (int, int) {
 		v := newCrashVFS(t)
 		path := table(t, v, journal)
-		db, err := sql.Open(driver.SQLName, v.DSN(driver, path, With("journal_mode", journal)))
-		must(t, err)
+		db := pcFile{v, path, With("journal_mode", journal)}.open(t)
 		defer db.Close()
 		conn, err := db.Conn(ctx)
 		must(t, err)
