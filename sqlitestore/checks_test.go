@@ -14,7 +14,7 @@ import (
 
 func TestSettingsCheck(t *testing.T) {
 	safe := settings{journal: "wal", synchronous: syncFull, busyTimeout: 5000, path: "/x/replay.db"}
-	tests := []struct {
+	for _, tc := range []struct {
 		name        string
 		edit        func(*settings)
 		allowNormal bool
@@ -34,8 +34,7 @@ func TestSettingsCheck(t *testing.T) {
 		{"delete normal", func(c *settings) { c.journal, c.synchronous = "delete", syncNormal }, true, "use FULL"},
 		{"busy timeout zero", func(c *settings) { c.busyTimeout = 0 }, false, "busy_timeout"},
 		{"query only", func(c *settings) { c.queryOnly = true }, false, "query_only"},
-	}
-	for _, tc := range tests {
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := safe
 			tc.edit(&c)

@@ -12,7 +12,7 @@ import (
 // match their counterpart in package replay (and still their own), so
 // code written against replay's vocabulary holds on this store.
 func TestErrorsMatchReplay(t *testing.T) {
-	tests := []struct {
+	for _, tc := range []struct {
 		name        string
 		err         error
 		own, shared error
@@ -23,8 +23,7 @@ func TestErrorsMatchReplay(t *testing.T) {
 		{"ErrForgotten", ErrForgotten, ErrUnavailable, replay.ErrUnavailable},
 		{"a fence", fenced{}, ErrUnavailable, replay.ErrUnavailable},
 		{"a lowered connection", fmt.Errorf("%w: %w: synchronous=OFF", ErrUnavailable, ErrConfig), ErrConfig, replay.ErrConfig},
-	}
-	for _, tc := range tests {
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !errors.Is(tc.err, tc.own) || !errors.Is(tc.err, tc.shared) {
 				t.Fatalf("%v: matches %v: %v, %v: %v; want both", tc.err, tc.own, errors.Is(tc.err, tc.own), tc.shared, errors.Is(tc.err, tc.shared))

@@ -120,9 +120,7 @@ func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 			t.Errorf("RenewLease = %v; want ErrLeaseLost", err)
 		}
 	})
-	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
-		t.Fatalf("Commit = %v", err)
-	}
+	must(t, w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")))
 	if r, err := s.ReadRecord(ctx, "job"); err != nil || r.State != replay.LeaseDone || string(r.Result) != "r" {
 		t.Fatalf("ReadRecord after the Work's commit = %v %q, %v; want done with its result", r.State, r.Result, err)
 	}
@@ -158,9 +156,7 @@ func acquireWorkLeaseEnds(t *testing.T, d Driver, lease time.Duration) {
 		insertApp(t, tx, "job")
 	}
 	// Waits for the writer, which the timer frees.
-	if first, err := s.Claim(ctx, "other", time.Now().Add(time.Hour)); !first || err != nil {
-		t.Fatalf("Claim of another ID behind the expiring Work = %v, %v; want first", first, err)
-	}
+	claimAll(t, s, []string{"other"}, time.Now().Add(time.Hour))
 	if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
 		t.Errorf("a statement after the lease ran out = %v; want sql.ErrTxDone", err)
 	}
@@ -239,9 +235,7 @@ func acquireWorkEscapedRollback(t *testing.T, d Driver) {
 			}
 			// The writer's connection runs at its level again: the next
 			// write is not refused for a lowered synchronous.
-			if first, err := s.Claim(ctx, "next", time.Now().Add(time.Hour)); err != nil || !first {
-				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
-			}
+			claimAll(t, s, []string{"next"}, time.Now().Add(time.Hour))
 			wantRefused(t, s, "job")
 			must(t, s.Release(ctx, "job"))
 			acquire(t, s, "job", time.Minute, workFP) // an operator's Release frees it
@@ -274,7 +268,7 @@ func acquireWorkRefusals(t *testing.T, d Driver) {
 	defer otx.Rollback()
 	closed, _ := workStore(t, d, sqlitestore.Options{})
 	closed.Close()
-	tests := []struct {
+	for _, tc := range []struct {
 		name  string
 		s     *sqlitestore.Store
 		ctx   context.Context
@@ -292,8 +286,7 @@ func acquireWorkRefusals(t *testing.T, d Driver) {
 		{"in WithTx's context", s, sqlitestore.WithTx(ctx, otx), "a", time.Minute, workFP, sqlitestore.ErrConfig},
 		{"zero Store", &sqlitestore.Store{}, ctx, "a", time.Minute, workFP, sqlitestore.ErrConfig},
 		{"closed Store", closed, ctx, "a", time.Minute, workFP, sqlitestore.ErrUnavailable},
-	}
-	for _, tc := range tests {
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, got, err := tc.s.AcquireWork(tc.ctx, tc.id, tc.lease, tc.fp)
 			if got != nil || r.State != 0 || !errors.Is(err, tc.want) {
@@ -577,9 +570,7 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 				for i := range 50 {
 					insertApp(t, tx, fmt.Sprint("good-", i))
 				}
-				if err := w.Rollback(ctx); err != nil {
-					t.Fatalf("Rollback = %v", err)
-				}
+				must(t, w.Rollback(ctx))
 				break
 			}
 			if kept := countRows(t, db, `SELECT count(*) FROM app`); kept != 0 {
@@ -620,9 +611,7 @@ func acquireWorkJoinedByAnotherTable(t *testing.T, d Driver) {
 			t.Fatalf("Claim on a store of another file inside the Work = %v, %v; want first", first, err)
 		}
 		if commit {
-			if err := w.Commit(ctx, until, workFP, []byte("r")); err != nil {
-				t.Fatalf("Commit = %v", err)
-			}
+			must(t, w.Commit(ctx, until, workFP, []byte("r")))
 		} else if err := w.Rollback(ctx); err != nil {
 			t.Fatalf("Rollback = %v", err)
 		}

@@ -160,9 +160,7 @@ func benchParallel(b *testing.B, n int, unit string, fn func(i int) error) {
 	b.ResetTimer()
 	start := time.Now()
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= b.N || failed.Load() != nil {
@@ -173,7 +171,7 @@ func benchParallel(b *testing.B, n int, unit string, fn func(i int) error) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

@@ -35,10 +35,8 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 				if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
 					t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)
 				}
-				var n int
-				must(t, db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n))
-				if want := 2; n != want {
-					t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
+				if n := countRows(t, db, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`); n != 2 {
+					t.Errorf("%d claimed rows; want 2 (the refused claim wrote nothing)", n)
 				}
 			})
 		}

@@ -54,8 +54,7 @@ func closeGivesTheConnectionBack(t *testing.T) {
 	if want == 0 {
 		t.Fatal("the pool's connections run no automatic checkpoint")
 	}
-	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-	must(t, err)
+	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 	claimAll(t, s, idList("id-", 50), time.Now().Add(time.Hour))
 	s.Close()
 	n := db.Stats().OpenConnections
@@ -302,9 +301,7 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 					t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
 				}
 				must(t, tx.Commit())
-				if first, err := s.Claim(ctx, "lowered", time.Now().Add(time.Minute)); !first || err != nil {
-					t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
-				}
+				claimAll(t, s, []string{"lowered"}, time.Now().Add(time.Minute))
 			})
 		}
 	})
@@ -332,11 +329,8 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		_, path := openMigrated(t, d)
 		db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
 		opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
-		s, err := sqlitestore.New(ctx, db, opts)
-		must(t, err)
-		if first, err := s.Claim(ctx, "before", time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatalf("Claim = %v, %v", first, err)
-		}
+		s := mustStore(t, db, opts)
+		claimAll(t, s, []string{"before"}, time.Now().Add(time.Hour))
 		if _, id := sidecarBoot(t, path); id != strings.TrimSpace(string(boot)) {
 			t.Fatalf("the sidecar's boot id while a NORMAL store runs = %q; want the kernel's", id)
 		}
@@ -346,10 +340,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 			t.Fatalf("the sidecar's boot id after Close = %q; want none", id)
 		}
 		// A clean Close, then a reboot: New serves.
-		if s, err = sqlitestore.New(ctx, db, opts); err != nil {
-			t.Fatalf("New after a clean Close = %v", err)
-		}
-		s.Close()
+		mustStore(t, db, opts).Close()
 		// A store abandoned without Close, then a crash and a reboot:
 		// the sidecar names a boot that is not the machine's (written
 		// with no store running, which would write it back).
@@ -365,9 +356,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		}
 		must(t, sqlitestore.Rearm(ctx, db, "", 0))
 		s3 := mustStore(t, db, opts)
-		if first, err := s3.Claim(ctx, "after", time.Now().Add(time.Hour)); !first || err != nil {
-			t.Fatalf("Claim after Rearm = %v, %v", first, err)
-		}
+		claimAll(t, s3, []string{"after"}, time.Now().Add(time.Hour))
 	})
 }
 
@@ -405,7 +394,6 @@ func (h *logRecords) count(level slog.Level, substr string) int {
 // option; the store serves.
 func allowNormalSync(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
 		safe, path := openMigrated(t, d)
 		safe.Close()
 		db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
@@ -420,9 +408,7 @@ func allowNormalSync(t *testing.T) {
 			events[0].Store != "sqlitestore" || events[0].Table != sqlitestore.DefaultTable || events[0].Shard != -1 {
 			t.Fatalf("New reported %+v to the Observer; want one replay.EventRiskAccepted naming AllowNormalSync", events)
 		}
-		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !first || err != nil {
-			t.Fatalf("Claim = %v, %v; want first", first, err)
-		}
+		claimAll(t, s, []string{"a"}, time.Now().Add(time.Minute))
 	})
 }
 
@@ -470,9 +456,7 @@ func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	tx, err := sqlitestore.TxFrom(w.Context(ctx))
 	must(t, err)
 	mustExec(t, ctx, tx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`)
-	if err := w.Rollback(ctx); err != nil {
-		t.Fatalf("Rollback: %v", err)
-	}
+	must(t, w.Rollback(ctx))
 }
 
 // loweredConnectionRefuses: no write is committed on a connection
@@ -539,9 +523,7 @@ func loweredConnectionRefuses(t *testing.T) {
 					if err := c.call(id); !strings.Contains(err.Error(), "synchronous") {
 						t.Fatalf("%s on the writer's connection with synchronous=%s: %v; want an error naming synchronous", c.name, tc.lowered, err)
 					}
-					if first, err := s.Claim(ctx, id, until); !first || err != nil {
-						t.Fatalf("Claim(%s) after the refused %s = %v, %v; want first, on a fresh connection", id, c.name, first, err)
-					}
+					claimAll(t, s, []string{id}, until)
 				}
 			})
 			t.Run(tc.name+"/a connection of the pool", func(t *testing.T) {
@@ -559,9 +541,7 @@ func loweredConnectionRefuses(t *testing.T) {
 						}
 					}})
 				until := time.Now().Add(time.Minute)
-				if first, err := s.Claim(ctx, "before", until); !first || err != nil {
-					t.Fatalf("Claim before the change = %v, %v", first, err)
-				}
+				claimAll(t, s, []string{"before"}, until)
 				heldPool(t, db, 4, tc.lowered)
 				deadline := time.Now().Add(5 * time.Second)
 				for i := 0; ; i++ {
@@ -601,9 +581,7 @@ func loweredConnectionRefuses(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					t.Fatal("the Observer was not told the store serves again")
 				}
-				if first, err := s.Claim(ctx, "after", until); !first || err != nil {
-					t.Fatalf("Claim once serving again = %v, %v; want first", first, err)
-				}
+				claimAll(t, s, []string{"after"}, until)
 			})
 		}
 	})

@@ -98,8 +98,7 @@ func fullDisk(t *testing.T, d Driver) {
 	db := d.Open(t, path)
 	must(t, sqlitestore.Migrate(ctx, db, ""))
 	rep := newRepairs()
-	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
-	must(t, err)
+	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
 	defer s.Close()
 
 	result := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)

@@ -146,9 +146,7 @@ func driverSQL(t *testing.T) {
 			tx.Rollback()
 			t.Fatal("BeginTx on a connection inside BEGIN IMMEDIATE succeeded; want cannot start a transaction within a transaction")
 		}
-		if err := exec(c1, "ROLLBACK"); err != nil {
-			t.Fatalf("ROLLBACK: %v", err)
-		}
+		must(t, exec(c1, "ROLLBACK"))
 		if n := count(c2); n != 1 {
 			t.Fatalf("%d rows after ROLLBACK; want 1", n)
 		}
@@ -156,9 +154,7 @@ func driverSQL(t *testing.T) {
 			t.Fatalf("BEGIN IMMEDIATE once the first ROLLBACK released the lock: %v", err)
 		}
 		must(t, exec(c2, "INSERT INTO t (v) VALUES (2)"))
-		if err := exec(c2, "COMMIT"); err != nil {
-			t.Fatalf("COMMIT: %v", err)
-		}
+		must(t, exec(c2, "COMMIT"))
 		if n := count(c1); n != 2 {
 			t.Fatalf("%d rows after COMMIT; want 2", n)
 		}

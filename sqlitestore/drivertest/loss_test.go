@@ -141,8 +141,7 @@ func restoreProcedure(t *testing.T) {
 		}},
 		{"copy taken just before the stop", func(t *testing.T, path, _, _ string) {
 			latest := path + ".latest"
-			db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
-			must(t, err)
+			db := driver.Open(t, path)
 			snapshot(t, db, latest)
 			db.Close()
 			restoreCopy(t, path, latest)
@@ -160,8 +159,7 @@ func restoreProcedure(t *testing.T) {
 				dir := filepath.Dir(path)
 				copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, ".copy.db-ctoken")
 				until := time.Now().Add(time.Hour)
-				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				must(t, err)
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				before := idList("before-", 8)
 				claimAll(t, s, before, until)
 				s.Close()
@@ -169,8 +167,7 @@ func restoreProcedure(t *testing.T) {
 				b, err := os.ReadFile(sidecarOf(path))
 				must(t, err)
 				must(t, os.WriteFile(side, b, 0o600))
-				s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
-				must(t, err)
+				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				after := idList("after-", 8)
 				claimAll(t, s, after, until)
 				// 1. Stop.
@@ -180,9 +177,7 @@ func restoreProcedure(t *testing.T) {
 				w.replace(t, path, copy, side)
 				// 3. Rearm with the Horizon, before any New.
 				db = d.Open(t, path)
-				if err := sqlitestore.Rearm(ctx, db, "", sqlitestore.DefaultHorizon); err != nil {
-					t.Fatalf("Rearm = %v", err)
-				}
+				must(t, sqlitestore.Rearm(ctx, db, "", sqlitestore.DefaultHorizon))
 				// 4. Start.
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				for _, id := range append(append(before, after...), "fresh") {
@@ -210,13 +205,11 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 		copy := filepath.Join(filepath.Dir(path), "copy.db")
 		until := time.Now().Add(time.Hour)
 		a, b := idList("a-", 8), idList("b-", 8)
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-		must(t, err)
+		s := mustStore(t, db, sqlitestore.Options{})
 		claimAll(t, s, a, until)
 		s.Close()
 		snapshot(t, db, copy)
-		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{})
-		must(t, err)
+		s = mustStore(t, db, sqlitestore.Options{})
 		claimAll(t, s, b, until)
 		s.Close()
 		db.Close()
@@ -229,11 +222,9 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 		wantForgotten(t, db, sqlitestore.Options{}, nil, "New on the older copy")
 
 		const fence = time.Second
-		if err := sqlitestore.Rearm(ctx, db, "", fence); err != nil {
-			t.Fatalf("Rearm: %v", err)
-		}
+		must(t, sqlitestore.Rearm(ctx, db, "", fence))
 		rearmed := time.Now()
-		s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 		if err != nil {
 			// The fence refuses claims, not the store: a server
 			// restarted during it must come up (as pgstore's does).
@@ -243,9 +234,7 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 				t.FailNow()
 			}
 			time.Sleep(time.Until(at) + 10*time.Millisecond)
-			if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
-				t.Fatalf("New after the fence = %v", err)
-			}
+			s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 		} else {
 			for _, id := range append(append([]string{}, a...), b...) {
 				first, err := s.Claim(ctx, id, until)
@@ -275,14 +264,11 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 // recorded), still makes New refuse with ErrForgotten.
 func olderCopyRestoredAfterACrash(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
-		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		copy := filepath.Join(filepath.Dir(path), "copy.db")
 		until := time.Now().Add(time.Hour)
 		const recheck = 20 * time.Millisecond
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
-		must(t, err)
-		defer s.Close()
+		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
 		claimAll(t, s, idList("a-", 8), until)
 		snapshot(t, db, copy)
 		// Claims across several rechecks: each recheck records the
@@ -308,8 +294,7 @@ func deletedWhileStopped(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
-		s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
-		must(t, err)
+		s := mustStore(t, db, sqlitestore.Options{})
 		claimAll(t, s, idList("a-", 4), time.Now().Add(time.Hour))
 		s.Close()
 		db.Close()
@@ -663,9 +648,7 @@ func walLinksAfterACrash(t *testing.T) {
 				}
 				db := d.Open(t, path)
 				if act.migrate {
-					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
-						t.Fatalf("Migrate = %v", err)
-					}
+					must(t, sqlitestore.Migrate(ctx, db, ""))
 				}
 				if act.refused {
 					t.Logf("New: %v", wantForgotten(t, db, sqlitestore.Options{SweepInterval: -1}, tally, fmt.Sprintf("New after %s (%d claims acknowledged)", act.name, len(tally.acked))))
@@ -716,8 +699,7 @@ func walLinksAfterACrash(t *testing.T) {
 			// busy_timeout first: the switch from WAL waits for the other connections.
 			del := []Pragma{{"busy_timeout", "5000"}, {"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}}
 			for round := range 2 {
-				db, err := sql.Open(d.SQLName, d.DSN(path, del))
-				must(t, err)
+				db := d.OpenWith(t, path, del)
 				// A minute a call: synchronous=EXTRA's fsyncs on a loaded
 				// machine outlast the default 2 s.
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Timeout: time.Minute})
@@ -908,8 +890,7 @@ func appVacuumWhileRunning(t *testing.T) {
 		root := `SELECT rootpage FROM sqlite_master WHERE name = 'ctoken_replay'`
 		must(t, db.QueryRowContext(ctx, root).Scan(&rootBefore))
 		opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond}
-		s, err := sqlitestore.New(ctx, db, opts)
-		must(t, err)
+		s := mustStore(t, db, opts)
 		until := time.Now().Add(time.Hour)
 		var claimed []string
 		blob := make([]byte, 3000)
@@ -942,11 +923,7 @@ func appVacuumWhileRunning(t *testing.T) {
 		}
 		claimedAll(t, s, claimed, until, "after the application's VACUUMs")
 		s.Close()
-		s, err = sqlitestore.New(ctx, db, opts)
-		if err != nil {
-			t.Fatalf("New after the application's VACUUMs: %v", err)
-		}
-		s.Close()
+		mustStore(t, db, opts).Close()
 	})
 }
 
@@ -995,7 +972,7 @@ func readOnlyFile(t *testing.T) {
 		})
 		t.Run("store running", func(t *testing.T) {
 			t.Parallel()
-			tests := []struct {
+			for _, tc := range []struct {
 				name string
 				// open opens the migrated database in dir and returns
 				// the pool and a function that makes it read-only.
@@ -1013,8 +990,7 @@ func readOnlyFile(t *testing.T) {
 					path := filepath.Join(dir, "replay.db")
 					return d.Open(t, path), func() { chmodReadOnly(t, path) }
 				}},
-			}
-			for _, tc := range tests {
+			} {
 				t.Run(tc.name, func(t *testing.T) {
 					ctx := context.Background()
 					db, makeReadOnly := tc.setup(t, t.TempDir())

@@ -201,9 +201,7 @@ func TestReadRecordChecksTheMarker(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
 				s, db, _ := readStore(t, d)
-				if first, err := s.Claim(ctx, "a", time.Now().Add(time.Hour)); !first || err != nil {
-					t.Fatalf("Claim = %v, %v; want first", first, err)
-				}
+				claimAll(t, s, []string{"a"}, time.Now().Add(time.Hour))
 				mustExec(t, ctx, db, tc.tamper)
 				for _, id := range []string{"a", "never-claimed"} {
 					r, err := s.ReadRecord(ctx, id)

@@ -40,9 +40,7 @@ func TestRecheckDuringClaims(t *testing.T) {
 			})
 		}
 		for c := range claimers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for i := range claims {
 					id := strconv.Itoa(c) + "/" + strconv.Itoa(i)
 					first, err := s.Claim(ctx, id, until)
@@ -51,7 +49,7 @@ func TestRecheckDuringClaims(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		close(stop)

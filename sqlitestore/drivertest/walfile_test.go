@@ -63,10 +63,7 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 			}
 			must(t, tx.Commit())
 		}
-		base, err := os.ReadFile(path)
-		must(t, err)
-		wal, err := os.ReadFile(path + "-wal")
-		must(t, err)
+		base, wal := files(t, path)
 		wal = wal[:min(len(wal), int(cut))]
 		if flip != 0 && len(wal) > 0 {
 			wal[int(flip)%len(wal)] ^= 0x55
@@ -196,10 +193,7 @@ func TestWALFileReadsBigEndianChecksumsAndLargePages(t *testing.T) {
 			for i := range 20 {
 				mustExec(t, ctx, conn, fmt.Sprintf(`INSERT OR REPLACE INTO t VALUES (%d, randomblob(%d))`, i%7, 100+i*500))
 			}
-			base, err := os.ReadFile(path)
-			must(t, err)
-			wal, err := os.ReadFile(path + "-wal")
-			must(t, err)
+			base, wal := files(t, path)
 			conn.Close()
 			if got := int(be.Uint32(wal[8:])); got != pageSize {
 				t.Fatalf("page size %d in the WAL header; want %d", got, pageSize)
