@@ -448,13 +448,7 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	t.Helper()
 	ctx := context.Background()
-	l := mustLease(t, s, id, time.Minute)
-	w, err := s.BeginWork(ctx, id, l.Token)
-	if err != nil {
-		t.Fatalf("BeginWork(%s): %v", id, err)
-	}
-	tx, err := sqlitestore.TxFrom(w.Context(ctx))
-	must(t, err)
+	w, tx := workOf(t, s, id, false, nil)
 	mustExec(t, ctx, tx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`)
 	must(t, w.Rollback(ctx))
 }
