@@ -171,7 +171,6 @@ func TestSweep(t *testing.T) {
 		ctx := context.Background()
 		db, _ := openMigrated(t, d)
 		const backlog = 5000
-		insertExpired(t, db, nil, backlog)
 		swept := make(chan replay.Event, 16)
 		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Observer: func(e replay.Event) {
 			if e.Kind == replay.EventSwept && (e.Deleted != 0 || e.Reason != nil) {
@@ -184,8 +183,9 @@ func TestSweep(t *testing.T) {
 		until := time.Now().Add(time.Hour)
 		claimAll(t, s, idList("live-", 5), until)
 		// The claims, until the backlog is gone: each answered first, and
-		// at least one while the backlog was partly swept.
-		stop, claimed := make(chan struct{}), make(chan [2]int, 1)
+		// at least one while the backlog was partly swept. The backlog is
+		// written once the claims run, so the sweep never ends before them.
+		stop, running, claimed := make(chan struct{}), make(chan struct{}), make(chan [2]int, 1)
 		go func() {
 			n, mid := 0, 0
 			defer func() { claimed <- [2]int{n, mid} }()
@@ -194,12 +194,20 @@ func TestSweep(t *testing.T) {
 					t.Errorf("Claim(during-%d) while sweeping = %v, %v; want first", n, first, err)
 					return
 				}
-				n++
+				if n++; n == 1 {
+					close(running)
+				}
 				if left := expiredRows(t, db); left > 0 && left < backlog {
 					mid++
 				}
 			}
 		}()
+		select {
+		case <-running:
+			insertExpired(t, db, nil, backlog)
+		case got := <-claimed:
+			t.Fatalf("the claims stopped after %d", got[0])
+		}
 		select {
 		case e := <-swept:
 			if e.Deleted != backlog || e.Reason != nil {
