@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // failoverCfg is the workload of the failover tests: issue 26's 24 workers.
@@ -118,12 +116,12 @@ func failoverRun(t *testing.T, d protection, stores []wlStore, cut func(), failo
 // throughput cost of the setting on the healthy pair (throughputRatio).
 func TestFailoverToLaggingReplica(t *testing.T) {
 	t.Run("throughput", func(t *testing.T) {
-		primary, _ := startPrimaryReplica(t)
+		primary, _ := startPrimaryReplica(t, nil, nil)
 		throughputRatio(t, func() Client { return standaloneClient(t, primary.addr()) })
 	})
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
-			primary, replica := startPrimaryReplica(t)
+			primary, replica := startPrimaryReplica(t, nil, nil)
 			target := new(atomic.Pointer[string])
 			addr := primary.addr()
 			target.Store(&addr)
@@ -178,16 +176,9 @@ func randomPrefix() string {
 func TestSentinelFailover(t *testing.T) {
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
-			primary, replica := startPrimaryReplica(t)
+			primary, replica := startPrimaryReplica(t, nil, nil)
 			sp := startSentinel(t, primary.addr(), 1)
-			stores := replicatedStores(t, func() Client {
-				c := redis.NewFailoverClient(&redis.FailoverOptions{
-					MasterName: sentinelMaster, SentinelAddrs: []string{sp.addr},
-					ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 64,
-				})
-				t.Cleanup(func() { c.Close() })
-				return c
-			}, randomPrefix(), d.replicas)
+			stores := replicatedStores(t, func() Client { return sp.client(t) }, randomPrefix(), d.replicas)
 			cut := func() { cutReplication(t, primary.addr(), replica.addr()) }
 			failoverRun(t, d, stores, cut, func(time.Time) string {
 				killed := time.Now()

@@ -6,12 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ctoken/ctoken/replay"
 )
@@ -40,23 +37,13 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			primary := newServer(t, append(slices.Clone(replArgs), "--appendonly", "yes", "--appendfsync", "always")...)
-			replica := newServer(t, append(append(slices.Clone(replArgs), tt.replica...), "--replicaof", "127.0.0.1", primary.port)...)
-			waitInSync(t, primary.addr(), 1)
+			primary, replica := startPrimaryReplica(t, []string{"--appendonly", "yes", "--appendfsync", "always"}, tt.replica)
 			sp := startSentinel(t, primary.addr(), 1)
-			client := func() *redis.Client {
-				c := redis.NewFailoverClient(&redis.FailoverOptions{
-					MasterName: sentinelMaster, SentinelAddrs: []string{sp.addr},
-					ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-				})
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
 			var ev events
 			prefix := randomPrefix()
 			opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Logger: quietLogger(), Observer: ev.observe,
 				Durability: Durability{Replicas: 1, Timeout: time.Second}}
-			s := provisioned(t, client(), opts)
+			s := provisioned(t, sp.client(t), opts)
 			old, _ := claimOld(t, s, 300)
 			waitInSync(t, primary.addr(), 1)
 			primary.stop(syscall.SIGKILL)
@@ -124,7 +111,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			}
 			t.Logf("%s: served %v after the failover (or the fix)", tt.name, time.Since(start).Round(time.Millisecond))
 			// An app restart: a new client and Store.
-			s2 := mustOpen(t, client(), opts)
+			s2 := mustOpen(t, sp.client(t), opts)
 			defer s2.Close()
 			if err := claimUntil(s2, "restarted", 5*time.Second, served); err != nil {
 				t.Fatalf("a Store opened after the failover does not serve: %v", err)

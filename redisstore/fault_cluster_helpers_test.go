@@ -42,16 +42,22 @@ func clusterFromEnv(t *testing.T) *testCluster {
 	if tc.dir == "" {
 		t.Fatal("CTOKEN_REDIS_CLUSTER_DIR is not set (.ci/redis-cluster.sh sets it)")
 	}
-	tc.waitOK(t)
+	waitClusterOK(t, tc.addrs...)
 	return tc
 }
 
-// client returns the ClusterClient the fault tests put behind the store:
-// request deadlines reach the socket, and one dial attempt per command.
+// client returns the ClusterClient the fault tests put behind the store.
 func (tc *testCluster) client(t *testing.T) *redis.ClusterClient {
+	return clusterClient(t, tc.addrs, 0)
+}
+
+// clusterClient is a ClusterClient over addrs, closed when the test ends:
+// request deadlines reach the socket, and one dial attempt per command;
+// poolSize 0 is go-redis's default.
+func clusterClient(t *testing.T, addrs []string, poolSize int) *redis.ClusterClient {
 	t.Helper()
 	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: tc.addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: poolSize,
 	})
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -67,12 +73,7 @@ type node struct {
 // (one of tc.addrs) sees the cluster.
 func (tc *testCluster) masters(t *testing.T) []node {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: tc.addrs[0], MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := c.ClusterNodes(ctx).Result()
-	must(t, err)
+	out := fmt.Sprint(mustDo(t, tc.addrs[0], "CLUSTER", "NODES"))
 	var ms []node
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
@@ -100,27 +101,18 @@ func (tc *testCluster) masters(t *testing.T) []node {
 	return ms
 }
 
-// waitOK waits until every node reports cluster_state:ok and serves its
-// slots with no migration in progress.
-func (tc *testCluster) waitOK(t *testing.T) {
+// waitClusterOK waits until every node of addrs reports cluster_state:ok,
+// at most 30 s in all.
+func waitClusterOK(t *testing.T, addrs ...string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for _, a := range tc.addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialerRetries: 1})
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			info, err := c.ClusterInfo(ctx).Result()
-			cancel()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
+	for _, a := range addrs {
+		for infoField(a, "cluster", "cluster_state") != "ok" {
 			if time.Now().After(deadline) {
-				c.Close()
-				t.Fatalf("node %s: cluster not ok after 30 s (%v)", a, err)
+				t.Fatalf("node %s: cluster not ok after 30 s", a)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		c.Close()
 	}
 }
 
@@ -138,7 +130,7 @@ func (tc *testCluster) restart(t *testing.T, addr string, down time.Duration) {
 	tc.kill(t, addr)
 	time.Sleep(down)
 	tc.start(t, addr)
-	tc.waitOK(t)
+	waitClusterOK(t, tc.addrs...)
 }
 
 // restartEmpty SIGKILLs every node of addrs, then starts each again
@@ -180,7 +172,7 @@ func (tc *testCluster) restartEmpty(t *testing.T, addrs ...string) {
 		must(t, os.RemoveAll(filepath.Join(tc.nodeDir(a), "appendonlydir")))
 		tc.start(t, a, "--appendonly", "no")
 	}
-	tc.waitOK(t)
+	waitClusterOK(t, tc.addrs...)
 }
 
 // kill SIGKILLs the node at addr and waits until it is gone.
@@ -293,7 +285,7 @@ func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, ho
 			}
 		}
 	}
-	tc.waitOK(t)
+	waitClusterOK(t, tc.addrs...)
 	return moved
 }
 

@@ -38,13 +38,16 @@ func faultStore(t *testing.T, c Client, timeout time.Duration) *Store {
 	return faultStoreWith(t, c, Options{Timeout: timeout})
 }
 
-// faultStoreWith is faultStore with more Options (Prefix and Logger are
-// set here).
+// faultStoreWith is faultStore with more Options (Logger is set here, and
+// Prefix unless given).
 func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 	t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	opts.Prefix, opts.Logger = "ctoken-fault:"+hex.EncodeToString(b)+":", quietLogger()
+	if opts.Prefix == "" {
+		b := make([]byte, 8)
+		rand.Read(b)
+		opts.Prefix = "ctoken-fault:" + hex.EncodeToString(b) + ":"
+	}
+	opts.Logger = quietLogger()
 	s := mustNew(t, c, opts)
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -82,11 +82,12 @@ func infoField(addr, section, field string) string {
 }
 
 // startPrimaryReplica starts a primary and one asynchronous replica of it,
-// without persistence, and waits until the replica is in sync.
-func startPrimaryReplica(t *testing.T) (primary, replica *server) {
+// without persistence unless their extra arguments say otherwise, and
+// waits until the replica is in sync.
+func startPrimaryReplica(t *testing.T, primaryArgs, replicaArgs []string) (primary, replica *server) {
 	t.Helper()
-	primary = newServer(t, replArgs...)
-	replica = newServer(t, append(slices.Clone(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
+	primary = newServer(t, append(slices.Clone(replArgs), primaryArgs...)...)
+	replica = newServer(t, append(append(slices.Clone(replArgs), replicaArgs...), "--replicaof", "127.0.0.1", primary.port)...)
 	waitInSync(t, primary.addr(), 1)
 	return primary, replica
 }
@@ -222,6 +223,18 @@ sentinel parallel-syncs %[3]s 1
 	return nil
 }
 
+// client returns a go-redis failover client that asks the sentinel for the
+// primary, closed when the test ends.
+func (sp *sentinelProc) client(t *testing.T) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: sentinelMaster, SentinelAddrs: []string{sp.addr},
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 64,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func (sp *sentinelProc) log() string {
 	b, _ := os.ReadFile(filepath.Join(sp.dir, "sentinel.log"))
 	return string(b)
@@ -341,7 +354,7 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 	for i, r := range rc.replicas {
 		mustDo(t, r.addr(), "CLUSTER", "REPLICATE", rc.ids[rc.masters[i]])
 	}
-	rc.waitOK(t)
+	waitClusterOK(t, rc.addrs()...)
 	for _, m := range rc.masters {
 		waitInSync(t, m.addr(), 1)
 	}
@@ -380,32 +393,9 @@ func (rc *replicaCluster) addrs() []string {
 	return a
 }
 
-// waitOK waits until every running node reports cluster_state:ok.
-func (rc *replicaCluster) waitOK(t *testing.T, skip ...*server) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, p := range rc.nodes() {
-		if slices.Contains(skip, p) {
-			continue
-		}
-		for infoField(p.addr(), "cluster", "cluster_state") != "ok" {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s: cluster not ok after 30 s", p.addr())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-// client returns a ClusterClient over every node: one dial attempt per
-// command, request deadlines on the socket.
+// client returns a ClusterClient over every node (clusterClient).
 func (rc *replicaCluster) client(t *testing.T) *redis.ClusterClient {
-	t.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: rc.addrs(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, PoolSize: 32,
-	})
-	t.Cleanup(func() { c.Close() })
-	return c
+	return clusterClient(t, rc.addrs(), 32)
 }
 
 // takeover SIGKILLs master i and promotes its replica with CLUSTER FAILOVER
@@ -420,7 +410,7 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 	waitFor(t, 20*time.Second, "replica "+r.addr()+" to be a master after TAKEOVER",
 		func() bool { return infoField(r.addr(), "replication", "role") == "master" })
 	rc.masters[i], rc.replicas[i] = r, m
-	rc.waitOK(t, m)
+	waitClusterOK(t, slices.DeleteFunc(rc.addrs(), func(a string) bool { return a == m.addr() })...)
 	if !rejoin {
 		return
 	}
@@ -429,6 +419,6 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 	}
 	waitFor(t, 20*time.Second, "old master "+m.addr()+" to rejoin as a replica",
 		func() bool { return infoField(m.addr(), "replication", "role") == "slave" })
-	rc.waitOK(t)
+	waitClusterOK(t, rc.addrs()...)
 	waitInSync(t, r.addr(), 1)
 }

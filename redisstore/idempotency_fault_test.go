@@ -320,7 +320,7 @@ func TestIdempotencyExactlyOnce(t *testing.T) {
 	})
 
 	t.Run("failover with WAIT 1", func(t *testing.T) {
-		primary, replica := startPrimaryReplica(t)
+		primary, replica := startPrimaryReplica(t, nil, nil)
 		target := new(atomic.Pointer[string])
 		addr := primary.addr()
 		target.Store(&addr)
