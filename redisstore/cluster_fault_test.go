@@ -360,7 +360,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 
 	for i, s := range all {
 		for j := range ins {
-			outs.add(s.tok, redeemDecided(t, c, ins[(i+j)%3].srv.URL, s))
+			outs.add(s.tok, redeemDecided(t, c, ins[(i+j)%3].srv.URL, s, nil))
 		}
 	}
 	res := churnResult{tokens: len(all)}

@@ -79,60 +79,53 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	var mu sync.Mutex
 	var results []result
 	var ctxErrs atomic.Int32 // store errors that also match context.DeadlineExceeded
-	record := func(what string, took time.Duration, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		results = append(results, result{what, took, err})
-	}
-
 	rp.signal(syscall.SIGSTOP)
 	paused := time.Now()
 	for w := range waves {
 		var wg sync.WaitGroup
-		for i, s := range toks[w] {
+		// timed runs call in a goroutine of the wave, recording how long it
+		// took to fail and whether it failed as it should.
+		timed := func(what string, call func() error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				st := redeem(c, ins[i%3].srv.URL, s)
-				var err error
-				if st != http.StatusServiceUnavailable {
-					err = fmt.Errorf("status %d, want 503", st)
-				}
-				record(s.kind+" redeem", time.Since(start), err)
+				err := call()
+				took := time.Since(start)
+				mu.Lock()
+				results = append(results, result{what, took, err})
+				mu.Unlock()
 			}()
+		}
+		for i, s := range toks[w] {
+			timed(s.kind+" redeem", func() error {
+				if st := redeem(c, ins[i%3].srv.URL, s); st != http.StatusServiceUnavailable {
+					return fmt.Errorf("status %d, want 503", st)
+				}
+				return nil
+			})
 		}
 		for i, id := range hookIDs[w] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
-				var err error
+			timed("webhook", func() error {
 				if st := sender.send(ins[i%3].srv.URL, id); st != http.StatusServiceUnavailable {
-					err = fmt.Errorf("status %d, want 503", st)
+					return fmt.Errorf("status %d, want 503", st)
 				}
-				record("webhook", time.Since(start), err)
-			}()
+				return nil
+			})
 		}
 		for _, id := range ids[w] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := time.Now()
+			timed("claim", func() error {
 				first, err := store.Claim(context.Background(), id, until)
 				switch {
 				case first:
-					err = errors.New("first = true while Redis is paused")
+					return errors.New("first = true while Redis is paused")
 				case !errors.Is(err, ErrUnavailable):
-					err = fmt.Errorf("err = %v, want ErrUnavailable", err)
-				default:
-					if errors.Is(err, context.DeadlineExceeded) {
-						ctxErrs.Add(1)
-					}
-					err = nil
+					return fmt.Errorf("err = %v, want ErrUnavailable", err)
+				case errors.Is(err, context.DeadlineExceeded):
+					ctxErrs.Add(1)
 				}
-				record("claim", time.Since(start), err)
-			}()
+				return nil
+			})
 		}
 		wg.Wait()
 	}
@@ -167,40 +160,36 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	// whichever instance sees it; those whose claim Redis executed on resume
 	// are refused everywhere.
 	burned, acceptedOnce := 0, 0
-	for w := range waves {
-		for i, s := range toks[w] {
-			accepted := 0
-			for j := range ins {
-				switch st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s); st {
-				case http.StatusOK:
-					accepted++
-				case http.StatusConflict:
-				default:
-					t.Fatalf("redeem after the resume: status %d, want 200 or 409", st)
-				}
-			}
-			switch accepted {
-			case 0:
-				burned++
-			case 1:
-				acceptedOnce++
+	for i, s := range slices.Concat(toks...) {
+		accepted := 0
+		for j := range ins {
+			switch st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s, nil); st {
+			case http.StatusOK:
+				accepted++
+			case http.StatusConflict:
 			default:
-				t.Fatalf("%s token of the pause accepted %d times after the resume", s.kind, accepted)
+				t.Fatalf("redeem after the resume: status %d, want 200 or 409", st)
 			}
+		}
+		switch accepted {
+		case 0:
+			burned++
+		case 1:
+			acceptedOnce++
+		default:
+			t.Fatalf("%s token of the pause accepted %d times after the resume", s.kind, accepted)
 		}
 	}
 	recorded := 0
-	for w := range waves {
-		for _, id := range ids[w] {
-			first, err := store.Claim(context.Background(), id, until)
-			if err != nil {
-				t.Fatalf("claim after the resume: %v", err)
-			}
-			if !first {
-				recorded++ // the pause-time claim ran when Redis resumed
-			}
-			wantClaim(t, store, id, until, false)
+	for _, id := range slices.Concat(ids...) {
+		first, err := store.Claim(context.Background(), id, until)
+		if err != nil {
+			t.Fatalf("claim after the resume: %v", err)
 		}
+		if !first {
+			recorded++ // the pause-time claim ran when Redis resumed
+		}
+		wantClaim(t, store, id, until, false)
 	}
 	t.Logf("after the resume: %d of %d pause-time tokens were burned (their claim ran on resume), %d accepted once; %d of %d pause-time store claims had been recorded",
 		burned, burned+acceptedOnce, acceptedOnce, recorded, waves*claimsPerWave)
@@ -210,34 +199,30 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	resumed := time.Now()
 	var slowest time.Duration
 	var hwg sync.WaitGroup
-	for w := range waves {
-		for i, id := range hookIDs[w] {
-			hwg.Add(1)
-			go func() {
-				defer hwg.Done()
-				start := time.Now()
-				rr := i
-				if _, err := sender.deliver(func() string { rr++; return ins[rr%3].srv.URL }, id, 50*time.Millisecond, pauseLease+10*time.Second); err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				slowest = max(slowest, time.Since(start))
-				mu.Unlock()
-			}()
-		}
+	for i, id := range slices.Concat(hookIDs...) {
+		hwg.Add(1)
+		go func() {
+			defer hwg.Done()
+			start := time.Now()
+			rr := i
+			if _, err := sender.deliver(func() string { rr++; return ins[rr%3].srv.URL }, id, 50*time.Millisecond, pauseLease+10*time.Second); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			slowest = max(slowest, time.Since(start))
+			mu.Unlock()
+		}()
 	}
 	hwg.Wait()
 	// Each once more, as a sender whose acknowledgement got lost would send
 	// it: a duplicate (200), not processed again.
-	for w := range waves {
-		for i, id := range hookIDs[w] {
-			if code := sender.send(ins[i%3].srv.URL, id); code != http.StatusOK {
-				t.Errorf("pause-time delivery %s sent again after its acknowledgement: status %d, want 200", id, code)
-			}
-			if n := hooks.count(id); n != 1 {
-				t.Errorf("pause-time delivery %s processed %d times, want exactly once", id, n)
-			}
+	for i, id := range slices.Concat(hookIDs...) {
+		if code := sender.send(ins[i%3].srv.URL, id); code != http.StatusOK {
+			t.Errorf("pause-time delivery %s sent again after its acknowledgement: status %d, want 200", id, code)
+		}
+		if n := hooks.count(id); n != 1 {
+			t.Errorf("pause-time delivery %s processed %d times, want exactly once", id, n)
 		}
 	}
 	t.Logf("after the resume: every pause-time webhook delivery acknowledged and processed once; the slowest within %v (lease %v), all within %v",

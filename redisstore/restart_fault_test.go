@@ -17,16 +17,16 @@ import (
 
 // redeemDecided redeems s on the instance at base, retrying while the store
 // cannot decide (503, e.g. a pooled connection to the previous server), and
-// returns the first decided status (200, 409 or 400).
-func redeemDecided(t *testing.T, c *http.Client, base string, s single) int {
+// returns the first decided status (200, 409 or 400), or the undecided one
+// when stop (if not nil) reports true after it.
+func redeemDecided(t *testing.T, c *http.Client, base string, s single, stop func() bool) int {
 	t.Helper()
 	for range 50 {
-		switch st := redeem(c, base, s); st {
-		case http.StatusServiceUnavailable, 0:
-			time.Sleep(20 * time.Millisecond)
-		default:
+		st := redeem(c, base, s)
+		if st != http.StatusServiceUnavailable && st != 0 || stop != nil && stop() {
 			return st
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("%s token %s: no decision after 50 tries", s.kind, tokenDigest(s.tok))
 	return 0
@@ -116,26 +116,12 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 			accepted, fenced := 0, 0
 			for i, s := range toks {
 				for j := range ins {
-					base := ins[(i+j)%3].srv.URL
-					st := 0
-					for try := 0; ; try++ {
-						st = redeem(c, base, s)
-						if st != http.StatusServiceUnavailable && st != 0 {
-							break
-						}
-						if store.fenced() {
-							fenced++
-							break
-						}
-						if try == 50 {
-							t.Fatalf("%s token %d: no decision after 50 tries", s.kind, i)
-						}
-						time.Sleep(20 * time.Millisecond) // a pooled connection to the stopped server
-					}
-					switch st {
+					switch st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s, store.fenced); st {
 					case http.StatusOK:
 						accepted++
-					case http.StatusConflict, http.StatusServiceUnavailable:
+					case http.StatusServiceUnavailable:
+						fenced++
+					case http.StatusConflict:
 					default:
 						t.Fatalf("redeem after restart: status %d, want 409 or a fenced 503", st)
 					}
@@ -190,9 +176,7 @@ func TestRollbackAcceptsTwiceWhenAllowed(t *testing.T) {
 	c := standaloneClient(t, rp.addr())
 	s := faultStoreWith(t, c, Options{Timeout: 2 * time.Second, AllowRollback: true})
 	ctx := context.Background()
-	if err := c.Save(ctx).Err(); err != nil { // the snapshot holds the markers
-		t.Fatal(err)
-	}
+	must(t, c.Save(ctx).Err()) // the snapshot holds the markers
 	until := time.Now().Add(time.Minute)
 	for i := range n {
 		wantClaim(t, s, fmt.Sprintf("rollback-%d", i), until, true)
