@@ -434,10 +434,7 @@ func clusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 				inUse[int(c.ClusterKeySlot(ctx, k).Val())] = true
 			}
 		}
-		slots := make([]int, 0, len(inUse))
-		for sl := range inUse {
-			slots = append(slots, sl)
-		}
+		slots := slices.Collect(maps.Keys(inUse))
 		slotCount = len(slots)
 		start := time.Now()
 		moved = tc.migrateSlots(t, slots, from, to, time.Second)
@@ -468,26 +465,26 @@ func clusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 func clusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 	tc := clusterFromEnv(t)
 	store, c := clusterStore(t, tc)
-	ctx := context.Background()
-	var victim string
-	var sha string
+	var victim, sha string
 	res := churnDuring(t, store, func() {
 		time.Sleep(300 * time.Millisecond)
 		victim = maxKey(keysPerMaster(t, c, store.Prefix(), ""))
-		vc := redis.NewClient(&redis.Options{Addr: victim})
-		defer vc.Close()
-		var err error
-		if sha, err = vc.ScriptLoad(ctx, "return 1").Result(); err != nil {
+		v, err := adminDo(victim, "SCRIPT", "LOAD", "return 1")
+		if err != nil {
 			t.Error(err)
 		}
-		tc.restart(t, victim, time.Second)
+		sha, _ = v.(string)
+		// Down for a second, then started again from its config (same port,
+		// same AOF and nodes.conf).
+		tc.kill(t, victim)
+		time.Sleep(time.Second)
+		tc.start(t, victim)
+		waitClusterOK(t, tc.addrs...)
 		time.Sleep(300 * time.Millisecond)
 	})
 	t.Logf("restarted master %s: %d tokens, %d redeems refused with 503, %d tokens burned; %d webhook deliveries each processed once, %d needed a retry",
 		victim, res.tokens, res.refusals, res.burned, res.deliveries, res.hookRetries)
-	vc := redis.NewClient(&redis.Options{Addr: victim})
-	defer vc.Close()
-	if err := vc.EvalSha(ctx, sha, nil).Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if _, err := adminDo(victim, "EVALSHA", sha, 0); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		t.Fatalf("EVALSHA after the restart: err = %v, want NOSCRIPT", err)
 	}
 }
@@ -678,10 +675,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			// Claims per master: a master may hold no shard after the slot
 			// migration test.
 			per := keysPerMaster(t, c, prefix, ":old-")
-			var victims []string
-			for addr := range per {
-				victims = append(victims, addr)
-			}
+			victims := slices.Collect(maps.Keys(per))
 			switch {
 			case tt.baselines:
 				victims = []string{masterOf(t, c, s.serversKey())}
@@ -871,10 +865,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 					if m.addr == victims[0] {
 						continue
 					}
-					mc := redis.NewClient(&redis.Options{Addr: m.addr})
-					err := mc.ConfigResetStat(ctx).Err()
-					mc.Close()
-					must(t, err)
+					mustDo(t, m.addr, "CONFIG", "RESETSTAT")
 				}
 			}
 			// Timeout and MaxSkew wide enough that a loaded machine's

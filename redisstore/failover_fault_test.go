@@ -129,7 +129,7 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 			cut := func() { cutReplication(t, primary.addr(), replica.addr()) }
 			failoverRun(t, d, stores, cut, func(began time.Time) string {
 				primary.stop(syscall.SIGKILL)
-				promote(t, replica.addr())
+				mustDo(t, replica.addr(), "REPLICAOF", "NO", "ONE") // the promotion
 				newAddr := replica.addr()
 				target.Store(&newAddr)
 				return "failover at +" + time.Since(began).Round(time.Millisecond).String()

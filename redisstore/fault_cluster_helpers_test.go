@@ -122,17 +122,6 @@ func (tc *testCluster) nodeDir(addr string) string {
 	return filepath.Join(tc.dir, "node-"+port)
 }
 
-// restart SIGKILLs the node at addr, keeps it down for down, and starts it
-// again from its config (same port, same AOF and nodes.conf), then waits
-// for the cluster to be ok.
-func (tc *testCluster) restart(t *testing.T, addr string, down time.Duration) {
-	t.Helper()
-	tc.kill(t, addr)
-	time.Sleep(down)
-	tc.start(t, addr)
-	waitClusterOK(t, tc.addrs...)
-}
-
 // restartEmpty SIGKILLs every node of addrs, then starts each again
 // without persistence (its config with appendonly no) and without its AOF,
 // which it deletes: a restart of a Redis without persistence, which comes

@@ -141,9 +141,7 @@ func (w *acceptWriter) Write(b []byte) (int, error) {
 func startInstance(t testing.TB, name string, store replay.Store, wrap func(http.Handler) http.Handler) *instance {
 	t.Helper()
 	in := &instance{name: name, replay: store}
-	cfg, err := configFromEnv(store)
-	must(t, err)
-	in.cfg.Store(cfg)
+	reloadInstance(t, in)
 	h := in.handler()
 	if wrap != nil {
 		h = wrap(h)

@@ -119,12 +119,6 @@ func cutReplication(t *testing.T, primary, replica string) {
 		func() bool { return infoField(replica, "replication", "master_link_status") == "down" })
 }
 
-// promote makes the replica at addr a primary (REPLICAOF NO ONE).
-func promote(t *testing.T, addr string) {
-	t.Helper()
-	mustDo(t, addr, "REPLICAOF", "NO", "ONE")
-}
-
 // rejoinAsReplica starts the stopped p again, empty (no persistence), as a
 // replica of primary — what Sentinel or an operator does with a failed
 // primary that comes back — with extra appended to its command line, and

@@ -331,7 +331,7 @@ func TestIdempotencyExactlyOnce(t *testing.T) {
 		cutReplication(t, primary.addr(), replica.addr())
 		time.Sleep(400 * time.Millisecond) // the primary goes on, nothing durable
 		primary.stop(syscall.SIGKILL)
-		promote(t, replica.addr())
+		mustDo(t, replica.addr(), "REPLICAOF", "NO", "ONE") // the promotion
 		newAddr := replica.addr()
 		target.Store(&newAddr)
 		rejoinAsReplica(t, primary, replica.addr())
