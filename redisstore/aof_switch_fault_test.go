@@ -187,9 +187,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 		r.fenceBefore = checkFenceEnd(t, "before the crash, a refusal's RetryAt", end, detected, r.life, lastExpiry)
 	}
 	s.Close()
-	if err := srv.start(); err != nil { // loads the AOF of its command line
-		t.Fatal(err)
-	}
+	must(t, srv.start()) // loads the AOF of its command line
 	s2 := mustNew(t, srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
 	defer s2.Close()
 	refusal = nil

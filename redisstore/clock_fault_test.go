@@ -30,31 +30,21 @@ func TestLaggingInstanceClock(t *testing.T) {
 	nows := []func() time.Time{time.Now, behind, ahead}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Open(ctx, standaloneClient(t, rp.addr()), Options{Prefix: prefix, Now: behind, Logger: quietLogger()}); !errors.Is(err, ErrClockSkew) {
+	if _, err := Open(ctx, rp.client(), Options{Prefix: prefix, Now: behind, Logger: quietLogger()}); !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("Open with a clock 2 minutes behind Redis: err = %v, want ErrClockSkew", err)
 	}
-	var stores []wlStore
-	for i, now := range nows {
-		opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Now: now, Logger: quietLogger()}
-		var s *Store
-		var err error
-		if i <= 1 { // store 0 provisions the prefix; store 1 cannot pass Open's clock check
-			s, err = New(standaloneClient(t, rp.addr()), opts)
-		} else {
-			s, err = Open(ctx, standaloneClient(t, rp.addr()), opts)
-		}
-		if err != nil {
-			t.Fatalf("store %d: %v", i, err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if i == 0 {
-			if _, err := s.ProvisionNew(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stores = append(stores, s)
+	opts := func(now func() time.Time) Options {
+		return Options{Prefix: prefix, Timeout: 2 * time.Second, Now: now, Logger: quietLogger()}
 	}
-	wl := newWorkload(t, skewCfg, stores, nows)
+	// The right clock provisions the prefix; the lagging one cannot pass
+	// Open's clock check.
+	right := faultStoreWith(t, rp.client(), opts(time.Now))
+	lagging := mustNew(t, rp.client(), opts(behind))
+	t.Cleanup(func() { lagging.Close() })
+	leading, err := Open(ctx, rp.client(), opts(ahead))
+	must(t, err)
+	t.Cleanup(func() { leading.Close() })
+	wl := newWorkload(t, skewCfg, []wlStore{right, lagging, leading}, nows)
 	wl.start()
 	time.Sleep(1500 * time.Millisecond)
 	wl.stop()

@@ -154,12 +154,14 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
 	const workDelay = 5 * time.Millisecond
 	var local, localHooks acceptLog
+	var survivors []*instance
 	var urls []string
 	for i := range 2 {
 		hook := hookEndpoint(t, store, killLease, killHookWork, nil, localHooks.add)
 		in := startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
 			return withHook(hook)(recordAccepts(h, workDelay, local.add))
 		})
+		survivors = append(survivors, in)
 		urls = append(urls, in.srv.URL)
 	}
 	logPath := t.TempDir() + "/child-accepts"
@@ -167,15 +169,7 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	urls = append(urls, childURL)
 	const childIdx = 2
 	c := faultClient(t)
-
-	var toks []single
-	for range 150 {
-		for _, kind := range singleUseKinds {
-			tok, err := mint(c, urls[len(toks)%2], kind, "alice")
-			must(t, err)
-			toks = append(toks, single{kind, tok})
-		}
-	}
+	toks := mintMany(t, c, survivors, 150)
 
 	var (
 		rr          atomic.Uint64
