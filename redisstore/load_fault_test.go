@@ -360,64 +360,51 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	}
 	// Redeem every token until refused (409) and check its history.
 	var burned, accepted int
-	var check sync.WaitGroup
 	var mu sync.Mutex
 	var checkErr error
-	work2 := make(chan single)
-	for range 16 {
-		check.Add(1)
-		go func() {
-			defer check.Done()
-			for s := range work2 {
-				err := func() error {
-					for attempt := 0; ; attempt++ {
-						st := redeem(c, next(), s)
-						outs.add(s.tok, st)
-						switch st {
-						case http.StatusConflict:
-							return nil
-						case http.StatusOK:
-							// Undecided during the run (Redis down, nothing
-							// recorded): accepted now, and refused from then on.
-							continue
-						case http.StatusServiceUnavailable, 0:
-							if attempt > 50 {
-								return errors.New("undecided after the run")
-							}
-							time.Sleep(20 * time.Millisecond)
-						default:
-							return fmt.Errorf("redeem after the run: status %d, want 200 or 409", st)
-						}
+	inParallel(tokens, 16, func(s single) {
+		err := func() error {
+			for attempt := 0; ; attempt++ {
+				st := redeem(c, next(), s)
+				outs.add(s.tok, st)
+				switch st {
+				case http.StatusConflict:
+					return nil
+				case http.StatusOK:
+					// Undecided during the run (Redis down, nothing
+					// recorded): accepted now, and refused from then on.
+					continue
+				case http.StatusServiceUnavailable, 0:
+					if attempt > 50 {
+						return errors.New("undecided after the run")
 					}
-				}()
-				ok := outs.get(s.tok, http.StatusOK)
-				switch {
-				case err != nil:
-				case ok > 1:
-					err = fmt.Errorf("%s token accepted %d times", s.kind, ok)
-				case work.count(s.tok) != ok:
-					err = fmt.Errorf("%s token: %d acceptances but acted on %d times", s.kind, ok, work.count(s.tok))
-				case ok == 0 && outs.get(s.tok, http.StatusServiceUnavailable) == 0:
-					err = fmt.Errorf("%s token refused as redeemed but never accepted nor undecided", s.kind)
+					time.Sleep(20 * time.Millisecond)
+				default:
+					return fmt.Errorf("redeem after the run: status %d, want 200 or 409", st)
 				}
-				mu.Lock()
-				if err != nil && checkErr == nil {
-					checkErr = err
-				}
-				if ok == 0 {
-					burned++
-				} else {
-					accepted++
-				}
-				mu.Unlock()
 			}
 		}()
-	}
-	for _, s := range tokens {
-		work2 <- s
-	}
-	close(work2)
-	check.Wait()
+		ok := outs.get(s.tok, http.StatusOK)
+		switch {
+		case err != nil:
+		case ok > 1:
+			err = fmt.Errorf("%s token accepted %d times", s.kind, ok)
+		case work.count(s.tok) != ok:
+			err = fmt.Errorf("%s token: %d acceptances but acted on %d times", s.kind, ok, work.count(s.tok))
+		case ok == 0 && outs.get(s.tok, http.StatusServiceUnavailable) == 0:
+			err = fmt.Errorf("%s token refused as redeemed but never accepted nor undecided", s.kind)
+		}
+		mu.Lock()
+		if err != nil && checkErr == nil {
+			checkErr = err
+		}
+		if ok == 0 {
+			burned++
+		} else {
+			accepted++
+		}
+		mu.Unlock()
+	})()
 	if checkErr != nil {
 		t.Fatal(checkErr)
 	}
