@@ -257,10 +257,7 @@ func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, ho
 			if len(keys) == 0 {
 				break
 			}
-			args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-			for _, k := range keys {
-				args = append(args, k)
-			}
+			args := append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, anySlice(keys)...)
 			if err := src.Do(ctx, args...).Err(); err != nil {
 				t.Fatalf("MIGRATE slot %d: %v", sl, err)
 			}
