@@ -538,9 +538,8 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The fences refuse at Open; a Store from New refuses each call.
-			if _, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()}); !errors.Is(err, ErrFenced) {
-				t.Fatalf("Open after the change was undone = %v; want ErrFenced", err)
-			}
+			_, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
+			wantErr(t, err, ErrFenced, "Open after the change was undone")
 			s2 := mustNew(t, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
 			defer s2.Close()
 			twice := 0
@@ -556,9 +555,8 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			if twice != 0 {
 				t.Fatalf("%d of %d IDs accepted twice", twice, len(before)+len(after))
 			}
-			if _, err := s2.Claim(ctx, "new-after-fence", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
-				t.Fatalf("claim of a new ID after the drift = %v; want ErrFenced", err)
-			}
+			_, err = s2.Claim(ctx, "new-after-fence", time.Now().Add(time.Minute))
+			wantErr(t, err, ErrFenced, "claim of a new ID after the drift")
 		})
 	}
 }
@@ -891,9 +889,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				st.step(s, "starts-the-check")
 				waitChecks(t, s)
 				for _, id := range []string{"new-id", old[0]} {
-					if err := st.step(s, id); !errors.Is(err, ch.after) {
-						t.Fatalf("%s of %s after the check = %v; want %v", st.name, id, err, ch.after)
-					}
+					wantErr(t, st.step(s, id), ch.after, st.name+" of "+id+" after the check")
 				}
 				if ch.after == ErrConfig && !lossNoted(t, s) {
 					t.Fatal("the check fenced nothing; want the evictions fenced")

@@ -31,6 +31,14 @@ func wantRefused(t *testing.T, s *Store, id string, until time.Time, target erro
 	}
 }
 
+// wantErr fails the test unless err matches target; what names the call.
+func wantErr(t testing.TB, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s = %v; want %v", what, err, target)
+	}
+}
+
 // TestClaim pins what Redis adds to the claim contract (TestStore:
 // first once, refused after, racing claims): each entry state, expiry by
 // Redis's clock and the keys and script it sends.
@@ -395,16 +403,12 @@ func stepsFailClosedOnUnexpectedReplies(t *testing.T) {
 				t.Fatalf("AcquireLease = %+v, %v; want nothing and ErrUnavailable", l, err)
 			}
 			tok := "0123456789abcdef0123456789abcdef"
-			if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("ConfirmLease = %v; want ErrUnavailable", err)
-			}
+			wantErr(t, s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)), ErrUnavailable, "ConfirmLease")
 			if err := s.RenewLease(ctx, "id", tok, time.Minute); !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) {
 				t.Fatalf("RenewLease = %v; want ErrUnavailable", err)
 			}
 			if _, isInt := tt.val.(int64); !isInt {
-				if err := s.ReleaseLease(ctx, "id", tok); !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("ReleaseLease = %v; want ErrUnavailable", err)
-				}
+				wantErr(t, s.ReleaseLease(ctx, "id", tok), ErrUnavailable, "ReleaseLease")
 			}
 		})
 	}

@@ -87,9 +87,7 @@ func stepsWithAStoppedReplicaAreNotDurable(t *testing.T) {
 	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
 		t.Fatalf("renewal with the replica stopped = %v; want ErrNotDurable", err)
 	}
-	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
-	}
+	wantErr(t, s.RenewLease(ctx, "a", newToken(), 2*time.Minute), replay.ErrLeaseLost, "renewal with another token, the replica stopped")
 	if r, err := s.AcquireRecord(ctx, "rec-down", time.Minute, fp); !errors.Is(err, ErrNotDurable) || Reason(err) != whyNotDurable || r.State != 0 {
 		t.Fatalf("AcquireRecord with the replica stopped = %+v, %v; want ErrNotDurable", r, err)
 	}
@@ -140,9 +138,8 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 	for range 2 {
 		wantRefused(t, s, "x", time.Now().Add(time.Minute), ErrConfig)
 	}
-	if _, err := s.ProvisionNew(ctx); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Provision: %v; want ErrConfig", err)
-	}
+	_, err := s.ProvisionNew(ctx)
+	wantErr(t, err, ErrConfig, "Provision")
 	for _, opts := range []Options{
 		{AllowAsyncReplicas: true},
 		{Durability: Durability{Replicas: 1}},
@@ -256,9 +253,8 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	t.Parallel()
 	everysec := newServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
-	if _, err := Open(context.Background(), everysec.client(), Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Open with LocalAOF on appendfsync everysec = %v; want ErrConfig", err)
-	}
+	_, err := Open(context.Background(), everysec.client(), Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()})
+	wantErr(t, err, ErrConfig, "Open with LocalAOF on appendfsync everysec")
 	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := primary.client()
 	ctx := context.Background()

@@ -204,23 +204,17 @@ func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
 	if after, err := c.Get(ctx, s.key("d")).Result(); err != nil || after != before {
 		t.Fatalf("entry after the renewal = %q, %v; want %q", after, err, before)
 	}
-	if err := s.RenewLease(ctx, "d", newToken(), time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal with another token = %v; want ErrLeaseLost", err)
-	}
+	wantErr(t, s.RenewLease(ctx, "d", newToken(), time.Hour), replay.ErrLeaseLost, "renewal with another token")
 	if p, err := c.PTTL(ctx, s.key("d")).Result(); err != nil || p > pttl {
 		t.Fatalf("PTTL after a refused renewal = %v, %v; want at most %v", p, err, pttl)
 	}
 	tok := newToken()
 	must(t, c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err())
-	if err := s.RenewLease(ctx, "n", tok, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal of a cancel note = %v; want ErrLeaseLost", err)
-	}
+	wantErr(t, s.RenewLease(ctx, "n", tok, time.Hour), replay.ErrLeaseLost, "renewal of a cancel note")
 	must(t, s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")))
 	done, err := c.Get(ctx, s.key("d")).Result()
 	must(t, err)
-	if err := s.RenewLease(ctx, "d", r.Token, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal of a done entry = %v; want ErrLeaseLost", err)
-	}
+	wantErr(t, s.RenewLease(ctx, "d", r.Token, time.Minute), replay.ErrLeaseLost, "renewal of a done entry")
 	if after, err := c.Get(ctx, s.key("d")).Result(); err != nil || after != done {
 		t.Fatalf("done entry after a refused renewal = %q, %v; want %q", after, err, done)
 	}
@@ -246,9 +240,8 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
 	t.Cleanup(func() { lag.Close() })
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
-	if _, err := lag.AcquireLease(ctx, "b", time.Minute); !errors.Is(err, ErrClockSkew) {
-		t.Fatalf("AcquireLease from a lagging instance = %v; want ErrClockSkew", err)
-	}
+	_, err := lag.AcquireLease(ctx, "b", time.Minute)
+	wantErr(t, err, ErrClockSkew, "AcquireLease from a lagging instance")
 	if err := lag.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew {
 		t.Fatalf("renewal from a lagging instance = %v; want ErrClockSkew, as AcquireLease", err)
 	}

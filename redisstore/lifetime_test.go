@@ -426,9 +426,8 @@ func recordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 			prefix := uniquePrefix(t, c)
 			s := provisioned(t, c, lifetimeOpts(prefix, 0))
 			must(t, c.Set(context.Background(), s.lifetimeKey(), v, 0).Err())
-			if _, err := s.readLifetime(context.Background()); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("readLifetime: %v; want ErrUnavailable", err)
-			}
+			_, err := s.readLifetime(context.Background())
+			wantErr(t, err, ErrUnavailable, "readLifetime")
 			s.learnRecordedLifetime(context.Background())
 			if s.Lifetime() != s.Horizon() {
 				t.Fatalf("learned %v from a bad record; want nothing (the Horizon)", s.Lifetime())

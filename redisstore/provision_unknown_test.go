@@ -74,9 +74,8 @@ func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 			if len(st.Ledger) != 1 || st.Ledger[0].Kind != ledgerProvisioned || !strings.Contains(st.Ledger[0].Detail, "history unknown") || !strings.Contains(st.Ledger[0].Detail, tt.want.String()) {
 				t.Fatalf("ledger = %+v; want one provisioned entry naming the unknown history and %v", st.Ledger, tt.want)
 			}
-			if _, err := Open(ctx, c, opts); !errors.Is(err, ErrFenced) {
-				t.Fatalf("Open while fenced = %v; want ErrFenced", err)
-			}
+			_, err = Open(ctx, c, opts)
+			wantErr(t, err, ErrFenced, "Open while fenced")
 			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
 			if n, err := s.Provision(ctx); n != 0 || !errors.Is(err, ErrFenced) {
 				t.Fatalf("Provision again = %d, %v; want 0, ErrFenced", n, err)
@@ -121,9 +120,8 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
 			s := mustNew(t, c, opts)
 			defer s.Close()
-			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) {
-				t.Fatalf("Provision = %v; want ErrFenced", err)
-			}
+			_, err := s.Provision(ctx)
+			wantErr(t, err, ErrFenced, "Provision")
 			tt.after(t, s, c)
 			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
 			ledger, _ := s.readLedger(ctx)

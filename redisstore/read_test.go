@@ -171,9 +171,8 @@ func readRefusesALostShard(t *testing.T) {
 		t.Fatalf("the marker after the read: EXISTS = %d, %v; want 0: a read writes nothing", n, err)
 	}
 	// Fenced by the next write: still refused, until the fence's end.
-	if _, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
-		t.Fatalf("Claim on a shard without its marker: %v, want ErrFenced", err)
-	}
+	_, err = s.Claim(ctx, "a", time.Now().Add(time.Minute))
+	wantErr(t, err, ErrFenced, "Claim on a shard without its marker")
 	r, err = s.ReadRecord(ctx, "a")
 	if !errors.Is(err, ErrFenced) || Reason(err) != whyFenced || r.State != 0 {
 		t.Fatalf("ReadRecord on a fenced shard = %+v, %v; want ErrFenced (%q)", r, err, whyFenced)

@@ -175,9 +175,7 @@ func plainStepsOnRecordEntries(t *testing.T) {
 		}
 		// A plain confirmation of the same token is not this one: lost,
 		// and the record stays.
-		if err := s.ConfirmLease(ctx, "r4", b.Token, time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("ConfirmLease over a record = %v; want ErrLeaseLost", err)
-		}
+		wantErr(t, s.ConfirmLease(ctx, "r4", b.Token, time.Now().Add(time.Hour)), replay.ErrLeaseLost, "ConfirmLease over a record")
 		if d := acquireRecord(t, s, "r4", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
 			t.Fatal("ConfirmLease changed the record")
 		}
@@ -386,9 +384,7 @@ func recordStepsFailClosed(t *testing.T) {
 			if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 || r.Fingerprint != nil || r.Result != nil {
 				t.Fatalf("AcquireRecord = %+v, %v; want nothing and ErrUnavailable", r, err)
 			}
-			if err := s.ConfirmRecord(ctx, "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
-			}
+			wantErr(t, s.ConfirmRecord(ctx, "id", tok, time.Now().Add(time.Hour), nil, []byte("r")), ErrUnavailable, "ConfirmRecord")
 		})
 	}
 	// The bytes' SET answered anything but OK, or the script finding its
@@ -413,9 +409,7 @@ func recordStepsFailClosed(t *testing.T) {
 				return tt.script, nil
 			}), Options{})
 			defer s.Close()
-			if err := s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
-			}
+			wantErr(t, s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")), ErrUnavailable, "ConfirmRecord")
 		})
 	}
 }
@@ -458,9 +452,8 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 		return []any{int64(-3), int64(0)}, nil
 	}), Options{})
 	defer s2.Close()
-	if _, err := s2.AcquireRecord(context.Background(), "id", time.Minute, nil); !errors.Is(err, ErrClockSkew) {
-		t.Fatalf("AcquireRecord = %v; want ErrClockSkew", err)
-	}
+	_, err := s2.AcquireRecord(context.Background(), "id", time.Minute, nil)
+	wantErr(t, err, ErrClockSkew, "AcquireRecord")
 	time.Sleep(50 * time.Millisecond)
 	if c := rc2.get(2); c != nil {
 		t.Fatalf("a refused acquire sent %v after its GET", c)
@@ -542,9 +535,7 @@ func recordOfTheEarlierLayoutStillReplays(t *testing.T) {
 				t.Fatalf("replay of an earlier record = %d-byte fingerprint, %d-byte result; want %d and %d", len(d.Fingerprint), len(d.Result), len(tc.fp), len(tc.result))
 			}
 			acquireLease(t, s, id, time.Minute, replay.LeaseDone)
-			if err := s.ConfirmRecord(ctx, id, tok, time.Now().Add(time.Hour), tc.fp, []byte("x")); !errors.Is(err, replay.ErrLeaseLost) {
-				t.Fatalf("ConfirmRecord over an earlier record = %v; want ErrLeaseLost", err)
-			}
+			wantErr(t, s.ConfirmRecord(ctx, id, tok, time.Now().Add(time.Hour), tc.fp, []byte("x")), replay.ErrLeaseLost, "ConfirmRecord over an earlier record")
 			if d := acquireRecord(t, s, id, nil, replay.LeaseDone); !bytes.Equal(d.Result, tc.result) {
 				t.Fatal("the earlier record changed")
 			}
@@ -562,18 +553,12 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		s, c := newTestStore(t)
 		l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
 		for _, want := range []error{nil, nil} { // recorded, then resent
-			if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); !errors.Is(err, want) {
-				t.Fatalf("ConfirmRecord = %v; want %v", err, want)
-			}
+			wantErr(t, s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result), want, "ConfirmRecord")
 		}
-		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
-		}
+		wantErr(t, s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")), replay.ErrLeaseLost, "ConfirmRecord of another result")
 		must(t, s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result))
 		m := acquireRecord(t, s, "c", fp, replay.LeaseAcquired)
-		if err := s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("ConfirmRecord with a foreign token = %v; want ErrLeaseLost", err)
-		}
+		wantErr(t, s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result), replay.ErrLeaseLost, "ConfirmRecord with a foreign token")
 		if got := keysOf(t, c, s, "}s:"); len(got) != 0 {
 			t.Fatalf("staging keys left: %q", got)
 		}
@@ -585,9 +570,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 	t.Run("until past by Redis's clock", func(t *testing.T) {
 		c := newTestClient(t)
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
-		if err := s.ConfirmRecord(ctx, "p", newToken(), time.Now().Add(-20*time.Second), fp, result); !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("ConfirmRecord = %v; want ErrExpired", err)
-		}
+		wantErr(t, s.ConfirmRecord(ctx, "p", newToken(), time.Now().Add(-20*time.Second), fp, result), replay.ErrExpired, "ConfirmRecord")
 		if got := keysOf(t, c, s, "}s:", "}r:"); len(got) != 0 {
 			t.Fatalf("staging or side keys left: %q", got)
 		}
@@ -598,9 +581,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Logger: quietLogger()})
 		must(t, c.Del(ctx, s.tags[shardOf("a")]).Err())
 		for range 2 {
-			if err := s.ConfirmRecord(ctx, "a", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, ErrFenced) {
-				t.Fatalf("ConfirmRecord on a lost shard = %v; want ErrFenced", err)
-			}
+			wantErr(t, s.ConfirmRecord(ctx, "a", newToken(), time.Now().Add(time.Hour), fp, result), ErrFenced, "ConfirmRecord on a lost shard")
 		}
 		if got := keysOf(t, c, s, "}s:", "}r:"); len(got) != 0 {
 			t.Fatalf("keys left beside the fence marker: %q", got)
@@ -821,15 +802,10 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 		}
 	})
 	t.Run("ConfirmRecord", func(t *testing.T) {
-		err := s.ConfirmRecord(ctx, "rec-1", leased.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
-		if !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("ConfirmRecord after appendonly no = %v; want ErrNotDurable", err)
-		}
+		wantErr(t, s.ConfirmRecord(ctx, "rec-1", leased.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")), ErrNotDurable, "ConfirmRecord after appendonly no")
 	})
 	t.Run("AcquireRecord", func(t *testing.T) {
-		r, err := s.AcquireRecord(ctx, "rec-2", time.Minute, []byte("fp"))
-		if !errors.Is(err, ErrNotDurable) {
-			t.Fatalf("AcquireRecord after appendonly no = %+v, %v; want ErrNotDurable", r.State, err)
-		}
+		_, err := s.AcquireRecord(ctx, "rec-2", time.Minute, []byte("fp"))
+		wantErr(t, err, ErrNotDurable, "AcquireRecord after appendonly no")
 	})
 }

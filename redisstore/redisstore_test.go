@@ -469,9 +469,8 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		}
 		for i := range Shards {
 			id := fmt.Sprintf("fence-%d", i)
-			if _, err := outer.Claim(ctx, id, until); !errors.Is(err, ErrFenced) {
-				t.Fatalf("outer claim after losing its markers = %v; want ErrFenced", err)
-			}
+			_, err := outer.Claim(ctx, id, until)
+			wantErr(t, err, ErrFenced, "outer claim after losing its markers")
 			wantClaim(t, inner, id, until, true)
 		}
 	})

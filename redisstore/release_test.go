@@ -172,17 +172,13 @@ func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
 	s := mustNew(t, c, Options{})
-	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
-	}
+	wantErr(t, s.Release(context.Background(), "id"), ErrUnavailable, "Release with Redis down")
 	odd := mustNew(t, answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetVal("OK")
 		return cmd
 	}), Options{})
-	if err := odd.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
-	}
+	wantErr(t, odd.Release(context.Background(), "id"), ErrUnavailable, "Release with a non-integer reply")
 }
 
 // busyRedis keeps the test Redis busy in a Lua loop for d (under Redis's

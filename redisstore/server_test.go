@@ -671,9 +671,7 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	b := mustOpen(t, f, Options{Logger: quietLogger()})
 	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
 	a.checkServer(ctx)
-	if err := a.refusal(); !errors.Is(err, ErrFenced) {
-		t.Fatalf("refusal of the store whose fence failed = %v; want ErrFenced until it is written", err)
-	}
+	wantErr(t, a.refusal(), ErrFenced, "refusal of the store whose fence failed")
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	b.checkServer(ctx)
 	fences, ledger := f.counts()

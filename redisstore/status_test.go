@@ -118,9 +118,8 @@ func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 		return fmt.Sprintf("F%d", end.UnixMilli())
 	})
 	wantRefused(t, running, "x", time.Now().Add(time.Minute), ErrFenced)
-	if _, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()}); !errors.Is(err, ErrFenced) {
-		t.Fatalf("Open while fenced = %v; want ErrFenced", err)
-	}
+	_, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()})
+	wantErr(t, err, ErrFenced, "Open while fenced")
 	var ev events
 	var logs syncBuffer
 	op := mustNew(t, c, Options{Prefix: "app:", Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
