@@ -80,10 +80,7 @@ func claimOverEachEntryState(t *testing.T) {
 			if tt.entry != "" {
 				must(t, c.Set(ctx, s.key(id), tt.entry, time.Minute).Err())
 			}
-			first, err := s.Claim(ctx, id, until)
-			if err != nil || first != tt.first {
-				t.Fatalf("Claim = %v, %v; want %v", first, err, tt.first)
-			}
+			wantClaim(t, s, id, until, tt.first)
 			v, err := c.Get(ctx, s.key(id)).Result()
 			must(t, err)
 			switch {
@@ -230,10 +227,7 @@ func invalidArgumentsNeverReachRedis(t *testing.T) {
 
 func claimAcceptsMaxLengthID(t *testing.T) {
 	s, _ := newTestStore(t)
-	first, err := s.Claim(context.Background(), strings.Repeat("y", MaxIDBytes), time.Now().Add(time.Minute))
-	if err != nil || !first {
-		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
-	}
+	wantClaim(t, s, strings.Repeat("y", MaxIDBytes), time.Now().Add(time.Minute), true)
 }
 
 func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
@@ -246,10 +240,7 @@ func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 		cmd.SetVal([]any{int64(1), int64(0)})
 		return cmd
 	}), Options{Prefix: "p:", Now: func() time.Time { return now }})
-	first, err := s.Claim(context.Background(), "the-id", until)
-	if err != nil || !first {
-		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
-	}
+	wantClaim(t, s, "the-id", until, true)
 	tag := fmt.Sprintf("p:{%02d}", shardOf("the-id"))
 	// The marker and the entry share one hash tag: one slot in Redis Cluster.
 	// ARGV[3] is the bound and fence: the one-hour claim's lifetime

@@ -145,9 +145,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 		{Durability: Durability{Replicas: 1}},
 	} {
 		provisionFirst(t, c, opts)
-		if _, err := Open(ctx, c, opts); err != nil {
-			t.Fatalf("Open with %+v: %v", opts, err)
-		}
+		mustOpen(t, c, opts)
 	}
 }
 

@@ -159,9 +159,7 @@ func everyStepOnALostShardRaisesTheFence(t *testing.T) {
 				}
 			}
 			ev.mu.Unlock()
-			if n, err := c.Exists(ctx, s.key("a")).Result(); err != nil || n != 0 {
-				t.Fatalf("entry left by the refused steps: %d, %v; want none", n, err)
-			}
+			wantNoKeys(t, c, "entry left by the refused steps", s.key("a"))
 			if v, err := c.Get(ctx, s.key(held)).Result(); err != nil || !strings.HasPrefix(v, "L") {
 				t.Fatalf("the lease after the refusals = %q, %v; want it as it was", v, err)
 			}
@@ -235,9 +233,7 @@ func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	if first, err := s.Claim(ctx, "far", far); first || !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
 		t.Fatalf("claim past the horizon = %v, %v; want ErrInvalidClaim (%q)", first, err, whyHorizon)
 	}
-	if n, err := c.Exists(ctx, s.key("far")).Result(); n != 0 || err != nil {
-		t.Fatalf("a refused claim wrote its key (%d, %v)", n, err)
-	}
+	wantNoKeys(t, c, "a refused claim wrote its key", s.key("far"))
 	if _, err := s.AcquireLease(ctx, "far", time.Hour+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
 		t.Fatalf("lease past the horizon: %v", err)
 	}
@@ -545,9 +541,7 @@ func newStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 			t.Fatalf("claim before Provision = %v, %v; want ErrConfig (%q)", first, err, whyNotProvisioned)
 		}
 	}
-	if n, err := c.Exists(ctx, s.tags[:]...).Result(); n != 0 || err != nil {
-		t.Fatalf("a refused claim wrote %d markers (%v); want none", n, err)
-	}
+	wantNoKeys(t, c, "the markers after a refused claim", s.tags[:]...)
 	provisionFirst(t, c, Options{Prefix: prefix})
 	deadline := time.Now().Add(keySpaceRetry + 2*time.Second)
 	for {

@@ -108,6 +108,15 @@ func keysOf(t *testing.T, c *redis.Client, s *Store, marks ...string) []string {
 	return out
 }
 
+// wantNoKeys fails the test unless none of keys exists on c; what names
+// them.
+func wantNoKeys(t testing.TB, c *redis.Client, what string, keys ...string) {
+	t.Helper()
+	if n, err := c.Exists(context.Background(), keys...).Result(); err != nil || n != 0 {
+		t.Fatalf("%s: %d exist, %v; want none", what, n, err)
+	}
+}
+
 // Entries written without a record — by ConfirmLease, Claim, or older
 // versions ("D" + token, "1" + nonce, "1") — read as done with an empty
 // (nil) record; a lease without one as busy with a nil fingerprint. (This
@@ -562,9 +571,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 		if got := keysOf(t, c, s, "}s:"); len(got) != 0 {
 			t.Fatalf("staging keys left: %q", got)
 		}
-		if n, err := c.Exists(ctx, sideKey(s.tags[shardOf("c")], "c")).Result(); err != nil || n != 0 {
-			t.Fatalf("a lost confirmation left a side key: %d, %v", n, err)
-		}
+		wantNoKeys(t, c, "a lost confirmation left a side key", sideKey(s.tags[shardOf("c")], "c"))
 		must(t, s.ConfirmRecord(ctx, "c", m.Token, time.Now().Add(time.Hour), fp, result))
 	})
 	t.Run("until past by Redis's clock", func(t *testing.T) {
@@ -613,9 +620,7 @@ func replayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
 	b := acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
 	must(t, s.ConfirmRecord(ctx, "b", b.Token, time.Now().Add(time.Hour), fp, result))
 	must(t, s.Release(ctx, "b"))
-	if n, err := c.Exists(ctx, s.key("b"), sideKey(s.tags[shardOf("b")], "b")).Result(); err != nil || n != 0 {
-		t.Fatalf("after Release %d of the entry and side key remain, %v", n, err)
-	}
+	wantNoKeys(t, c, "the entry and side key after Release", s.key("b"), sideKey(s.tags[shardOf("b")], "b"))
 	acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
 }
 
@@ -791,10 +796,7 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 	if s.dur.implied == nil || !s.dur.implied.on.Load() {
 		t.Skip("the implied local AOF wait is off (no WAITAOF on this server)")
 	}
-	leased, err := s.AcquireRecord(ctx, "rec-1", time.Minute, []byte("fp"))
-	if err != nil || leased.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireRecord before the switch = %+v, %v", leased, err)
-	}
+	leased := acquireRecord(t, s, "rec-1", []byte("fp"), replay.LeaseAcquired)
 	must(t, c.ConfigSet(ctx, "appendonly", "no").Err())
 	t.Run("Claim", func(t *testing.T) {
 		if first, err := s.Claim(ctx, "claim-after", time.Now().Add(time.Minute)); !errors.Is(err, ErrNotDurable) {
