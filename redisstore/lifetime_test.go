@@ -579,11 +579,7 @@ func oneMinuteWorkIsFencedForMinutes(t *testing.T) {
 		work   func(t *testing.T, s *Store)
 	}{
 		{"claims of 1 minute", 2*time.Minute + 16*time.Second, func(t *testing.T, s *Store) {
-			for i := range 20 {
-				if first, err := claim(context.Background(), s, fmt.Sprint("id-", i), time.Now().Add(time.Minute)); !first || err != nil {
-					t.Fatalf("Claim: %v, %v", first, err)
-				}
-			}
+			claimMany(t, s, "id-", 20, time.Minute)
 		}},
 		{"one-time tokens with a 1-minute TTL", 3*time.Minute + 31*time.Second, func(t *testing.T, s *Store) {
 			kr, err := ctoken.NewKeyring(ctoken.RandomKey())
