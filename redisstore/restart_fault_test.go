@@ -119,7 +119,7 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 					switch st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s, store.fenced); st {
 					case http.StatusOK:
 						accepted++
-					case http.StatusServiceUnavailable:
+					case http.StatusServiceUnavailable, 0:
 						fenced++
 					case http.StatusConflict:
 					default:
