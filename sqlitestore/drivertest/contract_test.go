@@ -172,7 +172,9 @@ func TestSweep(t *testing.T) {
 		db, _ := openMigrated(t, d)
 		const backlog = 5000
 		swept := make(chan replay.Event, 16)
-		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Observer: func(e replay.Event) {
+		// The claims wait behind the Work that writes the backlog, seconds
+		// on a slow machine.
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: 10 * time.Millisecond, Timeout: time.Minute, Observer: func(e replay.Event) {
 			if e.Kind == replay.EventSwept && (e.Deleted != 0 || e.Reason != nil) {
 				select {
 				case swept <- e:
@@ -183,8 +185,10 @@ func TestSweep(t *testing.T) {
 		until := time.Now().Add(time.Hour)
 		claimAll(t, s, idList("live-", 5), until)
 		// The claims, until the backlog is gone: each answered first, and
-		// at least one while the backlog was partly swept. The backlog is
-		// written once the claims run, so the sweep never ends before them.
+		// at least one while the backlog was partly swept. Once the claims
+		// run, a Work holds the store's writer and writes the backlog in
+		// its transaction: the claims and the sweep wait behind it, so the
+		// sweep never ends before the claims begin.
 		stop, running, claimed := make(chan struct{}), make(chan struct{}), make(chan [2]int, 1)
 		go func() {
 			n, mid := 0, 0
@@ -204,7 +208,9 @@ func TestSweep(t *testing.T) {
 		}()
 		select {
 		case <-running:
-			insertExpired(t, db, nil, backlog)
+			w, tx := workOf(t, s, "backlog", true, nil)
+			insertExpired(t, tx, nil, backlog)
+			must(t, w.Commit(ctx, until, nil, nil))
 		case got := <-claimed:
 			t.Fatalf("the claims stopped after %d", got[0])
 		}
@@ -221,8 +227,8 @@ func TestSweep(t *testing.T) {
 		}
 		close(stop)
 		got := <-claimed
-		if rows := countRows(t, db, `SELECT count(*) FROM ctoken_replay`); rows != 1+5+got[0] {
-			t.Fatalf("%d rows after the sweep; want the marker, 5 live claims and the %d claimed during it", rows, got[0])
+		if rows := countRows(t, db, `SELECT count(*) FROM ctoken_replay`); rows != 1+5+1+got[0] {
+			t.Fatalf("%d rows after the sweep; want the marker, 5 live claims, the Work's and the %d claimed during it", rows, got[0])
 		}
 		if got[1] == 0 {
 			t.Fatalf("none of the %d claims was answered while the backlog was partly swept", got[0])
@@ -265,7 +271,9 @@ func TestSweep(t *testing.T) {
 // insertExpired writes n expired rows ("old-0" …) in one statement, as
 // the store writes a claim (its key: the prefix's length, the prefix, the
 // ID), until long past; s nil: DefaultPrefix.
-func insertExpired(t testing.TB, db *sql.DB, s *sqlitestore.Store, n int) {
+func insertExpired(t testing.TB, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, s *sqlitestore.Store, n int) {
 	t.Helper()
 	prefix := sqlitestore.DefaultPrefix
 	if s != nil {
