@@ -141,6 +141,11 @@ type servers struct {
 	// cond is the refusal of the last check for a condition (a server
 	// Open would refuse); nil when the last check passed.
 	cond atomic.Pointer[error]
+	// hold, when not nil, is the refusal of the steps that can take a
+	// free ID (claims, acquisitions) after a script found the loss
+	// counters moved, until a check has judged the server (see
+	// [Store.holdForCheck]); nil once a check has run to its end.
+	hold atomic.Pointer[error]
 	// running is set while a background round of checks runs; again asks
 	// it for one more round.
 	running, again atomic.Bool

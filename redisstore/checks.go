@@ -190,6 +190,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 	}
 	s.learnRecordedLifetime(ctx) // lifetime.go: another application's longer lifetime
 	s.settle(ctx, obs)
+	s.srv.hold.Store(nil) // the counters are judged (see holdForCheck)
 	var old *error
 	if cond != nil {
 		old = s.srv.cond.Swap(&cond)

@@ -76,6 +76,16 @@ func (s *Store) refusal() error {
 	return nil
 }
 
+// held is the refusal of a step that can take a free ID while a script's
+// finding that the loss counters moved waits for a check (see
+// [Store.holdForCheck]); nil otherwise.
+func (s *Store) held() error {
+	if p := s.srv.hold.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // whyLossSeen is the refusal of a store that found evidence of loss and
 // has not yet fenced the key space.
 const whyLossSeen = "the server reported a loss of data (eviction, a flush, SWAPDB, persistence weakened, or a restart without persistence): the key space is being fenced until every claim made before the loss has expired"

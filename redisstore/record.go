@@ -286,6 +286,9 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, "", nil, err
 	}
+	if err := s.held(); err != nil {
+		return 0, 0, "", nil, err
+	}
 	shard := shardOf(id)
 	marker := &s.tags[shard]
 	key := *marker + ":" + id

@@ -53,6 +53,11 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, err
 	}
+	if sc == &claimLua || sc == &acquireLua {
+		if err := s.held(); err != nil {
+			return 0, 0, err
+		}
+	}
 	shard := shardOf(id)
 	marker := &s.tags[shard]
 	c := new(scriptCall)
@@ -143,8 +148,9 @@ func (s *Store) verdict(sc *script, shard int, code, val, sent int64, durErr err
 	case -6:
 		return code, val, refuse(ErrInvalidClaim, whyHorizon, nil)
 	case -8:
-		// Every call refuses until a check has judged the counters: the
-		// commands that follow a reset can regrow past the baseline.
+		// Every step that can take a free ID refuses until a check has
+		// judged the counters: the commands that follow a reset can
+		// regrow past the baseline.
 		err := refuse(ErrUnavailable, whyCountersMoved, nil)
 		s.holdForCheck(err)
 		return code, val, err

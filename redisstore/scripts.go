@@ -116,8 +116,9 @@ end
 // (CONFIG RESETSTAT, another server): the script then answers -8, so an
 // ID that eviction took since that check is never answered free before
 // the check that fences for it has run. The store then refuses every
-// call until a check has run, at once (see [Store.verdict]); the check
-// takes the counters as the new baseline only after fencing for them.
+// step that can take a free ID until a check has run, at once (see
+// [Store.holdForCheck]); the check takes the counters as the new
+// baseline only after fencing for them.
 const countersLua = `local function field(i, name)
   local p = string.find(i, name, 1, true)
   return p and string.match(i, '^%d+', p + #name)
