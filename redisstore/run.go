@@ -53,10 +53,11 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, err
 	}
-	if sc == &claimLua || sc == &acquireLua {
-		if err := s.held(); err != nil {
-			return 0, 0, err
-		}
+	// A claim or an acquisition can take a free ID: held while the loss
+	// counters moved, and its script compares them.
+	takesFree := sc == &claimLua || sc == &acquireLua
+	if err := s.held(); takesFree && err != nil {
+		return 0, 0, err
 	}
 	shard := shardOf(id)
 	marker := &s.tags[shard]
@@ -82,7 +83,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	}
 	c.cmd = [11]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
 	cmd := c.cmd[:10]
-	if sc == &claimLua || sc == &acquireLua {
+	if takesFree {
 		c.cmd[10] = s.countersArg(ctx, *marker)
 		cmd = c.cmd[:]
 	}
