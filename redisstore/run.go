@@ -56,8 +56,10 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	// A claim or an acquisition can take a free ID: held while the loss
 	// counters moved, and its script compares them.
 	takesFree := sc == &claimLua || sc == &acquireLua
-	if err := s.held(); takesFree && err != nil {
-		return 0, 0, err
+	if takesFree {
+		if err := s.held(); err != nil {
+			return 0, 0, err
+		}
 	}
 	shard := shardOf(id)
 	marker := &s.tags[shard]
