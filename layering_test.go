@@ -21,8 +21,8 @@ import (
 // library only; observe is the event vocabulary the root package and
 // webhook share; internal/jcs is the RFC 8785 canonicalizer behind the
 // root package's fingerprints); the root package and webhook (side by side, neither
-// importing the other); exchange and keyfile (on the root package); mcptoken (the root package, replay, internal/ringkey and
-// internal/xaes, and the standard library only); cmd/ctoken and the nested modules on top. Nothing imports upward.
+// importing the other); exchange and keyfile (on the root package); mcptoken (the root package, replay, some of
+// internal/, and the standard library only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
 
@@ -170,8 +170,10 @@ func TestLayeringOnlyTheRootPackageImportsTheCanonicalizer(t *testing.T) {
 // the root package, replay (a round's record and the store of idempotent
 // tool calls: replay.Recorder), internal/stateclaim (a state opened but not
 // claimed, which the root package offers through it without a new exported
-// name) and the sealing of recorded results (internal/ringkey,
-// internal/xaes, as the idempotency middleware seals its responses), so
+// name), the sealing of recorded results (internal/ringkey,
+// internal/xaes, as the idempotency middleware seals its responses) and
+// the retry of a record's confirmation (internal/confirm, as the
+// middlewares retry theirs), so
 // that the nested modules can share it without reaching into internal/
 // themselves, and nothing below it imports it (but its own test support,
 // mcptoken/mcptokentest, and storetest, the suite every store runs).
@@ -183,10 +185,11 @@ func TestLayeringMCPTokenSitsOnRootReplayAndSealing(t *testing.T) {
 		modulePath + "/internal/stateclaim": true,
 		modulePath + "/internal/ringkey":    true,
 		modulePath + "/internal/xaes":       true,
+		modulePath + "/internal/confirm":    true,
 	}
 	for _, d := range pkgs[modulePath+"/mcptoken"].Imports {
 		if !allowed[d] && !std[d] {
-			t.Errorf("mcptoken imports %s: it may import only the root package, replay, internal/stateclaim, the record sealing of internal/ (ringkey, xaes) and the standard library", d)
+			t.Errorf("mcptoken imports %s: it may import only the root package, replay, internal/stateclaim, the record sealing of internal/ (ringkey, xaes), internal/confirm and the standard library", d)
 		}
 	}
 	for path, p := range pkgs {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/confirm"
 	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
@@ -521,32 +522,18 @@ func refusedForSize(err error) bool {
 // confirmRetrying calls try (a confirm of the lease, done until the
 // given time) until it succeeds, fails for good, or the lease is over.
 func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time) error) error {
-	p := a.p
-	until := time.Now().Add(p.window)
-	giveUp := a.confirmDeadline()
-	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), giveUp)
+	until := time.Now().Add(a.p.window)
+	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), a.confirmDeadline())
 	defer cancel()
-	wait := 10 * time.Millisecond
-	for {
-		err := try(ctx, until)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, replay.ErrLeaseLost):
-			return leaseLostError(err)
-		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig), errors.Is(err, replay.ErrTooLarge),
-			errors.Is(err, replay.ErrFull), ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
-			return storeConfirmError(err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return storeConfirmError(err)
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
+	err := confirm.Retry(ctx, func(ctx context.Context) error { return try(ctx, until) },
+		replay.ErrLeaseLost, replay.ErrExpired, replay.ErrConfig, replay.ErrTooLarge, replay.ErrFull)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, replay.ErrLeaseLost):
+		return leaseLostError(err)
 	}
+	return storeConfirmError(err)
 }
 
 // release frees the key after an attempt that must be retried (why says

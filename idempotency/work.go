@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/confirm"
 	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -167,11 +168,7 @@ func (a *attempt) rollback(work replay.Work) {
 // the lease ends or, when that is already near, for a quarter of the
 // lease.
 func (a *attempt) confirmDeadline() time.Time {
-	giveUp := a.start.Add(a.p.lease)
-	if late := time.Now().Add(a.p.lease / 4); late.After(giveUp) {
-		giveUp = late
-	}
-	return giveUp
+	return confirm.Deadline(a.start.Add(a.p.lease), a.p.lease)
 }
 
 // restoreHeader sets h back to outer: the headers the handler set are not

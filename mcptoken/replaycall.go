@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/confirm"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -411,39 +412,18 @@ func (e *engine) marker(id string, fp []byte) []byte {
 // tried: until the lease ends or, when that is already near, for a
 // quarter of the lease.
 func (e *engine) confirmDeadline(start time.Time) time.Time {
-	giveUp := start.Add(e.lease)
-	if late := time.Now().Add(e.lease / 4); late.After(giveUp) {
-		giveUp = late
-	}
-	return giveUp
+	return confirm.Deadline(start.Add(e.lease), e.lease)
 }
 
 // confirm records result under the lease, retrying a failing store with
 // backoff until confirmDeadline, however the caller's context ends.
 func (e *engine) confirm(ctx context.Context, id, token string, fp []byte, start time.Time, result []byte) error {
 	until := time.Now().Add(e.window)
-	giveUp := e.confirmDeadline(start)
-	cctx, cancel := replay.WithDeadlineOnly(ctx, giveUp)
+	cctx, cancel := replay.WithDeadlineOnly(ctx, e.confirmDeadline(start))
 	defer cancel()
-	wait := 10 * time.Millisecond
-	for {
-		err := e.store.ConfirmRecord(cctx, id, token, until, fp, result)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, replay.ErrLeaseLost), errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig),
-			errors.Is(err, replay.ErrTooLarge), errors.Is(err, replay.ErrFull), cctx.Err() != nil, time.Now().Add(wait).After(giveUp):
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-cctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
-	}
+	return confirm.Retry(cctx, func(ctx context.Context) error {
+		return e.store.ConfirmRecord(ctx, id, token, until, fp, result)
+	}, replay.ErrLeaseLost, replay.ErrExpired, replay.ErrConfig, replay.ErrTooLarge, replay.ErrFull)
 }
 
 // refusedForSize reports whether a confirm failed because the store

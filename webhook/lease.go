@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/confirm"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -350,11 +351,7 @@ func (l *Lease) Confirm(ctx context.Context) error {
 // confirmDeadline is when Confirm gives up: when the lease expires or,
 // when called that late, a quarter of the lease from now.
 func (l *Lease) confirmDeadline() time.Time {
-	giveUp := l.expires
-	if late := time.Now().Add(l.v.p.lease / 4); late.After(giveUp) {
-		giveUp = late
-	}
-	return giveUp
+	return confirm.Deadline(l.expires, l.v.p.lease)
 }
 
 // errConfirmFailed wraps a store error of a confirmation whose outcome is
@@ -410,28 +407,16 @@ func (l *Lease) confirm(ctx context.Context) error {
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
 	}
 	defer cancel()
-	failed := errConfirmFailed
-	wait := 10 * time.Millisecond
-	for {
-		err := p.leaser.ConfirmLease(ctx, l.key, l.token, until)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, replay.ErrLeaseLost):
-			return errLost(err)
-		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig),
-			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
-			return failed(err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return failed(err)
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
+	err := confirm.Retry(ctx, func(ctx context.Context) error {
+		return p.leaser.ConfirmLease(ctx, l.key, l.token, until)
+	}, replay.ErrLeaseLost, replay.ErrExpired, replay.ErrConfig)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, replay.ErrLeaseLost):
+		return errLost(err)
 	}
+	return errConfirmFailed(err)
 }
 
 // Release gives the delivery up after its processing failed, so that the

@@ -17,14 +17,11 @@ import (
 )
 
 // timingStore is a MemoryStore that records, for each ConfirmLease and
-// ReleaseLease call, when it came and its context's deadline; while
-// failing is set ConfirmLease fails without asking the MemoryStore.
+// ReleaseLease call, its context's deadline.
 type timingStore struct {
 	*replay.MemoryStore
-	failing bool
 
 	mu               sync.Mutex
-	confirmAt        []time.Time
 	confirmDeadlines []time.Time
 	releaseDeadlines []time.Time
 }
@@ -39,13 +36,8 @@ func deadlineOf(ctx context.Context) time.Time {
 
 func (s *timingStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
 	s.mu.Lock()
-	s.confirmAt = append(s.confirmAt, time.Now())
 	s.confirmDeadlines = append(s.confirmDeadlines, deadlineOf(ctx))
-	failing := s.failing
 	s.mu.Unlock()
-	if failing {
-		return errStoreDown
-	}
 	return s.MemoryStore.ConfirmLease(ctx, id, token, until)
 }
 
@@ -107,29 +99,6 @@ func TestLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantQuarterLease(t, "ConfirmLease", store.confirmDeadlines, before, time.Now(), lease)
-	})
-
-	// Confirm retries a failing store with a wait that doubles from 10ms, so
-	// a store that is down is not hammered.
-	t.Run("confirm backs off between store retries", func(t *testing.T) {
-		// A 1 s lease: retries 10, 20, 40, 80, 160 and 320 ms apart fit (7
-		// calls, the last 630 ms in); the next wait, 640 ms, would end past
-		// the lease. At least 3 calls holds unless the machine stalls for
-		// most of a second.
-		store, l := newTimedLease(t, time.Second)
-		store.failing = true
-		if err := l.Confirm(context.Background()); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) {
-			t.Fatalf("Confirm = %v, want ErrReplayStore and the store's error", err)
-		}
-		at := store.confirmAt
-		if len(at) < 3 || len(at) > 7 {
-			t.Fatalf("ConfirmLease called %d times within a 1s lease, want 3 to 7 (10, 20, 40, 80, 160, 320ms apart)", len(at))
-		}
-		for i := 1; i < len(at); i++ {
-			if gap, want := at[i].Sub(at[i-1]), 10*time.Millisecond<<(i-1); gap < want {
-				t.Fatalf("retry %d came %v after the last, want at least %v", i, gap, want)
-			}
-		}
 	})
 
 	// Release gives the store a quarter of the lease.
