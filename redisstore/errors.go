@@ -15,10 +15,10 @@ import (
 var (
 	// ErrUnavailable reports that the store could not decide whether the
 	// claim was first: Redis unreachable, timed out, or answered with an
-	// error or an unexpected reply; a script answered while the server's
-	// maxmemory-policy read evicting (or could not be read) right after it
-	// (Reason says so; the claim may have been recorded, and the store
-	// checks the server at once; see [Options.AllowEviction]); or one of
+	// error or an unexpected reply; a step that can take a free ID found
+	// the server's loss counters moved since the last check (Reason says
+	// so; nothing was written, and the store checks the server at once);
+	// or one of
 	// the refusals below that also match it ([ErrFenced], [ErrClockSkew],
 	// [ErrNotDurable]). When the
 	// caller's context had ended by the time the call returned, the error
