@@ -44,24 +44,14 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 					t.Fatalf("AcquireLease(%s) after %s = %+v, %v; want ErrUnavailable", id, forget, l, err)
 				}
 			}
-			if err := s.ConfirmLease(bg(), "leased", l.Token, until); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("ConfirmLease after %s: %v; want ErrUnavailable", forget, err)
-			}
+			wantIs(t, s.ConfirmLease(bg(), "leased", l.Token, until), ErrUnavailable, "ConfirmLease after %s: %v; want ErrUnavailable", forget)
 			if strings.HasPrefix(forget, "DROP") {
 				return // a dropped table is a missing one: New refuses with ErrConfig
 			}
-			if _, err := s.Claim(bg(), "claimed", until); !errors.Is(err, ErrForgotten) {
-				t.Fatalf("Claim after %s: %v; want ErrForgotten", forget, err)
-			}
-			if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrForgotten) {
-				t.Fatalf("New on a forgotten table: %v; want ErrForgotten", err)
-			}
-			if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
-				t.Fatalf("Migrate of a forgotten table: %v; want ErrForgotten", err)
-			}
-			if err := Rearm(bg(), pool, name, -time.Second); !errors.Is(err, ErrConfig) {
-				t.Fatalf("Rearm with a negative fence: %v; want ErrConfig", err)
-			}
+			wantIs(t, errOf(s.Claim(bg(), "claimed", until)), ErrForgotten, "Claim after %s: %v; want ErrForgotten", forget)
+			wantIs(t, errOf(New(bg(), pool, Options{Table: name})), ErrForgotten, "New on a forgotten table: %v; want ErrForgotten")
+			wantIs(t, Migrate(bg(), pool, name), ErrForgotten, "Migrate of a forgotten table: %v; want ErrForgotten")
+			wantIs(t, Rearm(bg(), pool, name, -time.Second), ErrConfig, "Rearm with a negative fence: %v; want ErrConfig")
 			// Rearmed with a fence: refused until it passes, then served.
 			// A claim that returned before rearmed+fence ran within the
 			// fence (which Rearm started after rearmed): it must be
@@ -126,9 +116,7 @@ func standbyFailsClosed(t *testing.T) {
 			t.Fatalf("Claim(%s) on a standby = %v, %v; want ErrUnavailable (read-only: SQLSTATE 25006 or the recheck's refusal)", id, first, err)
 		}
 	}
-	if _, err := New(bg(), pool, Options{}); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("New on a standby: %v; want ErrUnavailable", err)
-	}
+	wantIs(t, errOf(New(bg(), pool, Options{})), ErrUnavailable, "New on a standby: %v; want ErrUnavailable")
 }
 
 // New's refusal of a standby that commits do not wait for names how to

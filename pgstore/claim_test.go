@@ -260,18 +260,10 @@ func invalidIDsRefusedWithoutRecording(t *testing.T) {
 		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) {
 			t.Fatalf("Claim(%d bytes) = %v, %v; want ErrInvalidClaim", len(id), first, err)
 		}
-		if _, err := s.AcquireLease(bg(), id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("AcquireLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("ConfirmLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("ReleaseLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.Release(bg(), id); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("Release(%d bytes): %v", len(id), err)
-		}
+		wantIs(t, errOf(s.AcquireLease(bg(), id, time.Minute)), ErrInvalidClaim, "AcquireLease(%d bytes): %v", len(id))
+		wantIs(t, s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until), ErrInvalidClaim, "ConfirmLease(%d bytes): %v", len(id))
+		wantIs(t, s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)), ErrInvalidClaim, "ReleaseLease(%d bytes): %v", len(id))
+		wantIs(t, s.Release(bg(), id), ErrInvalidClaim, "Release(%d bytes): %v", len(id))
 	}
 	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
 	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {

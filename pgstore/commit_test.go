@@ -77,9 +77,7 @@ func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 		ctx := w.Context(bg())
 		must(t, charge(ctx, table, "k2", "slow"))
 		time.Sleep(400 * time.Millisecond) // the handler is slower than its lease
-		if err := w.Commit(bg(), until, []byte("fp"), []byte("slow")); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("Commit after the lease ran out = %v, want ErrLeaseLost", err)
-		}
+		wantIs(t, w.Commit(bg(), until, []byte("fp"), []byte("slow")), replay.ErrLeaseLost, "Commit after the lease ran out = %v, want ErrLeaseLost")
 		wantCharges(t, s.pool, table, "k2")
 		if row, _ := rowOf(t, s, "k2"); row.state != "l" {
 			t.Fatalf("row state = %q, want the expired lease left as it was", row.state)

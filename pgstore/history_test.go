@@ -523,9 +523,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			if events.Load() == 0 {
 				t.Fatalf("no replay.EventRefusing with ErrFenced")
 			}
-			if _, err := p.Claim(bg(), "fresh", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
-				t.Fatalf("Claim of a fresh ID while fenced = %v; want ErrFenced", err)
-			}
+			wantIs(t, errOf(p.Claim(bg(), "fresh", time.Now().Add(time.Minute))), ErrFenced, "Claim of a fresh ID while fenced = %v; want ErrFenced")
 			// The fence's end (simulated: the marker's until moved to now)
 			// lets the store serve again without a restart, and the
 			// record written on the new timeline does not fence again.

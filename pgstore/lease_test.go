@@ -54,9 +54,7 @@ func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
 	}
 	before, _ := rowOf(t, s, "a")
 	other := mustLease(t, s, "other", time.Minute)
-	if err := s.RenewLease(bg(), "a", other.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("renewal with another lease's token = %v; want ErrLeaseLost", err)
-	}
+	wantIs(t, s.RenewLease(bg(), "a", other.Token, time.Hour), replay.ErrLeaseLost, "renewal with another lease's token = %v; want ErrLeaseLost")
 	if after, _ := rowOf(t, s, "a"); after.xmin != before.xmin {
 		t.Fatal("a renewal with another token wrote the row")
 	}
@@ -244,9 +242,7 @@ func renewThroughAWork(t *testing.T) {
 		must(t, err)
 		mustExec(t, tx, `SELECT 1`)
 		for _, c := range []context.Context{bg(), ctx} {
-			if err := s.RenewLease(c, "locked", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-				t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
-			}
+			wantIs(t, s.RenewLease(c, "locked", r.Token, time.Hour), replay.ErrLeaseLost, "RenewLease of an AcquireWork's token = %v; want ErrLeaseLost")
 		}
 		if _, ok := rowOf(t, s, "locked"); ok {
 			t.Fatal("the renewal wrote a row for the Work's ID")
@@ -261,9 +257,7 @@ func renewThroughAWork(t *testing.T) {
 		if left, state := leaseLeft(t, s, "locked"); state != "d" || left > time.Hour {
 			t.Fatalf("row after the Commit: %q, %v left; want done until the Commit's until", state, left)
 		}
-		if err := s.RenewLease(bg(), "locked", r.Token, 2*time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("RenewLease after the Commit = %v; want ErrLeaseLost", err)
-		}
+		wantIs(t, s.RenewLease(bg(), "locked", r.Token, 2*time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
 	})
 	t.Run("BeginWork", func(t *testing.T) {
 		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
@@ -281,9 +275,7 @@ func renewThroughAWork(t *testing.T) {
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
 			t.Fatalf("Commit after the renewal, past the lease's first end: %v", err)
 		}
-		if err := s.RenewLease(bg(), "begun", l.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("RenewLease after the Commit = %v; want ErrLeaseLost", err)
-		}
+		wantIs(t, s.RenewLease(bg(), "begun", l.Token, time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
 	})
 }
 

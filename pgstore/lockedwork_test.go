@@ -152,9 +152,7 @@ func acquireWorkCommitsAtMostOnce(t *testing.T) {
 		w := acquireWork(t, a, id, []byte("fp"))
 		must(t, charge(w.Context(bg()), table, id, "work"))
 		mustClaim(t, b, id, time.Now().Add(time.Hour))
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); !errors.Is(err, replay.ErrLeaseLost) {
-			t.Fatalf("Commit = %v; want ErrLeaseLost", err)
-		}
+		wantIs(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")), replay.ErrLeaseLost, "Commit = %v; want ErrLeaseLost")
 		wantCharges(t, a.pool, table, id)
 	})
 	t.Run("racing instances", func(t *testing.T) {

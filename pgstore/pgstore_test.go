@@ -282,12 +282,8 @@ func tableInASystemSchemaIsRefused(t *testing.T) {
 			if sql, err := Schema(table); sql != "" || !errors.Is(err, ErrConfig) {
 				t.Fatalf("Schema(%q) = %q, %v; want ErrConfig", table, sql, err)
 			}
-			if err := Migrate(bg(), pool, table); !errors.Is(err, ErrConfig) {
-				t.Fatalf("Migrate(%q): %v; want ErrConfig", table, err)
-			}
-			if err := Rearm(bg(), pool, table, time.Second); !errors.Is(err, ErrConfig) {
-				t.Fatalf("Rearm(%q): %v; want ErrConfig", table, err)
-			}
+			wantIs(t, Migrate(bg(), pool, table), ErrConfig, "Migrate(%q): %v; want ErrConfig", table)
+			wantIs(t, Rearm(bg(), pool, table, time.Second), ErrConfig, "Rearm(%q): %v; want ErrConfig", table)
 			newRefused(t, pool, Options{Table: table, SweepInterval: -1}, "on "+table)
 		})
 	}
@@ -323,7 +319,5 @@ func TestErrorsMatchReplay(t *testing.T) {
 		t.Fatal("a sentinel matches another's counterpart")
 	}
 	var s Store
-	if _, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !errors.Is(err, replay.ErrConfig) {
-		t.Fatalf("a zero Store's Claim = %v; want an error matching replay.ErrConfig", err)
-	}
+	wantIs(t, errOf(s.Claim(bg(), "a", time.Now().Add(time.Minute))), replay.ErrConfig, "a zero Store's Claim = %v; want an error matching replay.ErrConfig")
 }

@@ -111,15 +111,11 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	t.Run("forgotten", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
 		mustExec(t, pool, `DELETE FROM "`+name+`"`)
-		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
-			t.Fatalf("Migrate of an emptied layout-1 table: %v; want ErrForgotten", err)
-		}
+		wantIs(t, Migrate(bg(), pool, name), ErrForgotten, "Migrate of an emptied layout-1 table: %v; want ErrForgotten")
 	})
 	t.Run("ambiguous keys refused", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`, [3]string{"\x00\x04app:x", "c", `now() + interval '1 hour'`})
-		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
-			t.Fatalf("Migrate of a layout-1 table with a key starting with 0x00: %v; want ErrConfig", err)
-		}
+		wantIs(t, Migrate(bg(), pool, name), ErrConfig, "Migrate of a layout-1 table with a key starting with 0x00: %v; want ErrConfig")
 		newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "after the refused Migrate (still layout 1)")
 	})
 	t.Run("rearm leaves it to Migrate", func(t *testing.T) {
@@ -139,9 +135,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 			t.Fatalf("Schema lacks %q:\n%s", want, sql)
 		}
 	}
-	if _, err := Schema("bad name"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Schema of a bad name: %v", err)
-	}
+	wantIs(t, errOf(Schema("bad name")), ErrConfig, "Schema of a bad name: %v")
 	// A team running its own migrations runs the SQL as printed.
 	pool := needServer(t).pool(t)
 	name := uniqueTable(t, pool)
@@ -155,9 +149,7 @@ func schemaIsWhatMigrateRuns(t *testing.T) {
 func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 	pool := needServer(t).pool(t)
 	name := uniqueTable(t, pool)
-	if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("New before Migrate: %v, want ErrConfig (no table is created on first use)", err)
-	}
+	wantIs(t, errOf(New(bg(), pool, Options{Table: name})), ErrConfig, "New before Migrate: %v, want ErrConfig (no table is created on first use)")
 	var exists bool
 	if err := pool.QueryRow(bg(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil || exists {
 		t.Fatalf("New created the table (%v, %v)", exists, err)
@@ -242,9 +234,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 	t.Run("a column of another type", func(t *testing.T) {
 		name := v2Table(t, pool, prefix)
 		mustExec(t, pool, `ALTER TABLE "`+name+`" ADD COLUMN result text`)
-		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
-			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
-		}
+		wantIs(t, Migrate(bg(), pool, name), ErrConfig, "Migrate of a table whose result column is text: %v; want ErrConfig")
 		newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "on a table whose result column is text")
 	})
 
@@ -277,12 +267,8 @@ func migrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
 	}{{"unreachable", down}, {"read-only", readOnly}} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := uniqueTable(t, admin)
-			if err := Migrate(bg(), tc.pool, name); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("Migrate: %v; want ErrUnavailable", err)
-			}
-			if err := Rearm(bg(), tc.pool, "", time.Hour); !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("Rearm: %v; want ErrUnavailable", err)
-			}
+			wantIs(t, Migrate(bg(), tc.pool, name), ErrUnavailable, "Migrate: %v; want ErrUnavailable")
+			wantIs(t, Rearm(bg(), tc.pool, "", time.Hour), ErrUnavailable, "Rearm: %v; want ErrUnavailable")
 		})
 	}
 }

@@ -418,6 +418,18 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// wantIs fails t unless err matches target; format and args, then err,
+// say what was called and what was wanted.
+func wantIs(t testing.TB, err, target error, format string, args ...any) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf(format, append(args, err)...)
+	}
+}
+
+// errOf is the error of a call that returns a value and an error.
+func errOf[V any](_ V, err error) error { return err }
+
 // mustClaim fails t unless id's claim on s until until is first.
 func mustClaim(t testing.TB, s *Store, id string, until time.Time) {
 	t.Helper()

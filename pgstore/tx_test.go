@@ -40,9 +40,7 @@ func txFromWithoutATransactionFails(t *testing.T) {
 		t.Fatalf("TxFrom(WithTx(tx)) = %v, %v", got, err)
 	}
 	table := chargeTable(t, s.pool)
-	if err := charge(bg(), table, "x", "nobody"); !errors.Is(err, ErrNoTx) {
-		t.Fatalf("a handler wired without the transactional mode: %v, want ErrNoTx", err)
-	}
+	wantIs(t, charge(bg(), table, "x", "nobody"), ErrNoTx, "a handler wired without the transactional mode: %v, want ErrNoTx")
 }
 
 // claimInATransaction: a Claim whose context carries a transaction

@@ -44,9 +44,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	s, table := storeWithCharges(t)
 	w, ctx, tx := acquireTx(t, s, "h")
 	for name, end := range map[string]func(context.Context) error{"Commit": tx.Commit, "Rollback": tx.Rollback} {
-		if err := end(ctx); !errors.Is(err, errTxOwned) {
-			t.Fatalf("handler's %s = %v, want a refusal", name, err)
-		}
+		wantIs(t, end(ctx), errTxOwned, "handler's %s = %v, want a refusal", name)
 	}
 	if tx.Conn() != nil {
 		t.Fatal("Conn() is not nil: statements on it would escape the lock")
@@ -57,9 +55,7 @@ func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	must(t, err)
 	mustExec(t, sp, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`)
 	must(t, sp.Rollback(ctx))
-	if _, err := sp.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
-		t.Fatalf("statement on a rolled-back savepoint = %v, want ErrTxClosed", err)
-	}
+	wantIs(t, errOf(sp.Exec(ctx, `SELECT 1`)), pgx.ErrTxClosed, "statement on a rolled-back savepoint = %v, want ErrTxClosed")
 	if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 		_, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'kept')`)
 		return err
@@ -139,9 +135,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	_, ctx, tx := acquireTx(t, s, "busy")
 	rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
 	must(t, err)
-	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
-		t.Fatalf("Exec with Rows open = %v, want refused", err)
-	}
+	wantIs(t, errOf(tx.Exec(ctx, `SELECT 1`)), errCursorOpen, "Exec with Rows open = %v, want refused")
 	n, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil || len(n) != 3 {
 		t.Fatal(n, err)
@@ -150,9 +144,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	b.Queue(`SELECT 1`)
 	b.Queue(`SELECT 2`)
 	br := tx.SendBatch(ctx, b)
-	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
-		t.Fatalf("Exec with a batch open = %v, want refused", err)
-	}
+	wantIs(t, errOf(tx.Exec(ctx, `SELECT 1`)), errCursorOpen, "Exec with a batch open = %v, want refused")
 	var one, two int
 	if err := br.QueryRow().Scan(&one); err != nil || one != 1 {
 		t.Fatal(one, err)
@@ -193,9 +185,7 @@ func workTxLargeObjects(t *testing.T) {
 	if err := s.pool.QueryRow(bg(), `SELECT lo_get($1)`, oid).Scan(&got); err != nil || string(got) != "receipt" {
 		t.Fatalf("large object = %q, %v", got, err)
 	}
-	if _, err := obj.Write([]byte("late")); !errors.Is(err, pgx.ErrTxClosed) {
-		t.Fatalf("large object write after the end = %v, want ErrTxClosed", err)
-	}
+	wantIs(t, errOf(obj.Write([]byte("late"))), pgx.ErrTxClosed, "large object write after the end = %v, want ErrTxClosed")
 }
 
 // queryErr runs sql with Query on tx and returns the error of the whole
