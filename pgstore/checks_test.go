@@ -59,9 +59,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			const fence = 3 * time.Second
 			rearmed := time.Now()
 			must(t, Rearm(bg(), pool, name, fence))
-			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
-				t.Fatalf("New on a rearmed, fenced table: %v", err)
-			}
+			mustf(t, errOf(New(bg(), pool, Options{Table: name, SweepInterval: -1})), "New on a rearmed, fenced table: %v")
 			within := 0
 			for {
 				first, err := s.Claim(bg(), "claimed", until)
@@ -156,9 +154,7 @@ func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
 	t.Run("covered", func(t *testing.T) {
 		st := base
 		st.durable = Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (standby1)", Standbys: 1, StandbySlots: 1}
-		if _, err := (checks{}).judge(st); err != nil {
-			t.Fatalf("judge of a covered standby = %v", err)
-		}
+		mustf(t, errOf((checks{}).judge(st)), "judge of a covered standby = %v")
 	})
 }
 

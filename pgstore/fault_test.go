@@ -279,9 +279,7 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 		return s.ConfirmLease(bg(), id, l.Token, until)
 	}, func() error { return s.ConfirmLease(bg(), "lease", l.Token, until) })
 	waitRowState(t, r, "lease", "d")
-	if err := r.ConfirmLease(bg(), "lease", l.Token, until); err != nil {
-		t.Fatalf("resent ConfirmLease: %v; want nil (its own done row)", err)
-	}
+	mustf(t, r.ConfirmLease(bg(), "lease", l.Token, until), "resent ConfirmLease: %v; want nil (its own done row)")
 	if l, err := r.AcquireLease(bg(), "lease", time.Minute); l.State != replay.LeaseDone || err != nil {
 		t.Fatalf("AcquireLease after the confirmation = %+v, %v; want done", l, err)
 	}

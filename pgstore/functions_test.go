@@ -44,9 +44,7 @@ func commitWork(t *testing.T, s *Store, id string) {
 		tx, err := TxFrom(w.Context(bg()))
 		must(t, err)
 		mustExec(t, tx, "select 1")
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-			t.Fatalf("%s: Commit = %v", way.name, err)
-		}
+		mustf(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")), "%s: Commit = %v", way.name)
 		if row, _ := rowOf(t, s, id); row.state != "d" || string(row.result) != "r" {
 			t.Fatalf("%s: row = %+v; want done with its record", way.name, row)
 		}

@@ -251,9 +251,7 @@ func renewThroughAWork(t *testing.T) {
 			t.Fatalf("AcquireLease while the Work runs = %+v, %v; want busy", b, err)
 		}
 		until := time.Now().Add(time.Hour)
-		if err := w.Commit(bg(), until, []byte("fp"), []byte("result")); err != nil {
-			t.Fatalf("Commit after the refused renewals: %v", err)
-		}
+		mustf(t, w.Commit(bg(), until, []byte("fp"), []byte("result")), "Commit after the refused renewals: %v")
 		if left, state := leaseLeft(t, s, "locked"); state != "d" || left > time.Hour {
 			t.Fatalf("row after the Commit: %q, %v left; want done until the Commit's until", state, left)
 		}
@@ -268,13 +266,9 @@ func renewThroughAWork(t *testing.T) {
 		tx, err := TxFrom(ctx)
 		must(t, err)
 		mustExec(t, tx, `SELECT 1`)
-		if err := s.RenewLease(ctx, "begun", l.Token, time.Minute); err != nil {
-			t.Fatalf("RenewLease of a BeginWork's committed lease: %v", err)
-		}
+		mustf(t, s.RenewLease(ctx, "begun", l.Token, time.Minute), "RenewLease of a BeginWork's committed lease: %v")
 		time.Sleep(1500 * time.Millisecond) // past the first end
-		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
-			t.Fatalf("Commit after the renewal, past the lease's first end: %v", err)
-		}
+		mustf(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")), "Commit after the renewal, past the lease's first end: %v")
 		wantIs(t, s.RenewLease(bg(), "begun", l.Token, time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
 	})
 }

@@ -170,9 +170,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 	var swept time.Time // rows expired by then must be gone after the sweep
 	must(t, admin.QueryRow(bg(), `SELECT now()`).Scan(&swept))
 	for _, s := range stores {
-		if _, err := s.Sweep(bg()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, errOf(s.Sweep(bg())))
 	}
 	var stale int
 	if err := admin.QueryRow(bg(), `SELECT count(*) FROM ctoken_replay WHERE until < $1 AND state <> 'm'`, swept).Scan(&stale); err != nil || stale != 0 {

@@ -90,9 +90,7 @@ func TestMCPTasksWorkCancelElsewhere(t *testing.T) {
 	if n := e.Count(t, "kept"); n != 1 {
 		t.Fatalf("%d writes kept; want 1", n)
 	}
-	if err := b.Cancel(context.Background(), "alice", st.ID); err != nil {
-		t.Fatalf("Cancel of a completed Transactional task: %v", err)
-	}
+	mustf(t, b.Cancel(context.Background(), "alice", st.ID), "Cancel of a completed Transactional task: %v")
 }
 
 // taskInstances returns an effects table and two mcptoken.Tasks on two

@@ -174,9 +174,7 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 		{"with the clock ahead (claims are then held longer, never shorter)", 0, ahead},
 	} {
 		s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: tc.maxSkew}, tc.now)
-		if err != nil {
-			t.Fatalf("New %s: %v", tc.name, err)
-		}
+		mustf(t, err, "New %s: %v", tc.name)
 		s.Close()
 	}
 }
@@ -288,9 +286,7 @@ func tableInASystemSchemaIsRefused(t *testing.T) {
 		})
 	}
 	// A table (not a schema) may start with pg_.
-	if _, err := quoteTable("public.pg_replay"); err != nil {
-		t.Fatalf("quoteTable(public.pg_replay): %v", err)
-	}
+	mustf(t, errOf(quoteTable("public.pg_replay")), "quoteTable(public.pg_replay): %v")
 }
 
 // TestErrorsMatchReplay: every sentinel, and the refusals built from one,

@@ -40,9 +40,7 @@ func TestReadRecord(t *testing.T) {
 			var state string
 			var wait int64
 			var fp, result []byte
-			if err := tx.QueryRow(bg(), s.readSQL, key, legacy, int64(lock>>32), int64(lock&0xffffffff)).Scan(&marker, &state, &wait, &fp, &result, &held); err != nil {
-				t.Fatalf("the read statement of %q in a read-only transaction: %v", id, err)
-			}
+			mustf(t, tx.QueryRow(bg(), s.readSQL, key, legacy, int64(lock>>32), int64(lock&0xffffffff)).Scan(&marker, &state, &wait, &fp, &result, &held), "the read statement of %q in a read-only transaction: %v", id)
 			var xid *int64
 			must(t, tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid))
 			if xid != nil {
@@ -50,16 +48,12 @@ func TestReadRecord(t *testing.T) {
 			}
 			tx.Rollback(bg())
 			before, _ := rowOf(t, s, id)
-			if _, err := s.ReadRecord(bg(), id); err != nil {
-				t.Fatal(err)
-			}
+			must(t, errOf(s.ReadRecord(bg(), id)))
 			if after, _ := rowOf(t, s, id); after.xmin != before.xmin {
 				t.Fatalf("ReadRecord(%q) wrote the row", id)
 			}
 		}
-		if err := s.RenewLease(bg(), "leased", l.Token, time.Minute); err != nil {
-			t.Fatalf("RenewLease after the reads: %v", err)
-		}
+		mustf(t, s.RenewLease(bg(), "leased", l.Token, time.Minute), "RenewLease after the reads: %v")
 	})
 
 	t.Run("a Work's ID reads busy, and done once it commits", func(t *testing.T) {
@@ -345,12 +339,8 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 		return s.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result"))
 	})
 	waitRowState(t, r, "confirm", "d")
-	if err := r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")); err != nil {
-		t.Fatalf("resent ConfirmRecord: %v; want nil (its own done row)", err)
-	}
-	if err := r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("other result")); err != nil {
-		t.Fatalf("ConfirmRecord resent with other bytes: %v; want nil", err)
-	}
+	mustf(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")), "resent ConfirmRecord: %v; want nil (its own done row)")
+	mustf(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("other result")), "ConfirmRecord resent with other bytes: %v; want nil")
 	wantRecord(t, r, "confirm", replay.LeaseDone, []byte("fp"), []byte("first result"))
 }
 

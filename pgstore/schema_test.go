@@ -226,9 +226,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		mustExec(t, tx, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open"))
 		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
 		defer cancel()
-		if err := Migrate(ctx, pool, name); err != nil {
-			t.Fatalf("Migrate of an up-to-date table beside an open transaction: %v", err)
-		}
+		mustf(t, Migrate(ctx, pool, name), "Migrate of an up-to-date table beside an open transaction: %v")
 	})
 
 	t.Run("a column of another type", func(t *testing.T) {

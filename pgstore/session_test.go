@@ -54,9 +54,7 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 			} {
 				mustExec(t, tx, sql)
 			}
-			if _, err := tx.Prepare(ctx, "ctoken_prepared", "select 1"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, errOf(tx.Prepare(ctx, "ctoken_prepared", "select 1")))
 			if err := end.end(w); (err != nil) != (i == 2) {
 				t.Fatalf("%s: %v", end.name, err)
 			}

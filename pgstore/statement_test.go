@@ -147,9 +147,7 @@ func TestRefusedStatementAgreesWithTheServer(t *testing.T) {
 				continue
 			}
 			sent++
-			if _, err := pc.Exec(ctx, "begin").ReadAll(); err != nil {
-				t.Fatal(err)
-			}
+			must(t, errOf(pc.Exec(ctx, "begin").ReadAll()))
 			var before, after int64
 			must(t, conn.QueryRow(ctx, "select txid_current()").Scan(&before))
 			conn.Exec(ctx, sql, pgx.QueryExecModeExec) // an error leaves the transaction aborted: in it still

@@ -95,13 +95,9 @@ func claimInATransaction(t *testing.T) {
 		must(t, err)
 		tx := mustBegin(t, s.pool)
 		want := map[string]string{"sub": "a"}
-		if _, err := iss.Redeem(WithTx(bg(), tx), tok, want); err != nil {
-			t.Fatalf("Redeem in a transaction: %v", err)
-		}
+		mustf(t, errOf(iss.Redeem(WithTx(bg(), tx), tok, want)), "Redeem in a transaction: %v")
 		tx.Rollback(bg())
-		if _, err := iss.Redeem(bg(), tok, want); err != nil {
-			t.Fatalf("Redeem after the rollback: %v, want the token still unused", err)
-		}
+		mustf(t, errOf(iss.Redeem(bg(), tok, want)), "Redeem after the rollback: %v, want the token still unused")
 		if _, err := iss.Redeem(bg(), tok, want); err == nil {
 			t.Fatal("third Redeem succeeded: the token was not consumed")
 		}

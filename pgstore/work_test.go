@@ -88,9 +88,7 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 	t.Helper()
 	r := mustRecord(t, s, id, lease, []byte("fp-"+id))
 	w, err := s.BeginWork(bg(), id, r.Token)
-	if err != nil {
-		t.Fatalf("BeginWork(%q) = %v", id, err)
-	}
+	mustf(t, err, "BeginWork(%q) = %v", id)
 	t.Cleanup(func() { w.Rollback(bg()) })
 	return w, r.Token
 }
@@ -304,9 +302,7 @@ func workFirstEndWins(t *testing.T) {
 			t.Fatalf("%d charges with a row in state %q: the work and the lease's end disagree", n, row.state)
 		}
 		for _, err := range errs {
-			if err != nil {
-				t.Fatalf("concurrent ends: %v", err)
-			}
+			mustf(t, err, "concurrent ends: %v")
 		}
 	})
 }

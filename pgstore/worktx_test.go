@@ -153,9 +153,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 		t.Fatal(two, err)
 	}
 	must(t, br.Close())
-	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
-		t.Fatalf("Exec after closing = %v", err)
-	}
+	mustf(t, errOf(tx.Exec(ctx, `SELECT 1`)), "Exec after closing = %v")
 	own := &pgx.Batch{}
 	own.BeginTx(pgx.TxOptions{})
 	if _, err := tx.SendBatch(ctx, own).Exec(); err == nil || !strings.Contains(err.Error(), "BeginTx") {
@@ -176,9 +174,7 @@ func workTxLargeObjects(t *testing.T) {
 	must(t, err)
 	obj, err := lo.Open(ctx, oid, pgx.LargeObjectModeWrite|pgx.LargeObjectModeRead)
 	must(t, err)
-	if _, err := obj.Write([]byte("receipt")); err != nil {
-		t.Fatal(err)
-	}
+	must(t, errOf(obj.Write([]byte("receipt"))))
 	must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
 	t.Cleanup(func() { s.pool.Exec(bg(), `SELECT lo_unlink($1)`, oid) })
 	var got []byte
@@ -660,9 +656,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 			w := way.begin(t, s, id)
 			must(t, charge(w.Context(bg()), table, id, "discarded"))
 			must(t, w.Rollback(bg()))
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
-				t.Fatalf("Commit after Rollback = %v, want Rollback's nil", err)
-			}
+			mustf(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil), "Commit after Rollback = %v, want Rollback's nil")
 			wantChargeCount(t, s.pool, table, id, 0)
 		})
 	}
@@ -783,8 +777,6 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	}
 	octx := other.Context(bg())
 	must(t, charge(octx, table, "op-other", "other"))
-	if err := other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")); err != nil {
-		t.Fatalf("the other key's Commit = %v; want nil", err)
-	}
+	mustf(t, other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")), "the other key's Commit = %v; want nil")
 	wantChargeCount(t, s.pool, table, "op-other", 1)
 }
