@@ -120,9 +120,7 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Commit = nil with the synchronous standby stopped: the statement_timeout ended COMMIT's wait for it")
 				}
-				if !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("Commit = %v; want ErrUnavailable", err)
-				}
+				wantIs(t, err, ErrUnavailable, "Commit = %v; want ErrUnavailable")
 			})
 		}
 	}

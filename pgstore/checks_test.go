@@ -141,9 +141,7 @@ func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
 			st := base
 			st.durable.SynchronousCommit = "on"
 			_, err := checks{}.judge(tt.st(st))
-			if !errors.Is(err, ErrConfig) {
-				t.Fatalf("judge = %v; want ErrConfig", err)
-			}
+			wantIs(t, err, ErrConfig, "judge = %v; want ErrConfig")
 			for _, want := range []string{"synchronous_standby_names", "synchronous_commit on, remote_write or remote_apply", "physical replication slot", "primary_slot_name", "AllowAsyncStandby"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %q", err, want)

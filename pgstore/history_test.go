@@ -682,9 +682,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	n := storeOn(t, pool)
 	_, err = n.Claim(bg(), "fresh", until)
 	after := time.Now()
-	if !errors.Is(err, ErrFenced) {
-		t.Fatalf("Claim on a store made after = %v; want ErrFenced", err)
-	}
+	wantIs(t, err, ErrFenced, "Claim on a store made after = %v; want ErrFenced")
 	if f := markerFence(t, pool); f < fence-10*time.Second || f > fence {
 		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
 	}

@@ -215,10 +215,7 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 		must(t, b.pool.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1)`, pid).Scan(&held))
 		return !held, fmt.Sprintf("backend %d still holds locks after pg_terminate_backend", pid)
 	})
-	err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-	if err == nil || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Commit on a terminated backend = %v; want ErrUnavailable", err)
-	}
+	wantIs(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")), ErrUnavailable, "Commit on a terminated backend = %v; want ErrUnavailable")
 	w2 := acquireWork(t, b, id, []byte("fp"))
 	must(t, charge(w2.Context(bg()), table, id, "retry"))
 	must(t, w2.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")))

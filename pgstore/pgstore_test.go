@@ -43,9 +43,7 @@ func zeroStoreRefuses(t *testing.T) {
 		"ReleaseLease": s.ReleaseLease(bg(), "a", strings.Repeat("a", tokenLen)),
 		"Sweep":        sweepErr,
 	} {
-		if !errors.Is(err, ErrConfig) {
-			t.Fatalf("zero Store %s: %v; want ErrConfig", name, err)
-		}
+		wantIs(t, err, ErrConfig, "zero Store %s: %v; want ErrConfig", name)
 	}
 	if d, p := s.Durability(), s.Prefix(); d != (Durability{}) || p != "" {
 		t.Fatalf("zero Store Durability, Prefix = %+v, %q; want zero", d, p)

@@ -275,10 +275,7 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 				if err := send.send(ctx, tx, sql); err == nil {
 					t.Fatalf("%q was accepted", sql)
 				}
-				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-				if err == nil || !errors.Is(err, replay.ErrRolledBack) {
-					t.Fatalf("Commit = %v, want ErrRolledBack", err)
-				}
+				wantIs(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")), replay.ErrRolledBack, "Commit = %v, want ErrRolledBack")
 				wantChargeCount(t, s.pool, table, id, 0)
 				if row, _ := rowOf(t, s, id); row.state != "l" {
 					t.Fatalf("lease row state = %q, want the lease left for the holder to release", row.state)
@@ -569,9 +566,7 @@ func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 						row, _ := rowOf(t, s, id)
 						charges := chargesOf(t, pool, table, id)
 						if attacked && attack.refused {
-							if !errors.Is(err, replay.ErrRolledBack) {
-								t.Fatalf("work %d: Commit = %v; want ErrRolledBack", j, err)
-							}
+							wantIs(t, err, replay.ErrRolledBack, "work %d: Commit = %v; want ErrRolledBack", j)
 							if row.state == "d" || len(charges) != 0 {
 								t.Fatalf("work %d: row = %+v, charges = %q; want neither the done row nor the charge", j, row, charges)
 							}
