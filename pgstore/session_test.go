@@ -39,9 +39,7 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 	for i, end := range ends {
 		t.Run(end.name, func(t *testing.T) {
 			id := "reset-" + strconv.Itoa(i)
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			tx, _ := TxFrom(ctx)
+			w, ctx, tx := acquireTx(t, s, id)
 			for _, sql := range []string{
 				"select set_config('synchronous_commit', 'off', false)",
 				"select set_config('statement_timeout', '1234', false)",

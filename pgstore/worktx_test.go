@@ -758,11 +758,8 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_op CASCADE`) })
 
 	other, _ := acquire(t, s, "op-other", time.Minute)
-	w, _ := acquire(t, s, "op-spoofer", time.Minute)
-	ctx := w.Context(bg())
+	w, ctx, tx := acquireTx(t, s, "op-spoofer")
 	must(t, charge(ctx, table, "op-spoofer", "spoofer"))
-	tx, err := TxFrom(ctx)
-	must(t, err)
 	mustExec(t, tx, "set local search_path = ctoken_op, pg_catalog, public")
 	must(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-spoofer"), []byte("spoofer's record")))
 	var state string
@@ -770,8 +767,7 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 	if state != "l" {
 		t.Fatalf("the other key's row is %q after the spoofer's commit; want its lease ('l')", state)
 	}
-	octx := other.Context(bg())
-	must(t, charge(octx, table, "op-other", "other"))
+	must(t, charge(other.Context(bg()), table, "op-other", "other"))
 	mustf(t, other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")), "the other key's Commit = %v; want nil")
 	wantChargeCount(t, s.pool, table, "op-other", 1)
 }
