@@ -94,12 +94,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
 				db, path := openMigrated(t, d)
-				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-				ids := idList("before-", 300)
-				until := time.Now().Add(time.Hour)
-				claimAll(t, s, ids, until)
-				s.Close()
-				setSidecarField(t, path, "repair", tc.mark)
+				ids, until := claimThenMark(t, db, path, 300, tc.mark)
 
 				rep := newRepairs()
 				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
@@ -175,6 +170,19 @@ func markRepair(t *testing.T, db *sql.DB, path string) {
 	t.Helper()
 	mustStore(t, db, sqlitestore.Options{SweepInterval: -1}).Close()
 	setSidecarField(t, path, "repair", repairBoot(t))
+}
+
+// claimThenMark claims n IDs (before-0...) until an hour from now in a
+// store on db, closes it, and sets the repair mark of the sidecar beside
+// path to mark. It returns the IDs and their until.
+func claimThenMark(t *testing.T, db *sql.DB, path string, n int, mark string) ([]string, time.Time) {
+	t.Helper()
+	ids, until := idList("before-", n), time.Now().Add(time.Hour)
+	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+	claimAll(t, s, ids, until)
+	s.Close()
+	setSidecarField(t, path, "repair", mark)
+	return ids, until
 }
 
 // requireDBPage skips a driver whose SQLite lacks sqlite_dbpage: there the
@@ -409,17 +417,12 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 		db := d.Open(t, path)
 		must(t, sqlitestore.Migrate(ctx, db, ""))
 		appPages(t, db, 500) // 2 MiB, less what the WAL's file holds already
-		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-		ids := idList("before-", 50)
-		until := time.Now().Add(time.Hour)
-		claimAll(t, s, ids, until)
-		s.Close()
-		setSidecarField(t, path, "repair", boot)
+		ids, until := claimThenMark(t, db, path, 50, boot)
 		fillDisk(t, filler, 1<<20)
 
 		logs := &logRecords{}
 		rep := newRepairs()
-		s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
 		// The refusal names the figures once the repair measured the space.
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
@@ -459,12 +462,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		appPages(t, db, 1000)
-		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
-		ids := idList("before-", 50)
-		until := time.Now().Add(time.Hour)
-		claimAll(t, s, ids, until)
-		s.Close()
-		setSidecarField(t, path, "repair", repairBoot(t))
+		ids, until := claimThenMark(t, db, path, 50, repairBoot(t))
 		rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
 		must(t, err)
 		defer rows.Close()
@@ -473,7 +471,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		}
 		logs := &logRecords{}
 		rep := newRepairs()
-		s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
 		defer s.Close()
 		rep.wait(t)
 		if logs.count(slog.LevelInfo, "holds it back") == 0 {
