@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -34,11 +33,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	must(t, err)
 	defer hold.Close()
 	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour})
-	for i := range 20 {
-		if _, err := s.Claim(ctx, fmt.Sprint("c-", i), time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claimAll(t, s, idList("c-", 20), time.Now().Add(time.Hour))
 	before, err := os.ReadFile(path)
 	must(t, err)
 	w, tx, _ := acquire(t, s, "escaped", time.Minute, nil)

@@ -57,9 +57,7 @@ func checkpointCutShort(t *testing.T, d Driver, table string, mixed bool) {
 	}
 	checkpoint()
 	for i := range 3000 {
-		if _, err := s.Claim(ctx, id("old", i), time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		claimAll(t, s, []string{id("old", i)}, time.Now().Add(time.Hour))
 	}
 	checkpoint()
 	// As a sweep does: half the rows go, the pages keep room.

@@ -145,13 +145,8 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 			if err := e.end(w); err != nil {
 				t.Fatalf("%s: %s = %v", id, e.name, err)
 			}
-			for j := range 3 {
-				if _, err := s.Claim(ctx, fmt.Sprint(id, "-claim-", j), time.Now().Add(time.Hour)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			l := mustLease(t, s, id+"-next", time.Minute)
-			next, ntx, _ := begin(t, s, id+"-next", l.Token)
+			claimAll(t, s, idList(id+"-claim-", 3), time.Now().Add(time.Hour))
+			next, ntx := workOf(t, s, id+"-next", false, nil)
 			if n := read(ntx); n != 0 {
 				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended with %s (AcquireWork %v), the store's connection has %d; want 0", e.name, acquired, n)
 			}
