@@ -502,11 +502,7 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 			mustExec(t, ctx, tx, tc.stmt)
 			done := make(chan error, 1)
 			go func() { done <- w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")) }()
-			select {
-			case <-done:
-			case <-time.After(time.Minute):
-				t.Fatal("Commit with the handler's Rows open hangs")
-			}
+			within(t, done, time.Minute, "Commit with the handler's Rows open hangs")
 			go func() {
 				first, err := s.Claim(ctx, "token", time.Now().Add(time.Hour))
 				if err == nil && !first {
@@ -514,13 +510,8 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 				}
 				done <- err
 			}()
-			select {
-			case err := <-done:
-				if tc.claimErr != (err != nil) {
-					t.Fatalf("Claim after the Work = %v; want an error: %v", err, tc.claimErr)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("Claim after a Work whose handler left its Rows open hangs")
+			if err := within(t, done, time.Minute, "Claim after a Work whose handler left its Rows open hangs"); tc.claimErr != (err != nil) {
+				t.Fatalf("Claim after the Work = %v; want an error: %v", err, tc.claimErr)
 			}
 		})
 	}

@@ -555,25 +555,16 @@ func loweredConnectionRefuses(t *testing.T) {
 				}
 				// The checker reports the refusal right after it sets it
 				// (a failsafe bound, not a timing: a second on any machine).
-				select {
-				case e := <-events:
-					if e.Kind != replay.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
-						t.Fatalf("the Observer's first event = %+v; want replay.EventRefusing naming synchronous", e)
-					}
-				case <-time.After(30 * time.Second):
-					t.Fatal("the Observer was not told of the refusal")
+				e := within(t, events, 30*time.Second, "the Observer was not told of the refusal")
+				if e.Kind != replay.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
+					t.Fatalf("the Observer's first event = %+v; want replay.EventRefusing naming synchronous", e)
 				}
 				// The lowered connection closed (it was the pool's idle
 				// one), the checker's next connection is a new one: the
 				// checks hold again, and the Observer hears so.
 				db.SetMaxIdleConns(0)
-				select {
-				case e := <-events:
-					if e.Kind != replay.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
-						t.Fatalf("the Observer's event after the fix = %+v; want replay.EventServing", e)
-					}
-				case <-time.After(30 * time.Second):
-					t.Fatal("the Observer was not told the store serves again")
+				if e := within(t, events, 30*time.Second, "the Observer was not told the store serves again"); e.Kind != replay.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
+					t.Fatalf("the Observer's event after the fix = %+v; want replay.EventServing", e)
 				}
 				claimAll(t, s, []string{"after"}, until)
 			})

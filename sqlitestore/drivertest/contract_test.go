@@ -254,11 +254,7 @@ func TestSweep(t *testing.T) {
 		}
 		closed := make(chan struct{})
 		go func() { s.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(time.Minute):
-			t.Fatalf("Close did not return within a minute while the sweep waited for the writer")
-		}
+		within(t, closed, time.Minute, "Close did not return within a minute while the sweep waited for the writer")
 		if err := w.Rollback(ctx); err != nil {
 			t.Logf("Rollback after Close: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 )
 
 // A driverCase is one case of a table run on every driver.
@@ -76,6 +77,18 @@ func mustExec(t testing.TB, ctx context.Context, db interface {
 	if _, err := db.ExecContext(ctx, query, args...); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
+}
+
+// within returns what ch receives, failing t with msg if nothing comes
+// within d: a failsafe bound on an event the test waits for, not a timing.
+func within[T any](t testing.TB, ch <-chan T, d time.Duration, msg string) (v T) {
+	t.Helper()
+	select {
+	case v = <-ch:
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+	return v
 }
 
 // isClosed reports whether stop is closed.

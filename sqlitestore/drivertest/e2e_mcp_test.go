@@ -158,11 +158,7 @@ func mcpRoundWhoseServerStopped(t *testing.T) {
 		use := roundOne(t, cs)
 		before.gate, before.entered = make(chan struct{}), make(chan struct{})
 		go cs.CallTool(ctx, use) // its answer never comes: the server stops
-		select {
-		case <-before.entered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("round two did not start within 30 s")
-		}
+		within(t, before.entered, 30*time.Second, "round two did not start within 30 s")
 		before.store.Close() // the server stops: no renewal, no record, no deploy
 		before.db.Close()
 		defer close(before.gate)
