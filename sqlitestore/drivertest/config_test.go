@@ -62,9 +62,7 @@ func closeGivesTheConnectionBack(t *testing.T) {
 		t.Fatal("the pool holds no connection after Close")
 	}
 	for i := range n {
-		c, err := db.Conn(ctx)
-		must(t, err)
-		defer c.Close()
+		c := heldConn(t, db)
 		var pages int
 		must(t, c.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages))
 		if pages != want {
@@ -244,9 +242,7 @@ func newWaitsForAnotherWriter(t *testing.T) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		other := d.Open(t, path)
-		holder, err := other.Conn(ctx)
-		must(t, err)
-		defer holder.Close()
+		holder := heldConn(t, other)
 		mustExec(t, ctx, holder, `BEGIN IMMEDIATE`)
 		done := make(chan error, 1)
 		go func() {

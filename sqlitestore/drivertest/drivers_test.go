@@ -79,6 +79,15 @@ func mustExec(t testing.TB, ctx context.Context, db interface {
 	}
 }
 
+// heldConn takes a connection of db, closed when the test ends.
+func heldConn(t testing.TB, db *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := db.Conn(context.Background())
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // within returns what ch receives, failing t with msg if nothing comes
 // within d: a failsafe bound on an event the test waits for, not a timing.
 func within[T any](t testing.TB, ch <-chan T, d time.Duration, msg string) (v T) {

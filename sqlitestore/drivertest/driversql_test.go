@@ -65,9 +65,7 @@ func dsnSetsEveryConnection(t *testing.T) {
 				db := d.OpenWith(t, filepath.Join(t.TempDir(), "x.db"), tc.pragmas)
 				// Four connections held at once: four the pool opened.
 				for i := range 4 {
-					c, err := db.Conn(ctx)
-					must(t, err)
-					defer c.Close()
+					c := heldConn(t, db)
 					j, s, b := readPragmas(t, c)
 					if j != tc.journal || s != tc.sync || b != tc.busy {
 						t.Fatalf("connection %d runs journal_mode=%s synchronous=%d busy_timeout=%d; want %s, %d, %d", i, j, s, b, tc.journal, tc.sync, tc.busy)
@@ -115,12 +113,8 @@ func driverSQL(t *testing.T) {
 			t.Fatalf("UPDATE … RETURNING of no row: %v; want sql.ErrNoRows", err)
 		}
 
-		c1, err := db.Conn(ctx)
-		must(t, err)
-		defer c1.Close()
-		c2, err := db.Conn(ctx)
-		must(t, err)
-		defer c2.Close()
+		c1 := heldConn(t, db)
+		c2 := heldConn(t, db)
 		exec := func(c *sql.Conn, query string) error {
 			_, err := c.ExecContext(ctx, query)
 			return err
@@ -173,9 +167,7 @@ func schemaRunsThroughExecContext(t *testing.T) {
 		db := d.Open(t, filepath.Join(t.TempDir(), "x.db"))
 		schema, err := sqlitestore.Schema("team_replay")
 		must(t, err)
-		c, err := db.Conn(ctx)
-		must(t, err)
-		defer c.Close()
+		c := heldConn(t, db)
 		mustExec(t, ctx, c, "BEGIN IMMEDIATE;\n"+schema+"COMMIT;\n") // Schema's SQL in one ExecContext
 		objects := countRows(t, db, `SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'team_replay' AND name IN ('team_replay', 'team_replay_until')`)
 		markers := countRows(t, db, `SELECT count(*) FROM "team_replay" WHERE state = 'm'`)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -29,13 +28,10 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	mustExec(t, ctx, db, `CREATE TABLE app (id TEXT PRIMARY KEY)`)
 	// A connection held open: no other connection's close is the last
 	// one, which would checkpoint.
-	hold, err := db.Conn(ctx)
-	must(t, err)
-	defer hold.Close()
+	heldConn(t, db)
 	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour})
 	claimAll(t, s, idList("c-", 20), time.Now().Add(time.Hour))
-	before, err := os.ReadFile(path)
-	must(t, err)
+	before := readFile(t, path)
 	w, tx, _ := acquire(t, s, "escaped", time.Minute, nil)
 	for _, q := range []string{`PRAGMA wal_autocheckpoint = 1`, `INSERT INTO app (id) VALUES ('x')`, `ROLLBACK`} {
 		mustExec(t, ctx, tx, q)
@@ -46,8 +42,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	if l, err := s.AcquireLease(ctx, "escaped", time.Minute); !errors.Is(err, replay.ErrLeaseLost) && l.State == replay.LeaseAcquired {
 		t.Fatalf("AcquireLease of the escaped ID = %+v, %v; want it recorded as escaped, not acquired", l, err)
 	}
-	after, err := os.ReadFile(path)
-	must(t, err)
+	after := readFile(t, path)
 	if !bytes.Equal(before, after) {
 		t.Error("the database file changed with the record of the escape: SQLite checkpointed after its commit, with the handler's wal_autocheckpoint")
 	}

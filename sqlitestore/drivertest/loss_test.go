@@ -164,8 +164,7 @@ func restoreProcedure(t *testing.T) {
 				claimAll(t, s, before, until)
 				s.Close()
 				snapshot(t, db, copy)
-				b, err := os.ReadFile(sidecarOf(path))
-				must(t, err)
+				b := readFile(t, sidecarOf(path))
 				must(t, os.WriteFile(side, b, 0o600))
 				s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				after := idList("after-", 8)
@@ -327,9 +326,7 @@ func withoutItsSidecar(t *testing.T) {
 		for _, f := range files {
 			to := filepath.Join(dir, filepath.Base(f))
 			if cp {
-				b, err := os.ReadFile(f)
-				must(t, err)
-				writeFile(t, to, b)
+				writeFile(t, to, readFile(t, f))
 			} else if err := os.Rename(f, to); err != nil {
 				t.Fatal(err)
 			}
@@ -482,8 +479,7 @@ func walLinksAfterACrash(t *testing.T) {
 		t.Run("a checkpoint cut short, the WAL deleted", func(t *testing.T) {
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 300)
-			wal, err := os.ReadFile(path + "-wal")
-			must(t, err)
+			wal := readFile(t, path+"-wal")
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
 			must(t, err)
 			size, _, last, err := walfile.Committed(bytes.NewReader(wal))
@@ -610,9 +606,7 @@ func walLinksAfterACrash(t *testing.T) {
 				ents, err := os.ReadDir(filepath.Dir(path))
 				must(t, err)
 				for _, e := range ents {
-					b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
-					must(t, err)
-					writeFile(t, filepath.Join(dir, e.Name()), b)
+					writeFile(t, filepath.Join(dir, e.Name()), readFile(t, filepath.Join(filepath.Dir(path), e.Name())))
 				}
 				return filepath.Join(dir, filepath.Base(path))
 			}},

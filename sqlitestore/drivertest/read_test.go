@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -29,11 +28,7 @@ func readStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB, string) {
 // files returns the bytes of the database file and of its WAL.
 func files(t *testing.T, path string) (db, wal []byte) {
 	t.Helper()
-	db, err := os.ReadFile(path)
-	must(t, err)
-	wal, err = os.ReadFile(path + "-wal")
-	must(t, err)
-	return db, wal
+	return readFile(t, path), readFile(t, path+"-wal")
 }
 
 // pollCaller is the caller pollTasks's tasks are bound to.

@@ -127,8 +127,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 // sidecarMap reads the default table's sidecar beside path.
 func sidecarMap(t *testing.T, path string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(sidecarOf(path))
-	must(t, err)
+	b := readFile(t, sidecarOf(path))
 	var m map[string]any
 	must(t, json.Unmarshal(b, &m))
 	return m
@@ -229,9 +228,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 		must(t, sqlitestore.Migrate(ctx, db, ""))
 		appPages(t, db, 2000)
 		markRepair(t, db, path)
-		watch, err := db.Conn(ctx)
-		must(t, err)
-		defer watch.Close()
+		watch := heldConn(t, db)
 		version := func() int64 {
 			var v int64
 			must(t, watch.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v))

@@ -147,9 +147,7 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 	dir := t.TempDir()
 	copyFile := func(from, to string) {
 		t.Helper()
-		b, err := os.ReadFile(from)
-		must(t, err)
-		writeFile(t, to, b)
+		writeFile(t, to, readFile(t, from))
 	}
 	np = filepath.Join(dir, filepath.Base(path))
 	copyFile(path, np)
@@ -176,8 +174,7 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 // WAL at link: seven columns, the first four on the page or not.
 func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile.Value)) {
 	t.Helper()
-	wal, err := os.ReadFile(link)
-	must(t, err)
+	wal := readFile(t, link)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	must(t, err)
 	for pgno, off := range last {
@@ -195,8 +192,7 @@ func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile
 // returns how many those are.
 func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) int {
 	t.Helper()
-	wal, err := os.ReadFile(link)
-	must(t, err)
+	wal := readFile(t, link)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	must(t, err)
 	out, err := os.OpenFile(np, os.O_RDWR, 0)
@@ -365,8 +361,7 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 				writeWALPages(t, np, link, func(uint32) bool { return false })
 			}
 			if tc.edit != nil {
-				wal, err := os.ReadFile(link)
-				must(t, err)
+				wal := readFile(t, link)
 				writeFile(t, link, tc.edit(wal))
 			}
 			if tc.refusal == "" {
@@ -443,8 +438,7 @@ func TestKeptWALOfAnUnfinishedTransactionIsServed(t *testing.T) {
 // its header's salts after the last frame SQLite's recovery reads.
 func framesAfterTheLog(t *testing.T, link string) int {
 	t.Helper()
-	wal, err := os.ReadFile(link)
-	must(t, err)
+	wal := readFile(t, link)
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	if err != nil && !errors.Is(err, walfile.ErrDamaged) { // what it read, whichever
 		t.Fatal(err)

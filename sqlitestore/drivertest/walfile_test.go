@@ -41,9 +41,7 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
 		db.SetMaxOpenConns(1) // one connection, held: the WAL stays when the test reads it
 		ctx := context.Background()
-		conn, err := db.Conn(ctx)
-		must(t, err)
-		defer conn.Close()
+		conn := heldConn(t, db)
 		mustExec(t, ctx, conn, `CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)`)
 		for range 2 + r.IntN(30) {
 			if r.IntN(8) == 0 {
@@ -124,6 +122,13 @@ func plainTempDir(t *testing.T) string {
 func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	must(t, os.WriteFile(path, b, 0o600))
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return b
 }
 
 // dumpTable reads table t of the database at path (and the integrity
@@ -266,8 +271,7 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 	}
 	must(t, rows.Close())
 
-	wal, err := os.ReadFile(path + "-wal")
-	must(t, err)
+	wal := readFile(t, path+"-wal")
 	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
 	must(t, err)
 	got := map[string]string{}
