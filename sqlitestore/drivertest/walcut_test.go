@@ -361,8 +361,7 @@ func TestKeptWALWithADamagedHeaderIsRefused(t *testing.T) {
 				writeWALPages(t, np, link, func(uint32) bool { return false })
 			}
 			if tc.edit != nil {
-				wal := readFile(t, link)
-				writeFile(t, link, tc.edit(wal))
+				writeFile(t, link, tc.edit(readFile(t, link)))
 			}
 			if tc.refusal == "" {
 				serves(t, np, "", idList("c-", 20))
