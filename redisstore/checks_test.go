@@ -937,12 +937,8 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 			t.Fatalf("AcquireLease after the restart = %v; want it refused with Reason %q", err, whyCountersMoved)
 		}
 	}
-	if err := s.RenewLease(ctx, "processed", l.Token, time.Minute); err != nil {
-		t.Fatalf("RenewLease of the lease taken before the restart = %v; want nil", err)
-	}
-	if err := s.ConfirmLease(ctx, "processed", l.Token, time.Now().Add(time.Minute)); err != nil {
-		t.Fatalf("ConfirmLease of the lease taken before the restart = %v; want nil", err)
-	}
+	wantErr(t, s.RenewLease(ctx, "processed", l.Token, time.Minute), nil, "RenewLease of the lease taken before the restart")
+	wantErr(t, s.ConfirmLease(ctx, "processed", l.Token, time.Now().Add(time.Minute)), nil, "ConfirmLease of the lease taken before the restart")
 	// The check the refusal asked for finds nothing lost: every step is
 	// served again, and the confirmation held.
 	waitChecks(t, s)

@@ -233,9 +233,7 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		t.Fatalf("two-slot script: err = %v, want CROSSSLOT", err)
 	}
 	tagged := []string{s.Prefix() + "{delivery-1}:lease", s.Prefix() + "{delivery-1}:done"}
-	if err := c.Eval(ctx, script, tagged, "1").Err(); err != nil {
-		t.Fatalf("script on two keys with one hash tag: %v", err)
-	}
+	wantErr(t, c.Eval(ctx, script, tagged, "1").Err(), nil, "script on two keys with one hash tag")
 }
 
 // churnResult is what churnDuring measured.
@@ -597,24 +595,18 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 		fp, result := []byte(fmt.Sprint("fp-", i)), []byte(fmt.Sprint(`{"payment":`, i, `}`))
 		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
 		if err == nil && i%3 == 0 {
-			if err := s.ReleaseLease(ctx, id, r.Token); err != nil {
-				t.Fatalf("ReleaseLease(%s): %v", id, err)
-			}
+			wantErr(t, s.ReleaseLease(ctx, id, r.Token), nil, "ReleaseLease("+id+")")
 			r, err = s.AcquireRecord(ctx, id, time.Minute, fp)
 		}
 		if err != nil || r.State != replay.LeaseAcquired {
 			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
 		}
-		if err := s.RenewLease(ctx, id, r.Token, 2*time.Minute); err != nil {
-			t.Fatalf("RenewLease(%s): %v", id, err)
-		}
+		wantErr(t, s.RenewLease(ctx, id, r.Token, 2*time.Minute), nil, "RenewLease("+id+")")
 		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) ||
 			b.Wait <= time.Minute {
 			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint, for the renewed lease", id, b, err)
 		}
-		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("ConfirmRecord(%s): %v", id, err)
-		}
+		wantErr(t, s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result), nil, "ConfirmRecord("+id+")")
 		if d, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
 			t.Fatalf("replay of %s = %+v, %v; want done with the result", id, d, err)
 		}

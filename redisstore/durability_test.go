@@ -218,9 +218,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	sets := func() int64 {
 		info := mustInfo(t, c, "persistence")
 		n, err := strconv.ParseInt(infoValue(info, "rdb_changes_since_last_save"), 10, 64)
-		if err != nil {
-			t.Fatalf("rdb_changes_since_last_save: %v", err)
-		}
+		wantErr(t, err, nil, "rdb_changes_since_last_save")
 		return n
 	}
 	code, _, err := s.run(ctx, &acquireLua, "delivery-1", 5000, token, 0)

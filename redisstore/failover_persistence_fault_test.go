@@ -81,9 +81,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			}
 			served := func(first bool, err error) bool { return first && err == nil }
 			if tt.refused {
-				if err := claimUntil(s, "until-refused", 10*time.Second, func(_ bool, err error) bool { return errors.Is(err, ErrConfig) }); err != nil {
-					t.Fatalf("the promoted replica with appendfsync everysec was not refused: %v", err)
-				}
+				wantErr(t, claimUntil(s, "until-refused", 10*time.Second, func(_ bool, err error) bool { return errors.Is(err, ErrConfig) }), nil, "the promoted replica with appendfsync everysec was not refused")
 				// Refused while it stays so: never first, and ErrConfig but
 				// for a claim the store's Timeout cut short on a loaded
 				// machine (ErrUnavailable: also a refusal); most say why.
@@ -106,9 +104,7 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 				mustDo(t, newAddr, "CONFIG", "SET", "appendfsync", "always")
 			}
 			start := time.Now()
-			if err := claimUntil(s, "after", 10*time.Second, served); err != nil {
-				t.Fatalf("the store did not serve after the failover: %v", err)
-			}
+			wantErr(t, claimUntil(s, "after", 10*time.Second, served), nil, "the store did not serve after the failover")
 			t.Logf("%s: served %v after the failover (or the fix)", tt.name, time.Since(start).Round(time.Millisecond))
 			// An app restart: a new client and Store.
 			s2 := mustOpen(t, sp.client(t), opts)

@@ -238,12 +238,8 @@ func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, ho
 	dst := redis.NewClient(&redis.Options{Addr: to.addr})
 	defer dst.Close()
 	for _, sl := range slots {
-		if err := dst.Do(ctx, "CLUSTER", "SETSLOT", sl, "IMPORTING", from.id).Err(); err != nil {
-			t.Fatalf("SETSLOT %d IMPORTING: %v", sl, err)
-		}
-		if err := src.Do(ctx, "CLUSTER", "SETSLOT", sl, "MIGRATING", to.id).Err(); err != nil {
-			t.Fatalf("SETSLOT %d MIGRATING: %v", sl, err)
-		}
+		wantErr(t, dst.Do(ctx, "CLUSTER", "SETSLOT", sl, "IMPORTING", from.id).Err(), nil, fmt.Sprintf("SETSLOT %d IMPORTING", sl))
+		wantErr(t, src.Do(ctx, "CLUSTER", "SETSLOT", sl, "MIGRATING", to.id).Err(), nil, fmt.Sprintf("SETSLOT %d MIGRATING", sl))
 	}
 	time.Sleep(hold)
 	host, port, _ := strings.Cut(to.addr, ":")
@@ -258,17 +254,13 @@ func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, ho
 				break
 			}
 			args := append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, anySlice(keys)...)
-			if err := src.Do(ctx, args...).Err(); err != nil {
-				t.Fatalf("MIGRATE slot %d: %v", sl, err)
-			}
+			wantErr(t, src.Do(ctx, args...).Err(), nil, fmt.Sprintf("MIGRATE slot %d", sl))
 			moved += len(keys)
 		}
 	}
 	for _, sl := range slots {
 		for _, nc := range []*redis.Client{dst, src} {
-			if err := nc.Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", to.id).Err(); err != nil {
-				t.Fatalf("SETSLOT %d NODE on %s: %v", sl, nc.Options().Addr, err)
-			}
+			wantErr(t, nc.Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", to.id).Err(), nil, fmt.Sprintf("SETSLOT %d NODE on %s", sl, nc.Options().Addr))
 		}
 	}
 	waitClusterOK(t, tc.addrs...)

@@ -55,9 +55,7 @@ func adminDo(addr string, args ...any) (any, error) {
 func mustDo(t *testing.T, addr string, args ...any) any {
 	t.Helper()
 	v, err := adminDo(addr, args...)
-	if err != nil {
-		t.Fatalf("%s %v: %v", addr, args, err)
-	}
+	wantErr(t, err, nil, fmt.Sprintf("%s %v", addr, args))
 	return v
 }
 
@@ -127,9 +125,7 @@ func rejoinAsReplica(t *testing.T, p *server, primary string, extra ...string) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(primary)
 	p.args = append(append(append([]string{"--save", "", "--appendonly", "no"}, replArgs...), "--replicaof", host, port), extra...)
-	if err := p.start(); err != nil {
-		t.Fatalf("restarting the old primary as a replica: %v", err)
-	}
+	wantErr(t, p.start(), nil, "restarting the old primary as a replica")
 	waitInSync(t, primary, 1)
 }
 
@@ -408,9 +404,7 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 	if !rejoin {
 		return
 	}
-	if err := m.start(); err != nil {
-		t.Fatalf("restarting the old master: %v", err)
-	}
+	wantErr(t, m.start(), nil, "restarting the old master")
 	waitFor(t, 20*time.Second, "old master "+m.addr()+" to rejoin as a replica",
 		func() bool { return infoField(m.addr(), "replication", "role") == "slave" })
 	waitClusterOK(t, rc.addrs()...)

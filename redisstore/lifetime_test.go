@@ -145,17 +145,13 @@ func (c claimedBefore) acceptedTwice(t *testing.T, s *Store, life time.Duration)
 			}
 			continue
 		}
-		if err != nil {
-			t.Fatalf("claim after the fence: %v", err)
-		}
+		wantErr(t, err, nil, "claim after the fence")
 		count(id, first)
 	}
 	waitUntil(last)
 	for _, id := range fenced {
 		first, err := again(id)
-		if err != nil {
-			t.Fatalf("claim after the fence: %v", err)
-		}
+		wantErr(t, err, nil, "claim after the fence")
 		count(id, first)
 	}
 	return twice
