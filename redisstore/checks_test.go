@@ -95,8 +95,7 @@ func idleStoreChecksByItself(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-			defer s.Close()
+			closing(t, mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond}))
 			f.set(tt.change)
 			waitFor(t, 10*time.Second, "the idle store to fence every shard", func() bool {
 				f.mu.Lock()
@@ -168,8 +167,7 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 				f.set(resetBefore)
 			}
 			var logs syncBuffer
-			s := mustOpen(t, f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			defer s.Close()
+			s := closing(t, mustOpen(t, f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 			s.checkServer(context.Background())
 			want := 0
 			if tt.reset {
@@ -415,8 +413,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			opts.Observer = ev.observe
 			opts.RecheckInterval = time.Hour // the test runs the rechecks
 			provisionFirst(t, srv.client(), opts)
-			s := mustOpen(t, srv.client(), opts)
-			t.Cleanup(func() { s.Close() })
+			s := closing(t, mustOpen(t, srv.client(), opts))
 			mustProvision(t, s)
 			check := func(want int) {
 				t.Helper()
@@ -541,8 +538,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			// The fences refuse at Open; a Store from New refuses each call.
 			_, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
 			wantErr(t, err, ErrFenced, "Open after the change was undone")
-			s2 := mustNew(t, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
-			defer s2.Close()
+			s2 := closing(t, mustNew(t, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()}))
 			twice := 0
 			for _, id := range append(before, after...) {
 				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
@@ -629,8 +625,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 			return Options{Prefix: "two:", Logger: quietLogger(), Timeout: 30 * time.Second, Durability: Durability{Replicas: 2, Timeout: wait}}
 		}
 		s2 := provisioned(t, c, durable(10*time.Second))
-		cut := mustOpen(t, c, durable(50*time.Millisecond))
-		defer cut.Close()
+		cut := closing(t, mustOpen(t, c, durable(50*time.Millisecond)))
 		var accepted []string
 		for i := range 20 {
 			id := fmt.Sprint("acked-", i)
@@ -646,8 +641,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		b.signal(syscall.SIGCONT)
 		primary.kill()
 		must(t, b.client().Do(ctx, "REPLICAOF", "NO", "ONE").Err())
-		s3 := mustOpen(t, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
-		defer s3.Close()
+		s3 := closing(t, mustOpen(t, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true}))
 		for _, id := range accepted {
 			wantClaim(t, s3, id, time.Now().Add(time.Minute), false)
 		}
@@ -783,8 +777,7 @@ func checksRunUnderTheDocumentedACL(t *testing.T) {
 			// What the operator's checks kept of the server is not the
 			// fleet's: drop it, so the count below is the fleet user's.
 			must(t, admin.Del(ctx, op.serversKey()).Err())
-			s := mustOpen(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
-			t.Cleanup(func() { s.Close() })
+			s := closing(t, mustOpen(t, c, Options{Prefix: "acl:", Logger: quietLogger()}))
 			wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
 			recheckNow(t, s)
 			wantClaim(t, s, "y", time.Now().Add(time.Minute), true)

@@ -39,8 +39,7 @@ func TestLaggingInstanceClock(t *testing.T) {
 	// The right clock provisions the prefix; the lagging one cannot pass
 	// Open's clock check.
 	right := faultStoreWith(t, rp.client(), opts(time.Now))
-	lagging := mustNew(t, rp.client(), opts(behind))
-	t.Cleanup(func() { lagging.Close() })
+	lagging := closing(t, mustNew(t, rp.client(), opts(behind)))
 	leading, err := Open(ctx, rp.client(), opts(ahead))
 	must(t, err)
 	t.Cleanup(func() { leading.Close() })

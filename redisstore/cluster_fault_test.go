@@ -542,10 +542,8 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// one's 11 s.
 	opts.MaxSkew, opts.Timeout = time.Second, idleTimeout
 	provisionFirst(t, c, opts)
-	short := mustNew(t, c, opts)
-	defer short.Close()
-	long := mustNew(t, c, opts)
-	defer long.Close()
+	short := closing(t, mustNew(t, c, opts))
+	long := closing(t, mustNew(t, c, opts))
 	wantClaim(t, short, "short-0", time.Now().Add(time.Second), true)
 	// One ID per shard for the long store, claimed before the loss.
 	var ids [Shards]string
@@ -889,8 +887,7 @@ func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
 
 			// The runbook: status, then provision, as ctoken-store runs
 			// them (a new process: a new client).
-			op := mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
-			defer op.Close()
+			op := closing(t, mustNew(t, tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime}))
 			st := mustStatus(t, op)
 			empty := 0
 			for _, ss := range st.Servers {

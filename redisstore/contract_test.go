@@ -27,7 +27,6 @@ func twoInstances(t *testing.T, c *redis.Client) (*Store, *Store) {
 	t.Helper()
 	prefix := uniquePrefix(t, c)
 	a := provisioned(t, c, Options{Prefix: prefix})
-	b := mustNew(t, c, Options{Prefix: prefix})
-	t.Cleanup(func() { b.Close() })
+	b := closing(t, mustNew(t, c, Options{Prefix: prefix}))
 	return a, b
 }

@@ -23,9 +23,8 @@ func TestDurabilityContract(t *testing.T) {
 	c := primary.client()
 	var ev events
 	provisionFirst(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	s := mustOpen(t, c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
-		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
-	t.Cleanup(func() { s.Close() })
+	s := closing(t, mustOpen(t, c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
+		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}}))
 	mustProvision(t, s)
 	replaytest.RunDurabilityContract(t, s,
 		func(t *testing.T) { replica.signal(syscall.SIGSTOP) },

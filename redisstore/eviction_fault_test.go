@@ -309,8 +309,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				must(t, other.Do(ctx, tt.before...).Err())
 				s.Close()
 				must(t, c.Del(ctx, s.serversKey()).Err())
-				s = mustOpen(t, c, opts)
-				defer s.Close()
+				s = closing(t, mustOpen(t, c, opts))
 			}
 			old, _ := claimOld(t, s, 500)
 			r := claimThroughChange(t, s, old, func() {

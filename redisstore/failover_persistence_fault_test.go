@@ -107,11 +107,8 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			wantErr(t, claimUntil(s, "after", 10*time.Second, served), nil, "the store did not serve after the failover")
 			t.Logf("%s: served %v after the failover (or the fix)", tt.name, time.Since(start).Round(time.Millisecond))
 			// An app restart: a new client and Store.
-			s2 := mustOpen(t, sp.client(t), opts)
-			defer s2.Close()
-			if err := claimUntil(s2, "restarted", 5*time.Second, served); err != nil {
-				t.Fatalf("a Store opened after the failover does not serve: %v", err)
-			}
+			s2 := closing(t, mustOpen(t, sp.client(t), opts))
+			wantErr(t, claimUntil(s2, "restarted", 5*time.Second, served), nil, "a Store opened after the failover does not serve")
 			for _, st := range []*Store{s, s2} {
 				for _, id := range old {
 					if first, _ := st.Claim(ctx, id, until); first {

@@ -48,8 +48,7 @@ func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 		opts.Prefix = "ctoken-fault:" + hex.EncodeToString(b) + ":"
 	}
 	opts.Logger = quietLogger()
-	s := mustNew(t, c, opts)
-	t.Cleanup(func() { s.Close() })
+	s := closing(t, mustNew(t, c, opts))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.ProvisionNew(ctx); err != nil {

@@ -139,8 +139,7 @@ func (c confirmCounter) ConfirmRecord(ctx context.Context, id, token string, unt
 func idemStores(t *testing.T, srv *server) []*Store {
 	t.Helper()
 	s1 := faultStore(t, standaloneClient(t, srv.addr()), 2*time.Second)
-	s2 := mustNew(t, standaloneClient(t, srv.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
-	t.Cleanup(func() { s2.Close() })
+	s2 := closing(t, mustNew(t, standaloneClient(t, srv.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()}))
 	return []*Store{s1, s2}
 }
 

@@ -328,8 +328,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, tt.args...)
 			c := srv.client()
-			s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second})
-			defer s.Close()
+			s := closing(t, mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second}))
 			tt.setup(t, s, srv, c)
 			waitChecks(t, s) // a check a missing marker started (it fences the key space) has ended
 			markers := func() []any {
@@ -534,8 +533,7 @@ func newStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 	c := newTestClient(t)
 	ctx := context.Background()
 	prefix := uniquePrefix(t, c)
-	s := mustNew(t, c, Options{Prefix: prefix, Logger: quietLogger()})
-	defer s.Close()
+	s := closing(t, mustNew(t, c, Options{Prefix: prefix, Logger: quietLogger()}))
 	for range 3 {
 		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned {
 			t.Fatalf("claim before Provision = %v, %v; want ErrConfig (%q)", first, err, whyNotProvisioned)
@@ -600,8 +598,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			if tt.name == "keys evicted" {
 				c.Set(ctx, "other-app:0", "x", 0) // something to evict
 			}
-			s := mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour})
-			defer s.Close()
+			s := closing(t, mustNew(t, c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour}))
 			tt.setup(t, s, c)
 			before, _ := c.MGet(ctx, s.tags[:]...).Result()
 			ledgerBefore, _ := s.readLedger(ctx)

@@ -236,9 +236,8 @@ func renewRefusedByTheGuardChangesNothing(t *testing.T) {
 		t.Fatalf("renewal past the horizon = %v; want ErrInvalidClaim (%q), as AcquireLease", err, whyLeaseLong)
 	}
 	var ev events
-	lag := mustNew(t, c, Options{Prefix: s.Prefix(), Horizon: time.Hour, Observer: ev.observe,
-		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
-	t.Cleanup(func() { lag.Close() })
+	lag := closing(t, mustNew(t, c, Options{Prefix: s.Prefix(), Horizon: time.Hour, Observer: ev.observe,
+		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }}))
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 	_, err := lag.AcquireLease(ctx, "b", time.Minute)
 	wantErr(t, err, ErrClockSkew, "AcquireLease from a lagging instance")

@@ -253,8 +253,7 @@ func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 			c := srv.client()
 			ctx := context.Background()
 			short := provisioned(t, c, lifetimeOpts("two:", tc.recheck))
-			long := mustNew(t, c, lifetimeOpts("two:", time.Hour))
-			defer long.Close()
+			long := closing(t, mustNew(t, c, lifetimeOpts("two:", time.Hour)))
 			if first, err := claim(ctx, short, "short-0", time.Now().Add(time.Second)); !first || err != nil {
 				t.Fatalf("short claim: %v, %v", first, err)
 			}
@@ -313,8 +312,7 @@ func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
 	shortOpts := lifetimeOpts("horizon:", 50*time.Millisecond)
 	shortOpts.Horizon = 3 * time.Second
 	short := provisioned(t, c, shortOpts)
-	long := mustNew(t, c, lifetimeOpts("horizon:", time.Hour))
-	defer long.Close()
+	long := closing(t, mustNew(t, c, lifetimeOpts("horizon:", time.Hour)))
 	before := claimMany(t, long, "long-", 20, 8*time.Second)
 	deadline := time.Now().Add(2 * time.Second)
 	for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {

@@ -52,8 +52,7 @@ func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 			ctx := context.Background()
 			c := newServer(t).client()
 			opts := Options{Prefix: "unknown:", Logger: quietLogger(), Horizon: horizon}
-			s := mustNew(t, c, opts)
-			defer s.Close()
+			s := closing(t, mustNew(t, c, opts))
 			if tt.record != "" {
 				must(t, c.Set(ctx, s.lifetimeKey(), tt.record, 0).Err())
 			}
@@ -118,8 +117,7 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			ctx := context.Background()
 			c := newServer(t).client()
 			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
-			s := mustNew(t, c, opts)
-			defer s.Close()
+			s := closing(t, mustNew(t, c, opts))
 			_, err := s.Provision(ctx)
 			wantErr(t, err, ErrFenced, "Provision")
 			tt.after(t, s, c)
@@ -137,8 +135,7 @@ func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 			if n != Shards || err != nil {
 				t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
 			}
-			app := mustOpen(t, c, opts)
-			defer app.Close()
+			app := closing(t, mustOpen(t, c, opts))
 			wantClaim(t, app, "x", time.Now().Add(time.Minute), true)
 		})
 	}
@@ -152,8 +149,7 @@ func provisionNewRecordsTheOperatorsStatement(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t)
 	var logs syncBuffer
-	s := mustNew(t, srv.client(), Options{Prefix: "new:", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	defer s.Close()
+	s := closing(t, mustNew(t, srv.client(), Options{Prefix: "new:", Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 	if n, err := s.ProvisionNew(ctx); n != Shards || err != nil {
 		t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
 	}
@@ -206,8 +202,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			srv.kill()
 			must(t, srv.start())
 			// The runbook: status, then provision.
-			op := mustNew(t, srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime})
-			defer op.Close()
+			op := closing(t, mustNew(t, srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime}))
 			st := mustStatus(t, op)
 			if st.Missing != Shards || len(st.Ledger) != 0 || len(st.Servers) != 1 || st.Servers[0].AppendOnly != "no" ||
 				st.Servers[0].StartedAt.IsZero() || time.Since(st.Servers[0].StartedAt) > 10*time.Second {
@@ -222,8 +217,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			if st, err = op.Status(ctx); err != nil || st.Fenced != Shards || st.ReopenSafeAt.Before(end) {
 				t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v", st, err, end)
 			}
-			waiting := mustNew(t, srv.client(), opts)
-			defer waiting.Close()
+			waiting := closing(t, mustNew(t, srv.client(), opts))
 			twice, refused, served, lastFenced := replayUntilServed(t, waiting, untils, func() string { return fmt.Sprint("fresh-", time.Now().UnixNano()) }, t0, lifetime+10*time.Second)
 			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, len(twice), refused, served.Round(time.Millisecond), lifetime)
 			if len(twice) != 0 {
@@ -324,13 +318,11 @@ func provisionNewThatLosesToAFenceReportsIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
-	other := mustNew(t, srv.client(), Options{Prefix: "race:", Logger: quietLogger()})
-	defer other.Close()
+	other := closing(t, mustNew(t, srv.client(), Options{Prefix: "race:", Logger: quietLogger()}))
 	c := srv.client()
 	hook := &provisionBeforeFirstOpen{other: other}
 	c.AddHook(hook)
-	s := mustNew(t, c, Options{Prefix: "race:", Logger: quietLogger()})
-	defer s.Close()
+	s := closing(t, mustNew(t, c, Options{Prefix: "race:", Logger: quietLogger()}))
 	n, err := s.ProvisionNew(ctx)
 	if !errors.Is(hook.err, ErrFenced) {
 		t.Fatalf("the other operator's Provision = %v; want ErrFenced (unknown history)", hook.err)

@@ -361,7 +361,7 @@ func recordStepsFailClosed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s := mustNew(t, rc.client(func(_ int, args []any) (any, error) {
+			s := closing(t, mustNew(t, rc.client(func(_ int, args []any) (any, error) {
 				switch {
 				case args[0] == "GET" && tt.side == nil:
 					return nil, redis.Nil
@@ -371,8 +371,7 @@ func recordStepsFailClosed(t *testing.T) {
 					return "OK", nil
 				}
 				return tt.val, tt.err
-			}), Options{})
-			defer s.Close()
+			}), Options{}))
 			ctx := context.Background()
 			if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 || r.Fingerprint != nil || r.Result != nil {
 				t.Fatalf("AcquireRecord = %+v, %v; want nothing and ErrUnavailable", r, err)
@@ -395,13 +394,12 @@ func recordStepsFailClosed(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s := mustNew(t, rc.client(func(_ int, args []any) (any, error) {
+			s := closing(t, mustNew(t, rc.client(func(_ int, args []any) (any, error) {
 				if args[0] == "SET" {
 					return tt.set, tt.setErr
 				}
 				return tt.script, nil
-			}), Options{})
-			defer s.Close()
+			}), Options{}))
 			wantErr(t, s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")), ErrUnavailable, "ConfirmRecord")
 		})
 	}
@@ -413,7 +411,7 @@ func recordStepsFailClosed(t *testing.T) {
 func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	var rc recordingCommands
 	released := make(chan struct{}, 1)
-	s := mustNew(t, rc.client(func(n int, args []any) (any, error) {
+	s := closing(t, mustNew(t, rc.client(func(n int, args []any) (any, error) {
 		if n == 1 {
 			return nil, errors.New("i/o timeout")
 		}
@@ -422,8 +420,7 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 		if e.Kind == replay.EventLeaseReleased {
 			released <- struct{}{}
 		}
-	}})
-	defer s.Close()
+	}}))
 	if r, err := s.AcquireRecord(context.Background(), "id", time.Minute, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
 		t.Fatalf("AcquireRecord = %+v, %v; want ErrUnavailable", r, err)
 	}
@@ -438,13 +435,12 @@ func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	}
 	// A refusal took nothing: no release.
 	var rc2 recordingCommands
-	s2 := mustNew(t, rc2.client(func(_ int, args []any) (any, error) {
+	s2 := closing(t, mustNew(t, rc2.client(func(_ int, args []any) (any, error) {
 		if args[0] == "GET" {
 			return nil, redis.Nil
 		}
 		return []any{int64(-3), int64(0)}, nil
-	}), Options{})
-	defer s2.Close()
+	}), Options{}))
 	_, err := s2.AcquireRecord(context.Background(), "id", time.Minute, nil)
 	wantErr(t, err, ErrClockSkew, "AcquireRecord")
 	time.Sleep(50 * time.Millisecond)

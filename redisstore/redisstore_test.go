@@ -81,8 +81,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // (a new prefix, or one provisioned before), closed when the test ends.
 func provisioned(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
-	s := mustNew(t, c, opts)
-	t.Cleanup(func() { s.Close() })
+	s := closing(t, mustNew(t, c, opts))
 	mustProvision(t, s)
 	return s
 }
@@ -124,6 +123,12 @@ func mustNew(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
 	s, err := New(c, opts)
 	must(t, err)
+	return s
+}
+
+// closing returns s, closed when the test ends.
+func closing(t testing.TB, s *Store) *Store {
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -436,8 +441,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	c := newServer(t).client()
 	ctx := context.Background()
 	outer := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
-	inner := mustNew(t, c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})
-	t.Cleanup(func() { inner.Close() })
+	inner := closing(t, mustNew(t, c, Options{Prefix: "app:webhooks:", Logger: quietLogger()}))
 	t.Run("markers", func(t *testing.T) {
 		if n, err := inner.ProvisionNew(ctx); err != nil || n != Shards {
 			t.Fatalf("inner Provision after outer's = %d, %v; want %d markers of its own", n, err, Shards)

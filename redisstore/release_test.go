@@ -47,13 +47,12 @@ func timedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
 			// Provisioned with the default timeout (its 128 round trips can
 			// take longer than 200 ms on a loaded machine).
 			prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
-			s := mustNew(t, c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
+			s := closing(t, mustNew(t, c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
 				Observer: func(e replay.Event) {
 					if e.Kind == replay.EventLeaseReleased {
 						released <- e
 					}
-				}})
-			t.Cleanup(func() { s.Close() })
+				}}))
 			ctx := context.Background()
 			if _, err := tc.acquire(ctx, s, "warm-up", time.Second); err != nil { // load the script
 				t.Fatal(err)

@@ -90,8 +90,7 @@ func keySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
 		t.Fatal("fenceAll failed")
 	}
 	s.Close()
-	n := mustNew(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
-	defer n.Close()
+	n := closing(t, mustNew(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()}))
 	first, err := n.Claim(ctx, "any", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrFenced) {
 		t.Fatalf("claim = %v, %v; want ErrFenced", first, err)

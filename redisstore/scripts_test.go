@@ -132,13 +132,12 @@ func lagRefusalReportsTheClockTheCallSent(t *testing.T) {
 			lagging.Store(false)
 		}
 	}})
-	lag := mustNew(t, hooked, Options{Prefix: good.Prefix(), Logger: quietLogger(), Now: func() time.Time {
+	lag := closing(t, mustNew(t, hooked, Options{Prefix: good.Prefix(), Logger: quietLogger(), Now: func() time.Time {
 		if lagging.Load() {
 			return time.Now().Add(-2 * time.Minute)
 		}
 		return time.Now()
-	}})
-	t.Cleanup(func() { lag.Close() })
+	}}))
 	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
 	first, err := lag.Claim(context.Background(), "late", time.Now().Add(time.Minute))
 	if first || !errors.Is(err, ErrClockSkew) || !strings.Contains(err.Error(), "behind by 2m0") {

@@ -645,8 +645,7 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 // store fences it.
 func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 	f := newFake()
-	s := mustOpen(t, f, Options{Logger: quietLogger()})
-	defer s.Close()
+	s := closing(t, mustOpen(t, f, Options{Logger: quietLogger()}))
 	f.set(func(f *fakeServer) {
 		f.resetStat(28)
 		f.commands = 1 << 20
