@@ -906,10 +906,7 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	s := provisioned(t, srv.client(), Options{Logger: quietLogger(), RecheckInterval: time.Hour})
 	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, "processed", time.Minute)
-	if err != nil || l.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease = %+v, %v; want acquired", l, err)
-	}
+	l := acquireLease(t, s, "processed", time.Minute, replay.LeaseAcquired)
 	// A check after some traffic: its baseline counts more commands than
 	// the restarted server will have run.
 	for i := range 100 {
@@ -935,12 +932,8 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	// The check the refusal asked for finds nothing lost: every step is
 	// served again, and the confirmation held.
 	waitChecks(t, s)
-	if got, err := s.AcquireLease(ctx, "processed", time.Minute); err != nil || got.State != replay.LeaseDone {
-		t.Fatalf("AcquireLease of the confirmed ID after the check = %+v, %v; want done", got, err)
-	}
-	if got, err := s.AcquireLease(ctx, "free", time.Minute); err != nil || got.State != replay.LeaseAcquired {
-		t.Fatalf("AcquireLease of a free ID after the check = %+v, %v; want acquired", got, err)
-	}
+	acquireLease(t, s, "processed", time.Minute, replay.LeaseDone)
+	acquireLease(t, s, "free", time.Minute, replay.LeaseAcquired)
 }
 
 // evictKeys makes c's server evict keys with a lifetime while no store
