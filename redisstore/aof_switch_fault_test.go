@@ -129,9 +129,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -166,7 +164,7 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r ao
 					time.Sleep(time.Millisecond)
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(1500*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))))
 	mu.Lock()

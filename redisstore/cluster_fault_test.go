@@ -110,9 +110,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			spawn(&wg, func() {
 				<-start
 				first, err := s.Claim(ctx, id, until)
 				if err != nil {
@@ -120,7 +118,7 @@ func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 				} else if first {
 					wins.Add(1)
 				}
-			}()
+			})
 		}
 		close(start)
 		wg.Wait()
@@ -294,9 +292,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 		kindIdx atomic.Uint64
 	)
 	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			for n := 0; !stop.Load(); {
 				kind := singleUseKinds[kindIdx.Add(1)%2]
 				a := rand.IntN(3)
@@ -308,11 +304,9 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 				s := single{kind, tok}
 				var pair sync.WaitGroup
 				for _, i := range []int{a, (a + 1 + w%2) % 3} {
-					pair.Add(1)
-					go func() {
-						defer pair.Done()
+					spawn(&pair, func() {
 						outs.add(s.tok, redeem(c, ins[i].srv.URL, s))
-					}()
+					})
 				}
 				pair.Wait()
 				mu.Lock()
@@ -328,11 +322,9 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 				codes := make([]int, 2)
 				var copies sync.WaitGroup
 				for j, i := range []int{a, (a + 2) % 3} {
-					copies.Add(1)
-					go func() {
-						defer copies.Done()
+					spawn(&copies, func() {
 						codes[j] = sender.send(ins[i].srv.URL, id)
-					}()
+					})
 				}
 				copies.Wait()
 				if codes[0]/100 != 2 && codes[1]/100 != 2 {
@@ -346,7 +338,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 				hookIDs = append(hookIDs, id)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	disrupt()
 	stop.Store(true)

@@ -58,9 +58,7 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 	var wg sync.WaitGroup
 	until := time.Now().Add(10 * time.Minute)
 	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			ctx := context.Background()
 			refused := false
 			for i := 0; ; i++ {
@@ -103,7 +101,7 @@ func claimThroughChange(t *testing.T, s *Store, old []string, change func(), lim
 					r.mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(100 * time.Millisecond)
 	r.changedAt = time.Now()

@@ -278,13 +278,11 @@ func inParallel[T any](items []T, n int, do func(T)) (wait func()) {
 	work := make(chan T)
 	var wg sync.WaitGroup
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			for it := range work {
 				do(it)
 			}
-		}()
+		})
 	}
 	go func() {
 		for _, it := range items {

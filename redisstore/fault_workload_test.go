@@ -347,9 +347,7 @@ func rootCause(err error) string {
 func (wl *workload) start() {
 	wl.began = time.Now()
 	for w := range wl.cfg.workers {
-		wl.wg.Add(1)
-		go func() {
-			defer wl.wg.Done()
+		spawn(&wl.wg, func() {
 			for i := 0; !wl.stopped.Load(); i++ {
 				a := (w + i) % len(wl.nodes)
 				b := (a + 1) % len(wl.nodes)
@@ -393,7 +391,7 @@ func (wl *workload) start() {
 					time.Sleep(10 * time.Millisecond) // the store is down: back off as a client would
 				}
 			}
-		}()
+		})
 	}
 }
 

@@ -351,9 +351,7 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 				statuses := make(chan int, 3*len(f.instances))
 				for range 3 {
 					for i := range f.instances {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
+						spawn(&wg, func() {
 							req, err := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+redeem, bytes.NewReader([]byte(tok)))
 							if err != nil {
 								statuses <- -1
@@ -367,7 +365,7 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 							}
 							res.Body.Close()
 							statuses <- res.StatusCode
-						}()
+						})
 					}
 				}
 				wg.Wait()

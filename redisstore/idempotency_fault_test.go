@@ -179,16 +179,14 @@ func (run *idemRun) start() (wait func()) {
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(idemDeadline)
 	for c := range idemClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			g := c / idemCopies
 			for k := range idemKeysPerGroup {
 				if !run.send(c, fmt.Sprintf("g%02d-k%02d", g, k), deadline) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	return wg.Wait
 }

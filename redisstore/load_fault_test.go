@@ -157,14 +157,12 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 		var pair sync.WaitGroup
 		a := int(rr.Add(1) % 3)
 		for _, i := range []int{a, (a + 1) % 3} {
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
+			spawn(&pair, func() {
 				start := time.Now()
 				st := redeem(c, ins[i].srv.URL, s)
 				lc.time(s.kind+".redeem", start)
 				outs.add(s.tok, st)
-			}()
+			})
 		}
 		pair.Wait()
 	}
@@ -203,9 +201,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	for i := range clients {
 		lc := &loadClient{id: i, caller: "caller-" + strconv.Itoa(i), seen: make([]uint8, loadItems), lat: map[string][]time.Duration{}}
 		lcs[i] = lc
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			for !stop.Load() {
 				for range 8 {
 					if err := page(lc); err != nil {
@@ -235,13 +231,11 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 				codes := make([]int, 2)
 				var copies sync.WaitGroup
 				for j, i := range []int{a, (a + 1) % 3} {
-					copies.Add(1)
-					go func() {
-						defer copies.Done()
+					spawn(&copies, func() {
 						t1 := time.Now()
 						codes[j] = sender.send(ins[i].srv.URL, id)
 						lc.time("webhook.copy", t1)
-					}()
+					})
 				}
 				copies.Wait()
 				if codes[0]/100 != 2 && codes[1]/100 != 2 {
@@ -256,7 +250,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 				acked = append(acked, id)
 				ackedMu.Unlock()
 			}
-		}()
+		})
 	}
 
 	// resendAcked sends every delivery acknowledged so far once more, as a
@@ -269,16 +263,14 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 		work := make(chan string)
 		var rs sync.WaitGroup
 		for range 32 {
-			rs.Add(1)
-			go func() {
-				defer rs.Done()
+			spawn(&rs, func() {
 				for id := range work {
 					if _, err := sender.deliver(next, id, 20*time.Millisecond, loadLease+15*time.Second); err != nil {
 						failures <- fmt.Errorf("re-sending an acknowledged delivery: %w", err)
 					}
 					resent.Add(1)
 				}
-			}()
+			})
 		}
 		for _, id := range ids {
 			work <- id

@@ -86,16 +86,14 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 		// timed runs call in a goroutine of the wave, recording how long it
 		// took to fail and whether it failed as it should.
 		timed := func(what string, call func() error) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			spawn(&wg, func() {
 				start := time.Now()
 				err := call()
 				took := time.Since(start)
 				mu.Lock()
 				results = append(results, result{what, took, err})
 				mu.Unlock()
-			}()
+			})
 		}
 		for i, s := range toks[w] {
 			timed(s.kind+" redeem", func() error {
@@ -198,9 +196,7 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	var slowest time.Duration
 	var hwg sync.WaitGroup
 	for i, id := range slices.Concat(hookIDs...) {
-		hwg.Add(1)
-		go func() {
-			defer hwg.Done()
+		spawn(&hwg, func() {
 			start := time.Now()
 			rr := i
 			if _, err := sender.deliver(func() string { rr++; return ins[rr%3].srv.URL }, id, 50*time.Millisecond, pauseLease+10*time.Second); err != nil {
@@ -210,7 +206,7 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 			mu.Lock()
 			slowest = max(slowest, time.Since(start))
 			mu.Unlock()
-		}()
+		})
 	}
 	hwg.Wait()
 	// Each once more, as a sender whose acknowledgement got lost would send

@@ -132,6 +132,16 @@ func closing(t testing.TB, s *Store) *Store {
 	return s
 }
 
+// spawn runs f in a goroutine that wg waits for (sync.WaitGroup.Go, which
+// the module's go 1.24 does not have).
+func spawn(wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f()
+	}()
+}
+
 // mustOpen is Open, failing t when it refuses.
 func mustOpen(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()

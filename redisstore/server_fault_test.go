@@ -294,9 +294,7 @@ func claimAllNoting(s *Store, ids []string, workers int, unavailable map[string]
 	var wg sync.WaitGroup
 	until := time.Now().Add(10 * time.Minute)
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		spawn(&wg, func() {
 			for i := w; i < len(ids); i += workers {
 				ok, err := s.Claim(context.Background(), ids[i], until)
 				switch {
@@ -316,7 +314,7 @@ func claimAllNoting(s *Store, ids []string, workers int, unavailable map[string]
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return int(nFirst.Load()), int(nRefused.Load()), other
