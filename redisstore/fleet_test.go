@@ -253,14 +253,10 @@ func (f *fleet) do(i int, method, path, caller string, body []byte) fleetResp {
 		i = int(f.next.Add(1)-1) % len(f.instances)
 	}
 	req, err := http.NewRequest(method, f.instances[i].srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	must(f.t, err)
 	req.Header.Set("X-Caller", caller)
 	res, err := f.client.Do(req)
-	if err != nil {
-		f.t.Fatalf("%s %s on %s: %v", method, path, f.instances[i].name, err)
-	}
+	wantErr(f.t, err, nil, fmt.Sprintf("%s %s on %s", method, path, f.instances[i].name))
 	defer res.Body.Close()
 	var r fleetResp
 	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
