@@ -143,8 +143,8 @@ type servers struct {
 	cond atomic.Pointer[error]
 	// hold, when not nil, is the refusal of the steps that can take a
 	// free ID (claims, acquisitions) after a script found the loss
-	// counters moved, until a check has judged the server (see
-	// [Store.holdForCheck]); nil once a check has run to its end.
+	// counters moved, until a check begun after it has judged the server
+	// (see [Store.holdForCheck]).
 	hold atomic.Pointer[error]
 	// running is set while a background round of checks runs; again asks
 	// it for one more round.

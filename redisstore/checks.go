@@ -157,6 +157,9 @@ type doer interface {
 // a server that does not fit the Options is remembered as the refusal of
 // every call (see [Store.refusal]) until a check finds it fits.
 func (s *Store) checkServer(ctx context.Context) error {
+	// A finding of moved counters made after this check began may be newer
+	// than what it reads: the check that finding asked for lifts it.
+	hold := s.srv.hold.Load()
 	masters, err := s.mastersErr(ctx)
 	if err != nil {
 		s.settleLoss(ctx)
@@ -190,7 +193,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 	}
 	s.learnRecordedLifetime(ctx) // lifetime.go: another application's longer lifetime
 	s.settle(ctx, obs)
-	s.srv.hold.Store(nil) // the counters are judged (see holdForCheck)
+	s.srv.hold.CompareAndSwap(hold, nil) // the counters are judged (see holdForCheck)
 	var old *error
 	if cond != nil {
 		old = s.srv.cond.Swap(&cond)

@@ -77,6 +77,7 @@ func TestChecks(t *testing.T) {
 		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
 		{"a free ID is refused while the counters moved", freeIDIsRefusedWhileTheCountersMoved},
 		{"a lease is confirmed while the counters moved", leaseIsConfirmedWhileTheCountersMoved},
+		{"a finding during a check outlives it", findingDuringACheckOutlivesIt},
 		{"a Cluster master no check has read refuses", clusterMasterNoCheckHasReadRefuses},
 	})
 }
@@ -934,6 +935,35 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	waitChecks(t, s)
 	acquireLease(t, s, "processed", time.Minute, replay.LeaseDone)
 	acquireLease(t, s, "free", time.Minute, replay.LeaseAcquired)
+}
+
+// A script can find the counters moved after a running check read them:
+// that check read older counters than the finding, so it must not lift
+// the refusal; the check the finding asked for does.
+func findingDuringACheckOutlivesIt(t *testing.T) {
+	c := newServer(t).client()
+	var s *Store
+	var armed atomic.Bool
+	c.AddHook(cmdHook{after: func(cmd redis.Cmder) {
+		if strings.EqualFold(strings.TrimSpace(fmt.Sprintln(cmd.Args()...)), "INFO stats") && armed.CompareAndSwap(true, false) {
+			s.holdForCheck(refuse(ErrUnavailable, whyCountersMoved, nil))
+		}
+	}})
+	s = provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
+	waitChecks(t, s)
+	armed.Store(true)
+	s.recheck()
+	waitChecks(t, s)
+	if armed.Load() {
+		t.Fatal("the check read no INFO stats: nothing was found during it")
+	}
+	if err := s.held(); Reason(err) != whyCountersMoved {
+		t.Fatalf("held after the check the finding came during = %v; want Reason %q until a check begun after it", err, whyCountersMoved)
+	}
+	s.recheck()
+	waitChecks(t, s)
+	wantErr(t, s.held(), nil, "held after a check begun after the finding")
+	wantClaim(t, s, "after-the-check", time.Now().Add(time.Minute), true)
 }
 
 // evictKeys makes c's server evict keys with a lifetime while no store

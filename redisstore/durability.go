@@ -450,10 +450,10 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 
 // holdForCheck has every step that can take a free ID (a claim, an
 // acquisition) refuse with err (loss counters a script found moved) until
-// a check has judged the server: the check acts on the evictions (settle)
-// before it lifts the refusal, so commands regrown past the baseline
-// after a reset do not let a claim be answered first before the counters
-// are judged. The steps on a caller's own lease (confirm, renew; a
+// a check begun after it has judged the server: the check acts on the
+// evictions (settle) before it lifts the refusal, so commands regrown
+// past the baseline after a reset do not let a claim be answered first
+// before the counters are judged. The steps on a caller's own lease (confirm, renew; a
 // release needs no check) go on: the counters guard nothing they do, and
 // a lease left unconfirmed until the check could end first, and its
 // delivery be processed again.
