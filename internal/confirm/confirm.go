@@ -21,11 +21,11 @@ func Deadline(end time.Time, lease time.Duration) time.Time {
 
 // Retry calls try until it returns nil or an error matching one of final,
 // or ctx ends, and returns try's last error; ctx carries the deadline of
-// [Deadline]. The waits between calls double from 10 ms to at most a
-// second; when the next wait would leave less than itself before the
-// deadline, the last call starts halfway through what is left, so a store
-// that recovers late in the lease is still asked once with time for its
-// answer.
+// [Deadline] (or the caller's, when earlier). The waits between calls
+// double from 10 ms to at most a second; when the next wait would reach
+// the deadline, the last call starts halfway through what is left, with
+// the other half for its answer: no call is given up while more than
+// half a second of the lease is left.
 func Retry(ctx context.Context, try func(context.Context) error, final ...error) error {
 	giveUp, bounded := ctx.Deadline()
 	wait := 10 * time.Millisecond
@@ -34,7 +34,7 @@ func Retry(ctx context.Context, try func(context.Context) error, final ...error)
 		if err == nil || last || ctx.Err() != nil || matches(err, final) {
 			return err
 		}
-		if left := time.Until(giveUp); bounded && wait > left/2 {
+		if left := time.Until(giveUp); bounded && wait >= left {
 			wait, last = left/2, true
 		}
 		t := time.NewTimer(wait)
