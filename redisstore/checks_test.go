@@ -937,33 +937,52 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	acquireLease(t, s, "free", time.Minute, replay.LeaseAcquired)
 }
 
-// A script can find the counters moved after a running check read them:
-// that check read older counters than the finding, so it must not lift
-// the refusal; the check the finding asked for does.
+// A script can find the counters moved after a running check read them,
+// whether or not an earlier finding holds: that check read older counters
+// than the finding, so it must not lift the refusal; the check the
+// finding starts does.
 func findingDuringACheckOutlivesIt(t *testing.T) {
 	c := newServer(t).client()
 	var s *Store
-	var armed atomic.Bool
+	var infos atomic.Int32 // INFO stats read since armed; -1: not armed
+	infos.Store(-1)
+	var during atomic.Pointer[error] // held() as the next check read the counters
 	c.AddHook(cmdHook{after: func(cmd redis.Cmder) {
-		if strings.EqualFold(strings.TrimSpace(fmt.Sprintln(cmd.Args()...)), "INFO stats") && armed.CompareAndSwap(true, false) {
+		n := infos.Load()
+		if n < 0 || !strings.EqualFold(strings.TrimSpace(fmt.Sprintln(cmd.Args()...)), "INFO stats") || !infos.CompareAndSwap(n, n+1) {
+			return
+		}
+		switch n + 1 {
+		case 1:
 			s.holdForCheck(refuse(ErrUnavailable, whyCountersMoved, nil))
+		case 2:
+			err := s.held()
+			during.Store(&err)
 		}
 	}})
 	s = provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
 	waitChecks(t, s)
-	armed.Store(true)
-	s.recheck()
-	waitChecks(t, s)
-	if armed.Load() {
-		t.Fatal("the check read no INFO stats: nothing was found during it")
+	for _, tc := range []struct {
+		name  string
+		start func()
+	}{
+		{"no finding before", s.recheck},
+		{"a finding before", func() { s.holdForCheck(refuse(ErrUnavailable, whyCountersMoved, nil)) }},
+	} {
+		during.Store(nil)
+		infos.Store(0)
+		tc.start()
+		waitChecks(t, s)
+		var got error = errors.New("no check ran after it")
+		if p := during.Load(); p != nil {
+			got = *p
+		}
+		if Reason(got) != whyCountersMoved {
+			t.Fatalf("%s: as the check after the one the finding came during read the counters, held = %v; want Reason %q", tc.name, got, whyCountersMoved)
+		}
+		wantErr(t, s.held(), nil, tc.name+": held after the check the finding started")
+		wantClaim(t, s, "after-"+tc.name, time.Now().Add(time.Minute), true)
 	}
-	if err := s.held(); Reason(err) != whyCountersMoved {
-		t.Fatalf("held after the check the finding came during = %v; want Reason %q until a check begun after it", err, whyCountersMoved)
-	}
-	s.recheck()
-	waitChecks(t, s)
-	wantErr(t, s.held(), nil, "held after a check begun after the finding")
-	wantClaim(t, s, "after-the-check", time.Now().Add(time.Minute), true)
 }
 
 // evictKeys makes c's server evict keys with a lifetime while no store

@@ -457,7 +457,11 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 // release needs no check) go on: the counters guard nothing they do, and
 // a lease left unconfirmed until the check could end first, and its
 // delivery be processed again.
+//
+// Each finding is a hold of its own, so a check begun before it cannot
+// lift it (see [Store.checkServer]), and it starts the check at once (one
+// more round when one runs).
 func (s *Store) holdForCheck(err error) {
-	s.srv.hold.CompareAndSwap(nil, &err)
-	s.checkSoon()
+	s.srv.hold.Store(&err)
+	s.recheck()
 }

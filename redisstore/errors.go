@@ -17,10 +17,9 @@ var (
 	// claim was first: Redis unreachable, timed out, or answered with an
 	// error or an unexpected reply; a step that can take a free ID found
 	// the server's loss counters moved since the last check (Reason says
-	// so; nothing was written, and the store checks the server at once);
-	// or one of
-	// the refusals below that also match it ([ErrFenced], [ErrClockSkew],
-	// [ErrNotDurable]). When the
+	// so; nothing of the ID was recorded, and the store checks the server
+	// at once); or one of the refusals below that also match it
+	// ([ErrFenced], [ErrClockSkew], [ErrNotDurable]). When the
 	// caller's context had ended by the time the call returned, the error
 	// also matches the context's error (context.DeadlineExceeded or
 	// context.Canceled); a client socket timeout that fires just before the
