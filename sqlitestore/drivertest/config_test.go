@@ -264,15 +264,10 @@ func newWaitsForAnotherWriter(t *testing.T) {
 // when the test ends.
 func conns(t *testing.T, db *sql.DB) (*sql.Conn, *sql.Conn) {
 	t.Helper()
-	var cs [2]*sql.Conn
-	for i := range cs {
-		c, err := db.Conn(context.Background())
-		must(t, err)
-		t.Cleanup(func() {
-			c.Raw(func(any) error { return sqldriver.ErrBadConn })
-			c.Close()
-		})
-		cs[i] = c
+	cs := [2]*sql.Conn{heldConn(t, db), heldConn(t, db)}
+	for _, c := range cs {
+		// Runs before heldConn's Close (cleanups run last first).
+		t.Cleanup(func() { c.Raw(func(any) error { return sqldriver.ErrBadConn }) })
 	}
 	return cs[0], cs[1]
 }
