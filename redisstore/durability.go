@@ -450,17 +450,15 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 
 // holdForCheck has every step that can take a free ID (a claim, an
 // acquisition) refuse with err (loss counters a script found moved) until
-// a check begun after it has judged the server: the check acts on the
-// evictions (settle) before it lifts the refusal, so commands regrown
-// past the baseline after a reset do not let a claim be answered first
-// before the counters are judged. The steps on a caller's own lease (confirm, renew; a
-// release needs no check) go on: the counters guard nothing they do, and
-// a lease left unconfirmed until the check could end first, and its
-// delivery be processed again.
-//
-// Each finding is a hold of its own, so a check begun before it cannot
-// lift it (see [Store.checkServer]), and it starts the check at once (one
-// more round when one runs).
+// a check begun after it has judged the server, and starts that check at
+// once (one more round when one runs). Each finding is a hold of its own,
+// which a check begun before it does not lift (see [Store.checkServer]).
+// The check acts on the evictions (settle) before it lifts the refusal,
+// so commands regrown past the baseline after a reset do not let a claim
+// be answered first before the counters are judged. The steps on a
+// caller's own lease (confirm, renew, release) go on: the counters guard
+// nothing they do, and a lease left unconfirmed until the check could
+// end first, and its delivery be processed again.
 func (s *Store) holdForCheck(err error) {
 	s.srv.hold.Store(&err)
 	s.recheck()

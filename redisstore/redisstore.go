@@ -80,16 +80,15 @@
 //     holder) reads INFO stats itself and refuses ([ErrUnavailable], a
 //     [Reason] naming the counters) when evicted_keys differs from what
 //     the last check read on that master, or total_commands_processed is
-//     below it; every such step then refuses until a check, run at once,
-//     has judged the server, which takes the new counters as its baseline
-//     only after fencing for them, while confirmations, renewals and
-//     releases go on. So no ID is answered free after an eviction before
-//     the check that fences for it has run (TestChecks/a free ID is
-//     refused while the counters moved), and a lease taken before is
-//     confirmed within its time (TestChecks/a lease is confirmed while
-//     the counters moved). On a Cluster master
-//     the checks have not read yet (a failover, a new node) those steps
-//     are refused the same way until a check has read it. Left: a reset
+//     below it; every such step then refuses until a check begun after
+//     that, run at once, has judged the server, which takes the new
+//     counters as its baseline only after fencing for them, while
+//     confirmations, renewals and releases go on. So no ID is answered
+//     free after an eviction before the check that fences for it has run
+//     (TestChecks/a free ID is refused while the counters moved), and a
+//     lease taken before is confirmed within its time. On a Cluster
+//     master the checks have not read yet (a failover, a new node) those
+//     steps are refused the same way until a check has read it. Left: a reset
 //     followed by more commands than the server had run until the last
 //     check, found by the check's other witnesses (see
 //     [Options.RecheckInterval]); a *redis.Ring, or a server that refuses
