@@ -40,7 +40,7 @@ func TestReadRecord(t *testing.T) {
 			var state string
 			var wait int64
 			var fp, result []byte
-			mustf(t, tx.QueryRow(bg(), s.readSQL, key, legacy, int64(lock>>32), int64(lock&0xffffffff)).Scan(&marker, &state, &wait, &fp, &result, &held), "the read statement of %q in a read-only transaction: %v", id)
+			wantIs(t, tx.QueryRow(bg(), s.readSQL, key, legacy, int64(lock>>32), int64(lock&0xffffffff)).Scan(&marker, &state, &wait, &fp, &result, &held), nil, "the read statement of %q in a read-only transaction: %v", id)
 			var xid *int64
 			must(t, tx.QueryRow(bg(), `SELECT txid_current_if_assigned()`).Scan(&xid))
 			if xid != nil {
@@ -53,7 +53,7 @@ func TestReadRecord(t *testing.T) {
 				t.Fatalf("ReadRecord(%q) wrote the row", id)
 			}
 		}
-		mustf(t, s.RenewLease(bg(), "leased", l.Token, time.Minute), "RenewLease after the reads: %v")
+		wantIs(t, s.RenewLease(bg(), "leased", l.Token, time.Minute), nil, "RenewLease after the reads: %v")
 	})
 
 	t.Run("a Work's ID reads busy, and done once it commits", func(t *testing.T) {
@@ -339,8 +339,8 @@ func recordResendAfterLostReplyIsSafe(t *testing.T) {
 		return s.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result"))
 	})
 	waitRowState(t, r, "confirm", "d")
-	mustf(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")), "resent ConfirmRecord: %v; want nil (its own done row)")
-	mustf(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("other result")), "ConfirmRecord resent with other bytes: %v; want nil")
+	wantIs(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")), nil, "resent ConfirmRecord: %v; want nil (its own done row)")
+	wantIs(t, r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("other result")), nil, "ConfirmRecord resent with other bytes: %v; want nil")
 	wantRecord(t, r, "confirm", replay.LeaseDone, []byte("fp"), []byte("first result"))
 }
 

@@ -226,7 +226,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 		mustExec(t, tx, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open"))
 		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
 		defer cancel()
-		mustf(t, Migrate(ctx, pool, name), "Migrate of an up-to-date table beside an open transaction: %v")
+		wantIs(t, Migrate(ctx, pool, name), nil, "Migrate of an up-to-date table beside an open transaction: %v")
 	})
 
 	t.Run("a column of another type", func(t *testing.T) {

@@ -418,17 +418,8 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// mustf fails t on an error; format and args, then err, say what was
-// called.
-func mustf(t testing.TB, err error, format string, args ...any) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf(format, append(args, err)...)
-	}
-}
-
-// wantIs fails t unless err matches target; format and args, then err,
-// say what was called and what was wanted.
+// wantIs fails t unless err matches target (nil: unless err is nil);
+// format and args, then err, say what was called and what was wanted.
 func wantIs(t testing.TB, err, target error, format string, args ...any) {
 	t.Helper()
 	if !errors.Is(err, target) {

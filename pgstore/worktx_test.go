@@ -153,7 +153,7 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 		t.Fatal(two, err)
 	}
 	must(t, br.Close())
-	mustf(t, errOf(tx.Exec(ctx, `SELECT 1`)), "Exec after closing = %v")
+	wantIs(t, errOf(tx.Exec(ctx, `SELECT 1`)), nil, "Exec after closing = %v")
 	own := &pgx.Batch{}
 	own.BeginTx(pgx.TxOptions{})
 	if _, err := tx.SendBatch(ctx, own).Exec(); err == nil || !strings.Contains(err.Error(), "BeginTx") {
@@ -651,7 +651,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 			w := way.begin(t, s, id)
 			must(t, charge(w.Context(bg()), table, id, "discarded"))
 			must(t, w.Rollback(bg()))
-			mustf(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil), "Commit after Rollback = %v, want Rollback's nil")
+			wantIs(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil), nil, "Commit after Rollback = %v, want Rollback's nil")
 			wantChargeCount(t, s.pool, table, id, 0)
 		})
 	}
@@ -768,6 +768,6 @@ func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
 		t.Fatalf("the other key's row is %q after the spoofer's commit; want its lease ('l')", state)
 	}
 	must(t, charge(other.Context(bg()), table, "op-other", "other"))
-	mustf(t, other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")), "the other key's Commit = %v; want nil")
+	wantIs(t, other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")), nil, "the other key's Commit = %v; want nil")
 	wantChargeCount(t, s.pool, table, "op-other", 1)
 }
