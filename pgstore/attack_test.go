@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ctoken/ctoken/replay"
@@ -91,11 +92,15 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 	primary, standby := syncPair(t)
 	for k, tt := range []struct {
 		name    string
-		handler string   // run in the work
-		params  []string // the pool's RuntimeParams
+		handler string // run in the work, the last statement before Commit
+		pool    bool   // the pool's RuntimeParams set it
 	}{
 		{name: "the handler's SET LOCAL", handler: "set local statement_timeout = '300ms'"},
-		{name: "the pool's RuntimeParams", params: []string{"statement_timeout", "300ms"}},
+		// The connections begin with no timeout (AfterConnect's SET), so
+		// that at load the store's setup and the work's first statements
+		// do not outlast the 300 ms; the handler's SET LOCAL … TO DEFAULT
+		// brings back the session's default, the pool's, for Commit alone.
+		{name: "the pool's RuntimeParams", handler: "set local statement_timeout to default", pool: true},
 	} {
 		for i, way := range workWays {
 			t.Run(tt.name+"/"+way.name, func(t *testing.T) {
@@ -103,16 +108,27 @@ func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
 				// committed while it was stopped: a commit that waits for
 				// it returns once it has, before the 300 ms apply.
 				mustExec(t, primary.pool(t), `SELECT pg_catalog.txid_current()`)
-				pool := primary.pool(t, tt.params...)
+				pool := primary.poolWith(t, func(cfg *pgxpool.Config) {
+					if tt.pool {
+						cfg.ConnConfig.RuntimeParams["statement_timeout"] = "300ms"
+						cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+							_, err := c.Exec(ctx, "set statement_timeout = 0")
+							return err
+						}
+					}
+				})
 				s := storeOn(t, pool, func(o *Options) { o.Timeout = time.Second; o.RequireSynchronousStandby = true })
 				table := chargeTable(t, pool)
 				id := fmt.Sprintf("timeout-%d-%d", k, i)
 				w := way.begin(t, s, id)
 				ctx := w.Context(bg())
 				must(t, charge(ctx, table, id, "work"))
-				if tt.handler != "" {
-					tx, _ := TxFrom(ctx)
-					mustExec(t, tx, tt.handler)
+				tx, _ := TxFrom(ctx)
+				mustExec(t, tx, tt.handler)
+				var timeout string
+				must(t, tx.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&timeout))
+				if timeout != "300ms" {
+					t.Fatalf("statement_timeout = %s before Commit; want 300ms", timeout)
 				}
 				resume := stopStandby(t, standby)
 				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
