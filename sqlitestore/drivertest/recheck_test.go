@@ -23,7 +23,10 @@ func TestRecheckDuringClaims(t *testing.T) {
 	)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		db, _ := openMigrated(t, d)
-		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Millisecond, SweepInterval: -1})
+		// A minute, not the 2 s default: at load, 8 claimers, 4 readers
+		// and a checker every millisecond can keep a claim waiting for the
+		// writer longer than that, and this test is not about timeouts.
+		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Millisecond, SweepInterval: -1, Timeout: time.Minute})
 		ctx := context.Background()
 		until := time.Now().Add(time.Hour)
 		errs := make(chan error, claimers+4)
