@@ -1,7 +1,6 @@
 package drivertest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
-	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
 // snapshot writes a consistent copy of db's database to dst (VACUUM
@@ -478,24 +476,12 @@ func walLinksAfterACrash(t *testing.T) {
 		t.Run("a checkpoint cut short, the WAL deleted", func(t *testing.T) {
 			path := faultDB(t, d)
 			tally := killAfter(t, path, 300)
-			wal := readFile(t, path+"-wal")
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			info, err := os.Stat(path)
 			must(t, err)
-			size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-			info, serr := f.Stat()
-			if err != nil || serr != nil {
-				t.Fatal(err, serr)
-			}
-			grown := false
-			for pgno, off := range last {
-				if at := int64(pgno-1) * int64(size); at >= info.Size() {
-					grown = true
-				} else if _, err := f.WriteAt(wal[off:off+int64(size)], at); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := f.Close(); err != nil || !grown {
-				t.Fatalf("close: %v; the claims grew the file: %v", err, grown)
+			_, size, _ := walPages(t, path+"-wal")
+			pastEnd := func(pgno uint32) bool { return int64(pgno-1)*int64(size) >= info.Size() }
+			if writeWALPages(t, path, path+"-wal", pastEnd) == 0 {
+				t.Fatal("the claims did not grow the file")
 			}
 			links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
 			if err != nil || len(links) != 1 {

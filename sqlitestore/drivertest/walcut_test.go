@@ -145,18 +145,14 @@ func checkpointTruncate(db *sql.DB) error {
 func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link string) {
 	t.Helper()
 	dir := t.TempDir()
-	copyFile := func(from, to string) {
-		t.Helper()
-		writeFile(t, to, readFile(t, from))
-	}
 	np = filepath.Join(dir, filepath.Base(path))
-	copyFile(path, np)
+	writeFile(t, np, readFile(t, path))
 	for i, table := range tables {
 		side := sidecarOf(path)
 		if table != "" && table != "ctoken_replay" {
 			side += "." + table
 		}
-		copyFile(side, filepath.Join(dir, filepath.Base(side)))
+		writeFile(t, filepath.Join(dir, filepath.Base(side)), readFile(t, side))
 		if i > 0 {
 			continue
 		}
@@ -165,18 +161,26 @@ func walDeletedCopy(t *testing.T, path string, tables ...string) (np, link strin
 			t.Fatalf("links: %v, %v", links, err)
 		}
 		link = filepath.Join(dir, filepath.Base(links[0]))
-		copyFile(path+"-wal", link)
+		writeFile(t, link, readFile(t, path+"-wal"))
 	}
 	return np, link
+}
+
+// walPages reads the WAL at link: its bytes, its page size, and the
+// offset of each page's last committed image (walfile.Committed).
+func walPages(t *testing.T, link string) (wal []byte, size int, last map[uint32]int64) {
+	t.Helper()
+	wal = readFile(t, link)
+	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
+	must(t, err)
+	return wal, size, last
 }
 
 // walStoreRows calls fn with each store row on the committed pages of the
 // WAL at link: seven columns, the first four on the page or not.
 func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile.Value)) {
 	t.Helper()
-	wal := readFile(t, link)
-	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	must(t, err)
+	wal, size, last := walPages(t, link)
 	for pgno, off := range last {
 		entries, _ := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
 		for _, e := range entries {
@@ -192,9 +196,7 @@ func walStoreRows(t *testing.T, link string, fn func(pgno uint32, cols []walfile
 // returns how many those are.
 func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) int {
 	t.Helper()
-	wal := readFile(t, link)
-	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	must(t, err)
+	wal, size, last := walPages(t, link)
 	out, err := os.OpenFile(np, os.O_RDWR, 0)
 	must(t, err)
 	defer out.Close()

@@ -271,9 +271,7 @@ func TestWALFileReadsTheStoresRows(t *testing.T) {
 	}
 	must(t, rows.Close())
 
-	wal := readFile(t, path+"-wal")
-	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
-	must(t, err)
+	wal, size, last := walPages(t, path+"-wal")
 	got := map[string]string{}
 	for pgno, off := range last {
 		entries, err := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
