@@ -5,7 +5,10 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"maps"
+	"reflect"
 	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -123,13 +126,8 @@ func TestCommitted(t *testing.T) {
 				tc.err == other && (err == nil || errors.Is(err, ErrDamaged)):
 				t.Fatalf("err = %v; want %s", err, cmp.Or(tc.err, "none"))
 			}
-			if len(got) != len(tc.want) {
+			if !maps.Equal(got, tc.want) {
 				t.Fatalf("got %v; want %v", got, tc.want)
-			}
-			for p, off := range tc.want {
-				if got[p] != off {
-					t.Fatalf("got %v; want %v", got, tc.want)
-				}
 			}
 		})
 	}
@@ -154,8 +152,8 @@ func FuzzCommitted(f *testing.F) {
 }
 
 // FuzzIndexEntries: any page, with any reserved bytes, read without a
-// panic, every payload
-// inside the page, and every column inside its record.
+// panic, every payload inside the page, and every column inside its
+// record.
 func FuzzIndexEntries(f *testing.F) {
 	leaf := make([]byte, 512)
 	leaf[0], leaf[4], leaf[5], leaf[6] = indexLeaf, 1, 1, 0xf0 // one cell at 496
@@ -214,9 +212,8 @@ func TestRecord(t *testing.T) {
 				t.Fatalf("Record = %+v, %v; want %+v, %v", cols, ok, tc.want, tc.ok)
 			}
 			for i := range cols {
-				if cols[i].Null != tc.want[i].Null || cols[i].IsInt != tc.want[i].IsInt || cols[i].Int != tc.want[i].Int ||
-					cols[i].Text != tc.want[i].Text || cols[i].Cut != tc.want[i].Cut || !bytes.Equal(cols[i].Bytes, tc.want[i].Bytes) ||
-					(cols[i].Bytes == nil) != (tc.want[i].Bytes == nil) {
+				// DeepEqual: a nil Bytes is not an empty one.
+				if !reflect.DeepEqual(cols[i], tc.want[i]) {
 					t.Fatalf("column %d = %+v; want %+v", i, cols[i], tc.want[i])
 				}
 			}
@@ -262,13 +259,8 @@ func TestFree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := func(pgno uint32) bool { return pgno != 99 }
 			free := Free(func(pgno uint32) []byte { return tc.pages[pgno] }, in)
-			if len(free) != len(tc.want) {
+			if len(free) != len(tc.want) || slices.ContainsFunc(tc.want, func(p uint32) bool { return !free[p] }) {
 				t.Fatalf("Free = %v; want %v", free, tc.want)
-			}
-			for _, p := range tc.want {
-				if !free[p] {
-					t.Fatalf("Free = %v; want %v", free, tc.want)
-				}
 			}
 		})
 	}
