@@ -258,7 +258,7 @@ type crashStats struct {
 // crashVFS is the VFS; see the top of the file.
 type crashVFS struct {
 	name       string
-	base       vfs.VFS
+	vfs.VFS    // the OS VFS; its Access and FullPathname serve as they are
 	errseq     bool
 	lazyUnlink bool
 
@@ -283,7 +283,7 @@ var crashVFSSeq atomic.Int64
 func newCrashVFS(t testing.TB) *crashVFS {
 	v := &crashVFS{
 		name:     fmt.Sprintf("ctoken-crash-%d", crashVFSSeq.Add(1)),
-		base:     vfs.Find("os"),
+		VFS:      vfs.Find("os"),
 		nodes:    map[string]*crashNode{},
 		unlinked: map[string]*crashNode{},
 		cutLeft:  -1,
@@ -312,7 +312,6 @@ func (v *crashVFS) ArmCut(after int, keep bool) {
 	v.cutLeft, v.cutKeep = after, keep
 }
 
-// CutNow cuts the power at once.
 func (v *crashVFS) CutNow() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -335,14 +334,12 @@ func (v *crashVFS) ArmSyncFailure(suffix string, after, minCommits int) {
 	v.failLeft, v.failMatch, v.failCommits = after, suffix, minCommits
 }
 
-// Dead reports whether the power is cut.
 func (v *crashVFS) Dead() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.dead
 }
 
-// Stats returns the counts so far.
 func (v *crashVFS) Stats() crashStats {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -420,20 +417,9 @@ func (v *crashVFS) PowerCut(mode crashMode, r *rand.Rand) (crashCut, error) {
 			c.ChangedSector += d
 		}
 		if exists {
-			// In place: the file keeps its identity (inode), as after a
-			// real power cut.
-			f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-			if err != nil {
-				return c, err
-			}
-			err = f.Truncate(0)
-			if err == nil {
-				_, err = f.WriteAt(img, 0)
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			// In place (os.WriteFile truncates the file, no new one):
+			// it keeps its identity (inode), as after a real power cut.
+			if err := os.WriteFile(path, img, 0o644); err != nil {
 				return c, err
 			}
 			n.durable, n.exists, n.pending = img, true, nil
@@ -487,7 +473,7 @@ func crashDiffSectors(a, b []byte, aExists, bExists bool) int {
 // The vfs.VFS methods.
 
 func (v *crashVFS) Open(name string, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
-	f, flags, err := vfsutil.WrapOpen(v.base, name, flags)
+	f, flags, err := vfsutil.WrapOpen(v.VFS, name, flags)
 	if err != nil || name == "" {
 		return f, flags, err
 	}
@@ -495,7 +481,7 @@ func (v *crashVFS) Open(name string, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag
 }
 
 func (v *crashVFS) OpenFilename(name *vfs.Filename, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
-	f, flags, err := vfsutil.WrapOpenFilename(v.base, name, flags)
+	f, flags, err := vfsutil.WrapOpenFilename(v.VFS, name, flags)
 	if err != nil || name == nil || name.String() == "" {
 		return f, flags, err
 	}
@@ -537,7 +523,7 @@ func (v *crashVFS) Delete(name string, syncDir bool) error {
 	if v.dead {
 		return sqlite3.IOERR_DELETE
 	}
-	err := v.base.Delete(name, syncDir)
+	err := v.VFS.Delete(name, syncDir)
 	if err == nil {
 		// Durable at once, unless lazyUnlink: see the top of the file.
 		path := filepath.Clean(name)
@@ -550,14 +536,6 @@ func (v *crashVFS) Delete(name string, syncDir bool) error {
 		delete(v.nodes, path)
 	}
 	return err
-}
-
-func (v *crashVFS) Access(name string, flags vfs.AccessFlag) (bool, error) {
-	return v.base.Access(name, flags)
-}
-
-func (v *crashVFS) FullPathname(name string) (string, error) {
-	return v.base.FullPathname(name)
 }
 
 // crashFile is one handle of a modelled file.
@@ -702,25 +680,21 @@ var (
 	_ vfs.VFSFilename            = (*crashVFS)(nil)
 )
 
-func (f *crashFile) LockState() vfs.LockLevel      { return vfsutil.WrapLockState(f.File) }
-func (f *crashFile) PersistWAL() bool              { return vfsutil.WrapPersistWAL(f.File) }
-func (f *crashFile) SetPersistWAL(keep bool)       { vfsutil.WrapSetPersistWAL(f.File, keep) }
-func (f *crashFile) PowersafeOverwrite() bool      { return vfsutil.WrapPowersafeOverwrite(f.File) }
-func (f *crashFile) SetPowersafeOverwrite(ps bool) { vfsutil.WrapSetPowersafeOverwrite(f.File, ps) }
-func (f *crashFile) ChunkSize(size int)            { vfsutil.WrapChunkSize(f.File, size) }
-func (f *crashFile) HasMoved() (bool, error)       { return vfsutil.WrapHasMoved(f.File) }
-func (f *crashFile) Overwrite() error              { return vfsutil.WrapOverwrite(f.File) }
-func (f *crashFile) SyncSuper(super string) error  { return vfsutil.WrapSyncSuper(f.File, super) }
-func (f *crashFile) CommitPhaseTwo() error         { return vfsutil.WrapCommitPhaseTwo(f.File) }
-func (f *crashFile) CheckpointStart()              { vfsutil.WrapCheckpointStart(f.File) }
-func (f *crashFile) CheckpointDone()               { vfsutil.WrapCheckpointDone(f.File) }
-func (f *crashFile) BusyHandler(h func() bool)     { vfsutil.WrapBusyHandler(f.File, h) }
-func (f *crashFile) SharedMemory() vfs.SharedMemory {
-	return vfsutil.WrapSharedMemory(f.File)
-}
-func (f *crashFile) MemoryMapper() vfs.MemoryMapper {
-	return vfsutil.WrapMemoryMapper(f.File)
-}
+func (f *crashFile) LockState() vfs.LockLevel       { return vfsutil.WrapLockState(f.File) }
+func (f *crashFile) PersistWAL() bool               { return vfsutil.WrapPersistWAL(f.File) }
+func (f *crashFile) SetPersistWAL(keep bool)        { vfsutil.WrapSetPersistWAL(f.File, keep) }
+func (f *crashFile) PowersafeOverwrite() bool       { return vfsutil.WrapPowersafeOverwrite(f.File) }
+func (f *crashFile) SetPowersafeOverwrite(ps bool)  { vfsutil.WrapSetPowersafeOverwrite(f.File, ps) }
+func (f *crashFile) ChunkSize(size int)             { vfsutil.WrapChunkSize(f.File, size) }
+func (f *crashFile) HasMoved() (bool, error)        { return vfsutil.WrapHasMoved(f.File) }
+func (f *crashFile) Overwrite() error               { return vfsutil.WrapOverwrite(f.File) }
+func (f *crashFile) SyncSuper(super string) error   { return vfsutil.WrapSyncSuper(f.File, super) }
+func (f *crashFile) CommitPhaseTwo() error          { return vfsutil.WrapCommitPhaseTwo(f.File) }
+func (f *crashFile) CheckpointStart()               { vfsutil.WrapCheckpointStart(f.File) }
+func (f *crashFile) CheckpointDone()                { vfsutil.WrapCheckpointDone(f.File) }
+func (f *crashFile) BusyHandler(h func() bool)      { vfsutil.WrapBusyHandler(f.File, h) }
+func (f *crashFile) SharedMemory() vfs.SharedMemory { return vfsutil.WrapSharedMemory(f.File) }
+func (f *crashFile) MemoryMapper() vfs.MemoryMapper { return vfsutil.WrapMemoryMapper(f.File) }
 func (f *crashFile) Pragma(name, value string) (string, error) {
 	return vfsutil.WrapPragma(f.File, name, value)
 }
