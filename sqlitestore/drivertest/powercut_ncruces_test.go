@@ -253,25 +253,14 @@ func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(st
 			if ans.status == http.StatusServiceUnavailable {
 				return fmt.Errorf("%w: 503 %s", sqlitestore.ErrUnavailable, problemType(ans.body))
 			}
-			var kept []string
-			rows, err := db.QueryContext(ctx, `SELECT body FROM charges WHERE ref = ?`, id)
-			if err != nil {
+			// The charges kept, and the body of the one when one is.
+			var kept int
+			var body sql.NullString
+			if err := db.QueryRowContext(ctx, `SELECT count(*), max(body) FROM charges WHERE ref = ?`, id).Scan(&kept, &body); err != nil {
 				return err
 			}
-			for rows.Next() {
-				var b string
-				if err := rows.Scan(&b); err != nil {
-					rows.Close()
-					return err
-				}
-				kept = append(kept, b)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			a = ans.status == http.StatusCreated && !ans.replayed || len(kept) > 1
-			l = !a && (ans.status != http.StatusCreated || len(kept) != 1 || kept[0] != ans.body)
+			a = ans.status == http.StatusCreated && !ans.replayed || kept > 1
+			l = !a && (ans.status != http.StatusCreated || kept != 1 || body.String != ans.body)
 		case pcClaim:
 			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
 			if err != nil {
@@ -371,24 +360,17 @@ func pcAfterCut(t *testing.T, f pcFile, acked map[string]pcKind, tot *pcTotals) 
 // refuses).
 func pcMissing(ctx context.Context, db *sql.DB, acked map[string]pcKind) (int, error) {
 	missing := 0
-	for id := range acked {
-		if acked[id] == pcHTTP {
-			// The middleware's record is under a key derived from the
-			// caller and the Idempotency-Key: its charge stands for it.
-			var n int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM charges WHERE ref = ?`, id).Scan(&n); err != nil {
-				return 0, err
-			}
-			if n == 0 {
-				missing++
-			}
-			continue
+	for id, kind := range acked {
+		// The middleware's record is under a key derived from the
+		// caller and the Idempotency-Key: its charge stands for it.
+		query, arg := `SELECT count(*) FROM charges WHERE ref = ?`, any(id)
+		if kind != pcHTTP {
+			prefix := sqlitestore.DefaultPrefix
+			key := binary.BigEndian.AppendUint16(nil, uint16(len(prefix)))
+			query, arg = `SELECT count(*) FROM main.`+sqlitestore.DefaultTable+` WHERE key = ? AND state IN ('c', 'd')`, append(append(key, prefix...), id...)
 		}
-		prefix := sqlitestore.DefaultPrefix
-		key := binary.BigEndian.AppendUint16(nil, uint16(len(prefix)))
-		key = append(append(key, prefix...), id...)
 		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM main.`+sqlitestore.DefaultTable+` WHERE key = ? AND state IN ('c', 'd')`, key).Scan(&n); err != nil {
+		if err := db.QueryRowContext(ctx, query, arg).Scan(&n); err != nil {
 			return 0, err
 		}
 		if n == 0 {
@@ -405,7 +387,6 @@ type pcTotals struct {
 	bad                                                                                  []string
 }
 
-// addAcked counts a round's acknowledged steps.
 func (c *pcTotals) addAcked(acked map[string]pcKind) {
 	c.acked += len(acked)
 	for _, k := range acked {
@@ -914,10 +895,9 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 		if tc.atClose {
 			name += ", the fsync of Close's checkpoint"
 		}
-		pages := tc.pages
 		t.Run(name, func(t *testing.T) {
 			v := newCrashVFS(t)
-			f := newPCFile(t, v, append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", pages}))
+			f := newPCFile(t, v, append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", tc.pages}))
 			db := f.open(t)
 			rep := newRepairs()
 			opts := pcOptions()
@@ -1132,11 +1112,7 @@ func TestCrashVFS(t *testing.T) {
 		}
 		n := 0
 		for _, id := range ids {
-			var c int
-			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM rows WHERE id = ?`, id).Scan(&c); err != nil {
-				t.Fatalf("after the cut: %v", err)
-			}
-			n += c
+			n += countRows(t, db, `SELECT count(*) FROM rows WHERE id = ?`, id)
 		}
 		return n
 	}
