@@ -412,7 +412,6 @@ func startFault(t *testing.T, job faultJob) *faultProc {
 	return p
 }
 
-// launchFault starts a child running job.
 func launchFault(t *testing.T, job faultJob) *faultProc {
 	t.Helper()
 	spec, err := json.Marshal(job)
@@ -449,7 +448,6 @@ func runToDone(t *testing.T, job faultJob) {
 	p.kill()
 }
 
-// waitReady waits until the child says ready.
 func (p *faultProc) waitReady(t *testing.T) {
 	t.Helper()
 	select {
@@ -494,7 +492,6 @@ func (p *faultProc) waitFor(t *testing.T, what string, cond func(lines []string)
 	}
 }
 
-// lines returns what the child printed.
 func (p *faultProc) lines() []string {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()

@@ -925,7 +925,8 @@ func readOnlyFile(t *testing.T) {
 				}},
 				{"query_only", func(t *testing.T, path string) *sql.DB { return d.OpenWith(t, path, With("query_only", "1")) }},
 				{"read-only bind mount", func(t *testing.T, path string) *sql.DB {
-					ro := readOnlyMount(t, filepath.Dir(path))
+					ro := bindMount(t, filepath.Dir(path))
+					remountReadOnly(t, ro)
 					return d.Open(t, filepath.Join(ro, filepath.Base(path)))
 				}},
 				{"chmod 0444", func(t *testing.T, path string) *sql.DB {
@@ -963,9 +964,6 @@ func readOnlyFile(t *testing.T) {
 					return db, func() { remountReadOnly(t, mnt) }
 				}},
 				{"chmod 0444", func(t *testing.T, dir string) (*sql.DB, func()) {
-					if os.Geteuid() == 0 {
-						t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
-					}
 					path := filepath.Join(dir, "replay.db")
 					return d.Open(t, path), func() { chmodReadOnly(t, path) }
 				}},
@@ -1056,11 +1054,4 @@ func remountReadOnly(t *testing.T, mnt string) {
 		time.Sleep(30 * time.Millisecond)
 	}
 	t.Skipf("mount -o remount,ro,bind is not permitted here (%v: %s)", err, out)
-}
-
-// readOnlyMount returns a read-only bind mount of dir.
-func readOnlyMount(t *testing.T, dir string) string {
-	mnt := bindMount(t, dir)
-	remountReadOnly(t, mnt)
-	return mnt
 }

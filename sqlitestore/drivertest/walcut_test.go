@@ -206,9 +206,8 @@ func writeWALPages(t *testing.T, np, link string, cut func(pgno uint32) bool) in
 			n++
 			continue
 		}
-		if _, err := out.WriteAt(wal[off:off+int64(size)], int64(pgno-1)*int64(size)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := out.WriteAt(wal[off:off+int64(size)], int64(pgno-1)*int64(size))
+		must(t, err)
 	}
 	must(t, out.Close())
 	return n

@@ -320,12 +320,13 @@ func TestWALLoss(t *testing.T) {
 			// copies the WAL into the file and deletes it), then the store,
 			// which writes; the second table's restart follows the first's.
 			for round := range 2 {
-				for _, table := range []string{"", "other_table"} {
+				// The IDs the two tables scenario claimed in each table.
+				for _, tt := range []struct{ table, claimed string }{{"", "y-x-"}, {"other_table", "x-"}} {
 					migrated := driver.Open(t, path)
-					must(t, sqlitestore.Migrate(ctx, migrated, table))
+					must(t, sqlitestore.Migrate(ctx, migrated, tt.table))
 					migrated.Close()
-					s := serves(t, path, table, twoTablesIDs(table))
-					claimAll(t, s, idList(fmt.Sprint("r", round, table, "-"), 20), time.Now().Add(time.Hour))
+					s := serves(t, path, tt.table, idList(tt.claimed, 30))
+					claimAll(t, s, idList(fmt.Sprint("r", round, tt.table, "-"), 20), time.Now().Add(time.Hour))
 				}
 			}
 		}},
@@ -345,12 +346,4 @@ func serves(t *testing.T, path, table string, ids []string) *sqlitestore.Store {
 	s := mustStore(t, driver.Open(t, path), sqlitestore.Options{Table: table, SweepInterval: -1})
 	claimedAll(t, s, ids, time.Now().Add(time.Hour), fmt.Sprintf("in %q", table))
 	return s
-}
-
-// twoTablesIDs are the IDs the two tables scenario claims in table.
-func twoTablesIDs(table string) []string {
-	if table == "" {
-		return idList("y-x-", 30)
-	}
-	return idList("x-", 30)
 }
