@@ -99,9 +99,8 @@ func idleStoreChecksByItself(t *testing.T) {
 			closing(t, mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond}))
 			f.set(tt.change)
 			waitFor(t, 10*time.Second, "the idle store to fence every shard", func() bool {
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				return f.fences == Shards && len(f.ledger) == 1
+				fences, ledger := f.counts()
+				return fences == Shards && ledger == 1
 			})
 		})
 	}
@@ -124,18 +123,6 @@ func closeEndsTheWatch(t *testing.T) {
 	}
 }
 
-// waitDropped drops *s, the test's only reference to its store, and waits,
-// collecting garbage, until the store's watch has ended.
-func waitDropped(t *testing.T, s **Store) {
-	t.Helper()
-	watched := (*s).watched
-	*s = nil
-	waitFor(t, 10*time.Second, "the watch of a dropped store to end", func() bool {
-		runtime.GC()
-		return isClosed(watched)
-	})
-}
-
 // isClosed reports whether ch is closed (or holds a value).
 func isClosed(ch chan struct{}) bool {
 	select {
@@ -146,11 +133,14 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// A Store dropped without Close is collected, and its watch ends.
+// A Store dropped without Close (the test keeps no reference to it) is
+// collected, and its watch ends.
 func droppedStoresWatchEnds(t *testing.T) {
-	f := newFake()
-	s := mustOpen(t, f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
-	waitDropped(t, &s)
+	watched := mustOpen(t, newFake(), Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond}).watched
+	waitFor(t, 10*time.Second, "the watch of a dropped store to end", func() bool {
+		runtime.GC()
+		return isClosed(watched)
+	})
 }
 
 // A server whose statistics were reset (cmdstat_config|resetstat in INFO
@@ -159,23 +149,19 @@ func droppedStoresWatchEnds(t *testing.T) {
 func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 	const line = "CONFIG RESETSTAT has run on this server"
 	for _, tt := range []struct {
-		name  string
-		reset bool
-	}{{"reset before", true}, {"never reset", false}} {
+		name string
+		want int // the lines: one on a server reset before
+	}{{"reset before", 1}, {"never reset", 0}} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			if tt.reset {
+			if tt.want == 1 {
 				f.set(resetBefore)
 			}
 			var logs syncBuffer
 			s := closing(t, mustOpen(t, f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 			s.checkServer(context.Background())
-			want := 0
-			if tt.reset {
-				want = 1
-			}
-			if n := strings.Count(logs.String(), line); n != want {
-				t.Fatalf("%d lines %q after two checks; want %d:\n%s", n, line, want, logs.String())
+			if n := strings.Count(logs.String(), line); n != tt.want {
+				t.Fatalf("%d lines %q after two checks; want %d:\n%s", n, line, tt.want, logs.String())
 			}
 		})
 	}
@@ -194,7 +180,7 @@ func waitChecks(t *testing.T, s *Store) {
 }
 
 // waitFor polls cond until it holds; limit is a failsafe, not a timing.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(limit); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -337,19 +323,13 @@ func openRefusesPersistenceThatCanRollBack(t *testing.T) {
 func awaitRecheckRefusal(t *testing.T, s *Store, what string) {
 	t.Helper()
 	s.lastCheck.Store(0)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	waitFor(t, 10*time.Second, "a claim refused with ErrConfig after "+what, func() bool {
 		first, err := s.Claim(context.Background(), "after", time.Now().Add(time.Minute))
-		if errors.Is(err, ErrConfig) {
-			if first {
-				t.Fatal("first with an error")
-			}
-			return
+		if first && err != nil {
+			t.Fatalf("claim after %s = first, %v", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim 10s after %s = %v, %v; want ErrConfig", what, first, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Is(err, ErrConfig)
+	})
 }
 
 // syncBuffer is a log destination safe for the store's background rechecks.
@@ -580,18 +560,6 @@ func waitRewrite(t *testing.T, c *redis.Client) {
 	})
 }
 
-// connectedReplicas is the number of replicas ROLE reports on c.
-func connectedReplicas(t *testing.T, c *redis.Client) int {
-	t.Helper()
-	v, err := c.Do(context.Background(), "ROLE").Result()
-	must(t, err)
-	_, n, ok := parseRole(v)
-	if !ok {
-		t.Fatalf("ROLE %v", v)
-	}
-	return n
-}
-
 // Durability must cover every replica the primary has, including one
 // whose link is down, on real redis-servers: two replicas and Replicas: 1
 // are refused unless AllowFewerReplicas (which reports the risk);
@@ -627,12 +595,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		s2 := provisioned(t, c, durable(10*time.Second))
 		cut := closing(t, mustOpen(t, c, durable(50*time.Millisecond)))
-		var accepted []string
-		for i := range 20 {
-			id := fmt.Sprint("acked-", i)
-			wantClaim(t, s2, id, time.Now().Add(time.Minute), true)
-			accepted = append(accepted, id)
-		}
+		accepted := claimUntilRefusedOrN(t, s2, "acked", 20)
 		b.signal(syscall.SIGSTOP)
 		for i := range 20 {
 			wantRefused(t, cut, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
@@ -653,8 +616,15 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		r := newReplica(t, primary)
 		r.kill()
 		c := primary.client()
-		waitFor(t, 5*time.Second, "the primary to stop reporting its killed replica",
-			func() bool { return connectedReplicas(t, c) == 0 })
+		waitFor(t, 5*time.Second, "the primary to stop reporting its killed replica", func() bool {
+			v, err := c.Do(ctx, "ROLE").Result()
+			must(t, err)
+			_, n, ok := parseRole(v)
+			if !ok {
+				t.Fatalf("ROLE %v", v)
+			}
+			return n == 0
+		})
 		_, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger()})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowAsyncReplicas") {
 			t.Fatalf("Open without Durability while the replica is away = %v; want ErrConfig", err)
@@ -866,12 +836,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				t.Parallel()
 				c := newServer(t).client()
 				s := provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
-				var old []string
-				for i := range 200 {
-					id := fmt.Sprint("old-", i)
-					wantClaim(t, s, id, time.Now().Add(time.Minute), true)
-					old = append(old, id)
-				}
+				old := claimUntilRefusedOrN(t, s, "old", 200)
 				ch.change(t, c)
 				err := st.step(s, "new-id")
 				if Reason(err) != whyCountersMoved || !errors.Is(err, ErrUnavailable) {
@@ -910,24 +875,20 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	l := acquireLease(t, s, "processed", time.Minute, replay.LeaseAcquired)
 	// A check after some traffic: its baseline counts more commands than
 	// the restarted server will have run.
-	for i := range 100 {
-		wantClaim(t, s, fmt.Sprint("id-", i), time.Now().Add(time.Minute), true)
-	}
+	claimUntilRefusedOrN(t, s, "id", 100)
 	s.checkSoon()
 	wantClaim(t, s, "starts-the-check", time.Now().Add(time.Minute), true)
 	waitChecks(t, s)
 
 	srv.restart(syscall.SIGKILL)
 	// The first calls may meet the connections the kill broke.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, 10*time.Second, "AcquireLease after the restart to be refused with whyCountersMoved", func() bool {
 		_, err := s.AcquireLease(ctx, "free", time.Minute)
-		if Reason(err) == whyCountersMoved {
-			break
+		if err == nil {
+			t.Fatalf("AcquireLease after the restart = nil; want it refused with Reason %q", whyCountersMoved)
 		}
-		if err == nil || time.Now().After(deadline) {
-			t.Fatalf("AcquireLease after the restart = %v; want it refused with Reason %q", err, whyCountersMoved)
-		}
-	}
+		return Reason(err) == whyCountersMoved
+	})
 	wantErr(t, s.RenewLease(ctx, "processed", l.Token, time.Minute), nil, "RenewLease of the lease taken before the restart")
 	wantErr(t, s.ConfirmLease(ctx, "processed", l.Token, time.Now().Add(time.Minute)), nil, "ConfirmLease of the lease taken before the restart")
 	// The check the refusal asked for finds nothing lost: every step is
