@@ -232,7 +232,7 @@ func newReplica(t testing.TB, primary *server) *server {
 func waitReplicas(t testing.TB, primary *server, n int) {
 	t.Helper()
 	c := primary.client()
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	waitFor(t, 15*time.Second, fmt.Sprint(n, " replicas in sync"), func() bool {
 		// A write and WAIT on one connection: acknowledged once the
 		// replicas have synced and received it.
 		p := c.Pipeline()
@@ -240,19 +240,13 @@ func waitReplicas(t testing.TB, primary *server, n int) {
 		wait := p.Do(context.Background(), "WAIT", n, 100)
 		p.Exec(context.Background())
 		got, err := wait.Int64()
-		if err == nil && got >= int64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d replicas not in sync within 15s (WAIT: %d, %v)", n, got, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && got >= int64(n)
+	})
 }
 
 // fakeServer is a scripted Redis for the decisions of the server checks:
 // its identity, counters and settings are fields the test changes, and it
-// records the fences, ledger entries and AOF rewrites the store asks for.
+// records the fences and ledger entries the store asks for.
 type fakeServer struct {
 	mu                                 sync.Mutex
 	runID                              string // "": INFO server gives none
@@ -264,7 +258,7 @@ type fakeServer struct {
 	appendonly, appendfsync, save      string
 	markers                            int64
 	servers                            map[string]string // <prefix>servers
-	fences, rewrites                   int
+	fences                             int
 	ledger                             []string
 	fenceErr                           error // the fence script's answer, when set
 }
@@ -292,6 +286,15 @@ func (f *fakeServer) counts() (fences, ledger int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.fences, len(f.ledger)
+}
+
+// wantFencedOnce fails the test unless f holds one fence per shard and
+// one ledger entry; when says at which point.
+func (f *fakeServer) wantFencedOnce(t *testing.T, when string) {
+	t.Helper()
+	if fences, ledger := f.counts(); fences != Shards || ledger != 1 {
+		t.Fatalf("%s: %d fences, %d ledger entries; want %d and 1", when, fences, ledger, Shards)
+	}
 }
 
 func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
@@ -369,9 +372,6 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 		f.ledger = append(f.ledger, arg(2))
 		cmd.SetVal(int64(len(f.ledger)))
 	case "LTRIM", "BGREWRITEAOF":
-		if arg(0) == "BGREWRITEAOF" {
-			f.rewrites++
-		}
 		cmd.SetVal("OK")
 	case "EVALSHA":
 		cmd.SetVal(int64(1)) // a claim: first
@@ -558,12 +558,8 @@ func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 	}
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	s.checkServer(ctx)
-	if f.fences != Shards || len(f.ledger) != 1 {
-		t.Fatalf("%d fences, %d ledger entries after the fence could be written; want %d, 1", f.fences, len(f.ledger), Shards)
-	}
-	if err := s.refusal(); err != nil {
-		t.Fatalf("refusal once fenced = %v; want none (the fences refuse)", err)
-	}
+	f.wantFencedOnce(t, "after the fence could be written")
+	wantErr(t, s.refusal(), nil, "refusal once fenced (the fences refuse)")
 }
 
 // The baselines kept in <prefix>servers round-trip, and an unreadable one
@@ -623,19 +619,14 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	f := newFake()
 	var stores []*Store
 	for range 2 {
-		s := mustOpen(t, f, Options{Logger: quietLogger()})
-		stores = append(stores, s)
+		stores = append(stores, mustOpen(t, f, Options{Logger: quietLogger()}))
 	}
 	f.set(func(f *fakeServer) { f.evicted += 10 })
 	for _, s := range stores {
 		s.checkServer(context.Background())
-		if err := s.refusal(); err != nil {
-			t.Fatalf("refusal after the check = %v; want none (the fences refuse)", err)
-		}
+		wantErr(t, s.refusal(), nil, "refusal after the check (the fences refuse)")
 	}
-	if f.fences != Shards || len(f.ledger) != 1 {
-		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
-	}
+	f.wantFencedOnce(t, "after both stores' checks")
 }
 
 // A CONFIG RESETSTAT that only the reset witnesses show (after it the
@@ -652,11 +643,7 @@ func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
 		f.servers["run-a"] = "2 0 0 0 0 0 0 0 1700000000123 1024" // an older Store's, after the reset
 	})
 	s.checkServer(context.Background())
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fences != Shards || len(f.ledger) != 1 {
-		t.Fatalf("%d fences, %d ledger entries; want %d and 1: the reset was taken as fenced by an entry that cannot show it", f.fences, len(f.ledger), Shards)
-	}
+	f.wantFencedOnce(t, "a reset only the witnesses show, beside a version-2 entry")
 }
 
 // A store that found a loss and could not fence it yet (the fence script
@@ -673,16 +660,11 @@ func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	wantErr(t, a.refusal(), ErrFenced, "refusal of the store whose fence failed")
 	f.set(func(f *fakeServer) { f.fenceErr = nil })
 	b.checkServer(ctx)
-	fences, ledger := f.counts()
-	if fences != Shards || ledger != 1 {
-		t.Fatalf("%d fences, %d ledger entries after the other store's check; want %d and 1", fences, ledger, Shards)
-	}
+	f.wantFencedOnce(t, "after the other store's check")
 	// An operator reopens here; then the first store checks again.
 	a.checkServer(ctx)
-	fences, ledger = f.counts()
-	if err := a.refusal(); err != nil || fences != Shards || ledger != 1 {
-		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
-	}
+	wantErr(t, a.refusal(), nil, "refusal after the other store fenced")
+	f.wantFencedOnce(t, "after the first store checked again")
 }
 
 // A store with AllowEviction does not consume the evidence of evictions
@@ -703,9 +685,7 @@ func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	restarted := mustNew(t, f, Options{Logger: quietLogger()})
 	restarted.checkServer(ctx)
 	strict.checkServer(ctx)
-	if f.fences != Shards || len(f.ledger) != 1 {
-		t.Fatalf("%d fences, %d ledger entries; want the evictions fenced once", f.fences, len(f.ledger))
-	}
+	f.wantFencedOnce(t, "the evictions after both strict stores' checks")
 }
 
 // A server new to the key space (a failover, or a restart: a new run_id)
