@@ -53,29 +53,22 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 // TestForgetContract pins ctoken's contract for a store that forgets
 // (FLUSHALL, a restart without persistence): nothing is accepted twice.
 func TestForgetContract(t *testing.T) {
-	subtests(t, []subtest{
-		{"flushall", forgetContractFlushAll},
-		{"restart without persistence", forgetContractRestartWithoutPersistence},
-	})
-}
-
-func forgetContractFlushAll(t *testing.T) {
-	t.Parallel()
-	c := newServer(t).client()
-	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
-		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: 2 * time.Second})
-	}, func(t *testing.T) {
-		must(t, c.FlushAll(context.Background()).Err())
-	})
-}
-
-func forgetContractRestartWithoutPersistence(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	c := srv.client()
-	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
-		return provisioned(t, c, Options{Prefix: "forget-restart:", Horizon: 2 * time.Second})
-	}, func(t *testing.T) { srv.restart(syscall.SIGKILL) })
+	for _, tc := range []struct {
+		name   string
+		forget func(t *testing.T, srv *server)
+	}{
+		{"flushall", func(t *testing.T, srv *server) { must(t, srv.client().FlushAll(context.Background()).Err()) }},
+		{"restart without persistence", func(t *testing.T, srv *server) { srv.restart(syscall.SIGKILL) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
+				return provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: 2 * time.Second})
+			}, func(t *testing.T) { tc.forget(t, srv) })
+		})
+	}
 }
 
 // TestFence pins the fence: after evidence of loss a shard or the key space
@@ -397,18 +390,10 @@ func reprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					} else {
 						cmd.SetVal(tt.cmds)
 					}
-				case "LRANGE":
-					ledger := tt.ledger
-					if ledger == nil {
-						ledger = []any{}
-					}
-					cmd.SetVal(ledger)
+				case "LRANGE": // never nil: an empty list
+					cmd.SetVal(append([]any{}, tt.ledger...))
 				case "SCAN":
-					keys := tt.scanKeys
-					if keys == nil {
-						keys = []any{}
-					}
-					cmd.SetVal([]any{"0", keys})
+					cmd.SetVal([]any{"0", append([]any{}, tt.scanKeys...)})
 				case "EVAL":
 					if args[1] == openNeverUsedScript { // not the fence a check raises
 						sets++
@@ -452,13 +437,11 @@ func setMarkers(t *testing.T, c *redis.Client, s *Store, mark func(i int) string
 	t.Helper()
 	ctx := context.Background()
 	for i, m := range s.tags {
-		var err error
 		if v := mark(i); v == "" {
-			err = c.Del(ctx, m).Err()
+			must(t, c.Del(ctx, m).Err())
 		} else {
-			err = c.Set(ctx, m, v, 0).Err()
+			must(t, c.Set(ctx, m, v, 0).Err())
 		}
-		must(t, err)
 	}
 }
 
@@ -512,9 +495,7 @@ func openRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("Open = %v; want it to serve", err)
-			}
+			wantErr(t, err, nil, "Open (it should serve)")
 			defer s.Close()
 			if n := ev.count(replay.EventFenced); n != tt.events {
 				t.Fatalf("%d replay.EventFenced; want %d", n, tt.events)
@@ -541,17 +522,13 @@ func newStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 	}
 	wantNoKeys(t, c, "the markers after a refused claim", s.tags[:]...)
 	provisionFirst(t, c, Options{Prefix: prefix})
-	deadline := time.Now().Add(keySpaceRetry + 2*time.Second)
-	for {
+	waitFor(t, keySpaceRetry+2*time.Second, "a claim after Provision to be first", func() bool {
 		first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
-		if first && err == nil {
-			break
+		if !(first && err == nil) && !errors.Is(err, ErrConfig) {
+			t.Fatalf("claim after Provision = %v, %v; want first, or ErrConfig until the store reads the key space again", first, err)
 		}
-		if !errors.Is(err, ErrConfig) || time.Now().After(deadline) {
-			t.Fatalf("claim after Provision = %v, %v; want first within %v", first, err, keySpaceRetry)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return first && err == nil
+	})
 }
 
 // Provision opens a new key space once, records it in the ledger, and

@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,9 +52,7 @@ func newTestClient(t testing.TB) *redis.Client {
 // keys when the test ends.
 func uniquePrefix(t testing.TB, c *redis.Client) string {
 	t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	p := "ctoken-test:" + hex.EncodeToString(b) + ":"
+	p := "ctoken-test:" + newToken()[:16] + ":"
 	t.Cleanup(func() {
 		ctx := context.Background()
 		iter := c.Scan(ctx, 0, p+"*", 100).Iterator()
@@ -269,9 +265,7 @@ func zeroOptionsUseDefaultPrefix(t *testing.T) {
 	if s.Prefix() != DefaultPrefix {
 		t.Fatalf("Prefix() = %q, want %q", s.Prefix(), DefaultPrefix)
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	id := "zero-options-" + hex.EncodeToString(b)
+	id := "zero-options-" + newToken()[:16]
 	t.Cleanup(func() { c.Del(context.Background(), s.key(id)) })
 	wantClaim(t, s, id, time.Now().Add(time.Minute), true)
 	if !strings.HasPrefix(s.key(id), DefaultPrefix+"{") {
