@@ -14,8 +14,6 @@ package redisstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -115,10 +113,8 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 	t.Helper()
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	must(t, err)
-	b := make([]byte, 6)
-	rand.Read(b)
 	wl := &workload{
-		t: t, cfg: cfg, claims: map[string]string{"agent": "a1"}, runID: hex.EncodeToString(b),
+		t: t, cfg: cfg, claims: map[string]string{"agent": "a1"}, runID: newToken()[:12],
 		deliveries: map[string]*wlDelivery{}, reasons: map[string]int{},
 	}
 	for i, s := range stores {
@@ -200,9 +196,7 @@ func newDirectWorkload(t *testing.T, cfg wlConfig, stores []*Store) *workload {
 		wl.nodes = append(wl.nodes, &wlNode{
 			name: fmt.Sprint("direct", i),
 			mint: func() (string, error) {
-				b := make([]byte, 12)
-				rand.Read(b)
-				return hex.EncodeToString(b) + "." + strconv.FormatInt(time.Now().Add(cfg.ttl).UnixMilli(), 10), nil
+				return newToken()[:24] + "." + strconv.FormatInt(time.Now().Add(cfg.ttl).UnixMilli(), 10), nil
 			},
 			redeem: func(ctx context.Context, tok string) (int, error) {
 				id, ms, _ := strings.Cut(tok, ".")
@@ -367,24 +361,21 @@ func (wl *workload) start() {
 				var pair sync.WaitGroup
 				var decided atomic.Bool
 				for _, n := range []int{a, b} {
-					pair.Add(2)
-					go func() {
-						defer pair.Done()
+					spawn(&pair, func() {
 						sent := time.Now()
 						st, err := wl.redeem(wl.nodes[n], tok)
 						wl.record(tk, sent, st, err)
 						if st != http.StatusServiceUnavailable {
 							decided.Store(true)
 						}
-					}()
-					go func() {
-						defer pair.Done()
+					})
+					spawn(&pair, func() {
 						code := wl.send(wl.nodes[n], id)
 						wl.copies.Add(1)
 						if code/100 == 2 && !del.acked.Swap(true) {
 							wl.hookAcks.Add(1)
 						}
-					}()
+					})
 				}
 				pair.Wait()
 				if !decided.Load() && !del.acked.Load() {
@@ -464,10 +455,7 @@ func (r wlResult) String() string {
 func (wl *workload) recheck(limit time.Duration) wlResult {
 	wl.mu.Lock()
 	tokens := slices.Clone(wl.tokens)
-	dels := make([]*wlDelivery, 0, len(wl.deliveries))
-	for _, d := range wl.deliveries {
-		dels = append(dels, d)
-	}
+	dels := slices.Collect(maps.Values(wl.deliveries))
 	wl.mu.Unlock()
 	deadline := time.Now().Add(limit)
 	var undecided, expired, stale, firstNow atomic.Int32
@@ -522,7 +510,7 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 	inParallel(jobs, 16, func(job func()) { job() })()
 
 	r := wlResult{tokens: len(tokens), deliveries: len(dels), undecided: int(undecided.Load()),
-		recheckAccepted: int(firstNow.Load()), recheckExpired: int(expired.Load()), recheckStale: int(stale.Load()), reasons: map[string]int{}}
+		recheckAccepted: int(firstNow.Load()), recheckExpired: int(expired.Load()), recheckStale: int(stale.Load())}
 	for _, tk := range tokens {
 		if tk.accepted.Load() > 1 {
 			r.acceptedTwice++
@@ -546,9 +534,7 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 		}
 	}
 	wl.mu.Lock()
-	for k, v := range wl.reasons {
-		r.reasons[k] = v
-	}
+	r.reasons = maps.Clone(wl.reasons)
 	wl.mu.Unlock()
 	return r
 }
