@@ -288,6 +288,13 @@ func (f *fakeServer) counts() (fences, ledger int) {
 	return f.fences, len(f.ledger)
 }
 
+// ledgerEntry returns f's i-th ledger entry.
+func (f *fakeServer) ledgerEntry(i int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ledger[i]
+}
+
 // wantFencedOnce fails the test unless f holds one fence per shard and
 // one ledger entry; when says at which point.
 func (f *fakeServer) wantFencedOnce(t *testing.T, when string) {
@@ -509,8 +516,8 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			switch {
 			case tt.fenced && (fences != Shards || ledger != 1):
 				t.Fatalf("%d fences, %d ledger entries; want %d and 1", fences, ledger, Shards)
-			case tt.fenced && !strings.Contains(f.ledger[0], " loss "):
-				t.Fatalf("ledger entry %q; want a loss", f.ledger[0])
+			case tt.fenced && !strings.Contains(f.ledgerEntry(0), " loss "):
+				t.Fatalf("ledger entry %q; want a loss", f.ledgerEntry(0))
 			case !tt.fenced && (fences != 0 || ledger != 0):
 				t.Fatalf("%d fences, %d ledger entries; want none", fences, ledger)
 			case tt.cond != errors.Is(checkErr, ErrConfig):
@@ -523,15 +530,15 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 			}
 			// The evidence was consumed: another check fences nothing more.
 			s.checkServer(ctx)
-			if f.fences != fences {
-				t.Fatalf("a second check fenced again (%d fences)", f.fences-fences)
+			if again, _ := f.counts(); again != fences {
+				t.Fatalf("a second check fenced again (%d fences)", again-fences)
 			}
 			if tt.undo != nil {
 				f.set(tt.undo)
 				if err := s.checkServer(ctx); err != nil || s.refusal() != nil {
 					t.Fatalf("check after the condition ended = %v, refusal %v; want served", err, s.refusal())
 				}
-				if f.fences != fences {
+				if again, _ := f.counts(); again != fences {
 					t.Fatal("ending the condition fenced")
 				}
 			}
@@ -677,8 +684,8 @@ func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	lax := mustOpen(t, f, Options{Logger: quietLogger(), AllowEviction: true})
 	f.set(func(f *fakeServer) { f.evicted += 5 })
 	lax.checkServer(ctx)
-	if f.fences != 0 {
-		t.Fatalf("%d fences after the AllowEviction store's check; want none (its accepted risk)", f.fences)
+	if fences, _ := f.counts(); fences != 0 {
+		t.Fatalf("%d fences after the AllowEviction store's check; want none (its accepted risk)", fences)
 	}
 	// A new strict store (an app restart) compares with the shared
 	// baseline, as does the running one.
