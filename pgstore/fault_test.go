@@ -57,6 +57,15 @@ func claimAsync(s *Store, id string, until time.Time) <-chan claimResult {
 	return done
 }
 
+// refusalErr is the error of a call that must refuse: err, or one saying
+// that it accepted.
+func refusalErr(accepted bool, err error) error {
+	if accepted {
+		return errors.New("accepted")
+	}
+	return err
+}
+
 // waitForLockWaiter returns the PID of a backend waiting on a lock.
 func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) (pid int32) {
 	t.Helper()
@@ -173,22 +182,27 @@ func lossyStores(t *testing.T) (d *replyDropper, s, r *Store) {
 	p := needServer(t)
 	d = newReplyDropper(t, "127.0.0.1:"+p.port)
 	pool := poolVia(t, p, d.ln.Addr().String(), 1)
-	var err error
-	// New's checks run under the short Timeout too: on a loaded machine
-	// one can exceed it, which is not what these tests are about, so New
-	// is tried a few times.
-	opts := Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 500 * time.Millisecond, RecheckInterval: time.Hour}
-	for try := 0; ; try++ {
-		if s, err = New(bg(), pool, opts); err == nil {
-			break
+	s = storeRetried(t, pool, 5, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 500 * time.Millisecond, RecheckInterval: time.Hour})
+	r = storeOn(t, p.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+	return d, s, r
+}
+
+// storeRetried is New(opts) on pool, closed when t ends. New's checks run
+// under opts' short Timeout too: on a loaded machine one can exceed it,
+// which is not what these tests are about, so New is tried up to tries
+// times while it refuses with ErrUnavailable.
+func storeRetried(t *testing.T, pool *pgxpool.Pool, tries int, opts Options) *Store {
+	t.Helper()
+	for try := 1; ; try++ {
+		s, err := New(bg(), pool, opts)
+		if err == nil {
+			t.Cleanup(func() { s.Close() })
+			return s
 		}
-		if try == 4 || !errors.Is(err, ErrUnavailable) {
+		if try == tries || !errors.Is(err, ErrUnavailable) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { s.Close() })
-	r = storeOn(t, p.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
-	return d, s, r
 }
 
 // waitRowState waits until id's live row, read by r (straight to the
@@ -234,30 +248,16 @@ func resendAfterLostReplyIsSafe(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	acquired := func(id string) (replay.Lease, error) { return s.AcquireLease(bg(), id, time.Minute) }
 
-	lostReply(t, d, "Claim", func(id string) error {
-		_, err := s.Claim(bg(), id, until)
-		return err
-	}, func() error {
-		first, err := s.Claim(bg(), "claim", until)
-		if first {
-			t.Fatal("first without a reply")
-		}
-		return err
-	})
+	lostReply(t, d, "Claim", func(id string) error { return errOf(s.Claim(bg(), id, until)) },
+		func() error { return refusalErr(s.Claim(bg(), "claim", until)) })
 	waitRowState(t, r, "claim", "c")
 	if first, err := r.Claim(bg(), "claim", until); first || err != nil {
 		t.Fatalf("resent Claim = %v, %v; want false, nil", first, err)
 	}
 
-	lostReply(t, d, "AcquireLease", func(id string) error {
-		_, err := acquired(id)
-		return err
-	}, func() error {
+	lostReply(t, d, "AcquireLease", func(id string) error { return errOf(acquired(id)) }, func() error {
 		l, err := s.AcquireLease(bg(), "lease", 2*time.Second)
-		if l.State != 0 {
-			t.Fatalf("lease %+v without a reply", l)
-		}
-		return err
+		return refusalErr(l.State != 0, err)
 	})
 	waitRowState(t, r, "lease", "l")
 	if l, err := r.AcquireLease(bg(), "lease", time.Minute); l.State != replay.LeaseBusy || err != nil {
@@ -324,19 +324,7 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	until := time.Now().Add(time.Hour)
 	for i := range stores {
 		st := &stores[i]
-		// New runs the server checks within the timeout too: on a loaded
-		// machine it may need a few tries while the server is running.
-		for try := 0; ; try++ {
-			var err error
-			st.s, err = New(bg(), st.pool, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: timeout})
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, ErrUnavailable) || try == 20 {
-				t.Fatal(err)
-			}
-		}
-		t.Cleanup(func() { st.s.Close() })
+		st.s = storeRetried(t, st.pool, 21, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: timeout})
 		if st.s.direct != st.direct {
 			t.Fatalf("%s: Store.direct = %v", st.name, st.s.direct)
 		}
@@ -358,9 +346,7 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	// committed (the session cannot answer it, the context being done),
 	// on a pool with no connect_timeout, pgx's default.
 	unbounded := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.ConnectTimeout = 0 })
-	callers, err := New(bg(), unbounded, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: -1})
-	must(t, err)
-	t.Cleanup(func() { callers.Close() })
+	callers := storeOn(t, unbounded, func(o *Options) { o.Timeout = -1 })
 	_, work, err := callers.AcquireWork(bg(), "ending", time.Minute, []byte("fp"))
 	must(t, err)
 	t.Cleanup(func() { work.Rollback(bg()) }) // when -run skips the subtest below
@@ -373,13 +359,7 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	}()
 	type callFunc func(ctx context.Context, s *Store) error
 	claim := func(id string) callFunc {
-		return func(ctx context.Context, s *Store) error {
-			first, err := s.Claim(ctx, id, until)
-			if first {
-				return errors.New("first")
-			}
-			return err
-		}
+		return func(ctx context.Context, s *Store) error { return refusalErr(s.Claim(ctx, id, until)) }
 	}
 	calls := []struct {
 		name string
@@ -389,10 +369,7 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 		{"Claim old", claim("before")},
 		{"AcquireLease", func(ctx context.Context, s *Store) error {
 			l, err := s.AcquireLease(ctx, "lease", time.Minute)
-			if l.State != 0 {
-				return errors.New("a lease state")
-			}
-			return err
+			return refusalErr(l.State != 0, err)
 		}},
 	}
 	const cancelAfter = 100 * time.Millisecond

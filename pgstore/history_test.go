@@ -648,26 +648,14 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"Claim", func() error {
-			first, err := s.Claim(bg(), "after", until)
-			if first {
-				return errors.New("accepted")
-			}
-			return err
-		}},
+		{"Claim", func() error { return refusalErr(s.Claim(bg(), "after", until)) }},
 		{"AcquireLease", func() error {
 			l, err := s.AcquireLease(bg(), "lease", time.Minute)
-			if l.State == replay.LeaseAcquired {
-				return errors.New("acquired")
-			}
-			return err
+			return refusalErr(l.State == replay.LeaseAcquired, err)
 		}},
 		{"AcquireRecord", func() error {
 			r, err := s.AcquireRecord(bg(), "record", time.Minute, []byte("fp"))
-			if r.State == replay.LeaseAcquired {
-				return errors.New("acquired")
-			}
-			return err
+			return refusalErr(r.State == replay.LeaseAcquired, err)
 		}},
 	}
 	for _, st := range steps {
