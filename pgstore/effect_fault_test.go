@@ -299,14 +299,7 @@ func listenLoopback(t testing.TB, serve func(net.Conn), closeAll func()) net.Lis
 // poolVia is a pool on p's database through the proxy listening at addr,
 // with at most maxConns connections, closed when t ends.
 func poolVia(t testing.TB, p *pgServer, addr string, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, addr, 1))
-	must(t, err)
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	must(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return poolAt(t, strings.Replace(p.url(), "127.0.0.1:"+p.port, addr, 1), func(cfg *pgxpool.Config) { cfg.MaxConns = maxConns })
 }
 
 // wait blocks while the link is cut.

@@ -360,16 +360,9 @@ func FuzzConninfoApp(f *testing.F) {
 // failover-aware application configures it: after a promotion its new
 // connections reach the new primary.
 func multiHostPoolPorts(t *testing.T, ports ...string) *pgxpool.Pool {
-	t.Helper()
 	hosts := strings.TrimSuffix(strings.Repeat("127.0.0.1,", len(ports)), ",")
-	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=5 target_session_attrs=read-write",
-		hosts, strings.Join(ports, ",")))
-	must(t, err)
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	must(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return poolAt(t, fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=5 target_session_attrs=read-write",
+		hosts, strings.Join(ports, ",")), func(*pgxpool.Config) {})
 }
 
 // claimLoad runs n claimers of fresh IDs on s until stop is called, and

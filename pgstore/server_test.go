@@ -324,7 +324,14 @@ func (p *pgServer) pool(t testing.TB, params ...string) *pgxpool.Pool {
 
 // poolWith is pool with its configuration changed by edit first.
 func (p *pgServer) poolWith(t testing.TB, edit func(*pgxpool.Config)) *pgxpool.Pool {
-	cfg, err := pgxpool.ParseConfig(p.url())
+	return poolAt(t, p.url(), edit)
+}
+
+// poolAt is a pool of at most 16 connections on the server(s) of url,
+// with its configuration changed by edit first, closed when t ends (or
+// never, for a nil t).
+func poolAt(t testing.TB, url string, edit func(*pgxpool.Config)) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		panic(err)
 	}
