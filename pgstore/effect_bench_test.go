@@ -277,9 +277,7 @@ func serveCharge(b *testing.B, h http.Handler, key string) {
 // "async-commit" is the same with synchronous_commit off (the store's
 // AllowAsyncCommit), which leaves out the WAL flush's wait. Issue 55's
 // target: "first-request" at most 1.2× "floor".
-func BenchmarkTransactionalPaired(b *testing.B) {
-	benchSettings(b, 0, false)
-}
+func BenchmarkTransactionalPaired(b *testing.B) { benchSettings(b, 0, false) }
 
 // BenchmarkTransactionalMinimal pairs the floor of
 // BenchmarkTransactionalPaired, under the same settings, with "minimal":
@@ -289,9 +287,7 @@ func BenchmarkTransactionalPaired(b *testing.B) {
 // apart: in BenchmarkTransactionalPaired's rotation its writes to the
 // store's table made the first request's p50 0.05× to 0.1× of the floor
 // slower.
-func BenchmarkTransactionalMinimal(b *testing.B) {
-	benchSettings(b, 0, true)
-}
+func BenchmarkTransactionalMinimal(b *testing.B) { benchSettings(b, 0, true) }
 
 // BenchmarkTransactionalNetwork is BenchmarkTransactionalPaired (sync and
 // async commit) with the server a round trip away: every connection of
@@ -426,22 +422,17 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 		names = []string{"floor", "minimal"}
 	}
 	all := transactionalOps(b, pool, s)
-	ops := make([]func(i int), len(names))
+	counts := make([]int64, len(names))
+	counted := make([]func(int), len(names))
 	for j, name := range names {
-		ops[j] = all[name]
-	}
-	counts := make([]int64, len(ops))
-	counted := make([]func(int), len(ops))
-	for j, op := range ops {
+		op := all[name]
+		for i := range 20 { // warm every connection's statement cache
+			op(-1 - i)
+		}
 		counted[j] = func(i int) {
 			n := trips.Load()
 			op(i)
 			counts[j] += trips.Load() - n
-		}
-	}
-	for j := range ops { // warm every connection's statement cache
-		for i := range 20 {
-			ops[j](-1 - i)
 		}
 	}
 	paired(b, names, counted...)
@@ -515,12 +506,9 @@ func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]fun
 		if err != nil || w == nil {
 			b.Fatal(r.State, err)
 		}
-		ctx := w.Context(bg())
-		tx, err := TxFrom(ctx)
+		tx, err := TxFrom(w.Context(bg()))
 		must(b, err)
-		if _, err := tx.Exec(ctx, insert, key, body[:16]); err != nil {
-			b.Fatal(err)
-		}
+		mustExec(b, tx, insert, key, body[:16])
 		must(b, w.Commit(bg(), until, fp, record))
 	}
 	// handler answers as the floor's handler does, after run(key).

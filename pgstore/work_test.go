@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,10 +423,7 @@ func BenchmarkWorkFirstRequest(b *testing.B) {
 	// disk's noise.
 	b.Run("async-commit", func(b *testing.B) {
 		pool := needServer(b).pool(b, "synchronous_commit", "off")
-		benchWork(b, storeOn(b, pool, func(o *Options) {
-			o.AllowAsyncCommit = true
-			o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		}))
+		benchWork(b, storeOn(b, pool, asyncCommit))
 	})
 }
 
@@ -443,12 +438,9 @@ func benchWork(b *testing.B, s *Store) {
 		r := mustRecord(b, s, key, time.Minute, fp)
 		w, err := s.BeginWork(bg(), key, r.Token)
 		must(b, err)
-		ctx := w.Context(bg())
-		tx, err := TxFrom(ctx)
+		tx, err := TxFrom(w.Context(bg()))
 		must(b, err)
-		if _, err := tx.Exec(ctx, insert, key); err != nil {
-			b.Fatal(err)
-		}
+		mustExec(b, tx, insert, key)
 		return w
 	}
 	floor := func(key string) {
