@@ -102,6 +102,15 @@ func acquireTx(t testing.TB, s *Store, id string) (replay.Work, context.Context,
 	return w, ctx, tx
 }
 
+// workEnds are the two ends of a work, Commit (of no record, for an hour)
+// and Rollback, each called with ctx.
+func workEnds(ctx context.Context) map[string]func(replay.Work) error {
+	return map[string]func(replay.Work) error{
+		"Commit":   func(w replay.Work) error { return w.Commit(ctx, time.Now().Add(time.Hour), nil, nil) },
+		"Rollback": func(w replay.Work) error { return w.Rollback(ctx) },
+	}
+}
+
 // TestWork pins the transactional work (a replay.Work) a Store begins. (A
 // process killed before its Commit keeps nothing: replaytest's
 // RunWorkContract, in TestStore, for a Work that ends uncommitted and a lease
@@ -245,20 +254,13 @@ func workEndsWithADoneContext(t *testing.T) {
 	s, table := storeWithCharges(t)
 	done, cancel := context.WithCancel(bg())
 	cancel()
-	ends := []struct {
-		name string
-		end  func(w replay.Work) error
-	}{
-		{"Commit", func(w replay.Work) error { return w.Commit(done, time.Now().Add(time.Hour), nil, nil) }},
-		{"Rollback", func(w replay.Work) error { return w.Rollback(done) }},
-	}
-	for _, tt := range ends {
-		t.Run(tt.name, func(t *testing.T) {
-			id := "done-" + tt.name
+	for name, end := range workEnds(done) {
+		t.Run(name, func(t *testing.T) {
+			id := "done-" + name
 			w, _ := acquire(t, s, id, time.Minute)
 			must(t, charge(w.Context(bg()), table, id, "x"))
-			if err := tt.end(w); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-				t.Fatalf("%s with a done context = %v, want ErrUnavailable and context.Canceled", tt.name, err)
+			if err := end(w); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s with a done context = %v, want ErrUnavailable and context.Canceled", name, err)
 			}
 			if n := s.pool.Stat().AcquiredConns(); n != 0 {
 				t.Fatalf("%d connections still acquired, want the work's given back", n)
@@ -276,33 +278,30 @@ func workEndsWithADoneContext(t *testing.T) {
 func workFirstEndWins(t *testing.T) {
 	s, table := storeWithCharges(t)
 	until := time.Now().Add(time.Hour)
-
-	t.Run("concurrent Commits", func(t *testing.T) {
-		w, _ := acquire(t, s, "cc", time.Minute)
-		must(t, charge(w.Context(bg()), table, "cc", "x"))
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		for i := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if i%2 == 0 {
-					errs[i] = w.Commit(bg(), until, nil, nil)
-				} else {
-					errs[i] = w.Rollback(bg())
-				}
-			}()
-		}
-		wg.Wait()
-		n := len(chargesOf(t, s.pool, table, "cc"))
-		row, _ := rowOf(t, s, "cc")
-		if n == 1 && row.state != "d" || n == 0 && row.state != "l" || n > 1 {
-			t.Fatalf("%d charges with a row in state %q: the work and the lease's end disagree", n, row.state)
-		}
-		for _, err := range errs {
-			wantIs(t, err, nil, "concurrent ends: %v")
-		}
-	})
+	w, _ := acquire(t, s, "cc", time.Minute)
+	must(t, charge(w.Context(bg()), table, "cc", "x"))
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				errs[i] = w.Commit(bg(), until, nil, nil)
+			} else {
+				errs[i] = w.Rollback(bg())
+			}
+		}()
+	}
+	wg.Wait()
+	n := len(chargesOf(t, s.pool, table, "cc"))
+	row, _ := rowOf(t, s, "cc")
+	if n == 1 && row.state != "d" || n == 0 && row.state != "l" || n > 1 {
+		t.Fatalf("%d charges with a row in state %q: the work and the lease's end disagree", n, row.state)
+	}
+	for _, err := range errs {
+		wantIs(t, err, nil, "concurrent ends: %v")
+	}
 }
 
 // workKeepsOneChargePerKeyThroughAPostgresKill: workers run keys

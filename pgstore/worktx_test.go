@@ -101,11 +101,7 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 		{"savepoint Exec", func(ctx context.Context, _, sp pgx.Tx) error { _, err := sp.Exec(ctx, `SELECT 1`); return err }},
 		{"savepoint Commit", func(ctx context.Context, _, sp pgx.Tx) error { return sp.Commit(ctx) }},
 	}
-	ends := map[string]func(w replay.Work) error{
-		"Commit":   func(w replay.Work) error { return w.Commit(bg(), time.Now().Add(time.Hour), nil, nil) },
-		"Rollback": func(w replay.Work) error { return w.Rollback(bg()) },
-	}
-	for endName, end := range ends {
+	for endName, end := range workEnds(bg()) {
 		t.Run("after "+endName, func(t *testing.T) {
 			w, ctx, tx := acquireTx(t, s, "end-"+endName)
 			sp, err := tx.Begin(ctx)
@@ -353,13 +349,6 @@ func spoofSchema(t testing.TB, pool *pgxpool.Pool) {
 const spoofedChain = "select set_config('ctoken.xid', txid_current()::text, false); commit and chain; " +
 	"set local search_path = ctoken_spoof, pg_catalog, public"
 
-// escapeCase is SQL sent past the Tx's refusals and how many charges it
-// may have committed.
-type escapeCase struct {
-	sql        string
-	maxCharges int
-}
-
 // workCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
 // transaction past the Tx's refusals (sent on its connection directly)
 // is caught by the fence's transaction id, or by the session found idle:
@@ -370,7 +359,10 @@ type escapeCase struct {
 // A one-time token claimed in the work is accepted at most once.
 func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	s, table := storeWithCharges(t)
-	tests := []escapeCase{
+	tests := []struct {
+		sql        string
+		maxCharges int // charges the escape may have committed
+	}{
 		{"commit; begin", 1},
 		{"rollback; begin", 0},
 		{"commit and chain", 1},
@@ -383,7 +375,79 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	}
 	spoofSchema(t, s.pool)
 	for k, way := range workWays {
-		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.begin) })
+		for i, tt := range tests {
+			for j, prepare := range []struct {
+				name string
+				fn   func(s *Store)
+				done bool // Commit's context is done: the session cannot say which transaction it is in
+			}{
+				{"", nil, false},
+				{" with a recheck refusing", refuseAll, false},
+				{" with a recheck refusing and the context done", refuseAll, true},
+			} {
+				t.Run(way.name+"/"+tt.sql+prepare.name, func(t *testing.T) {
+					s := storeOn(t, s.pool)
+					id := fmt.Sprintf("escape-%d-%d-%d", k, i, j)
+					token := fmt.Sprintf("once-%d-%d-%d", k, i, j)
+					w := way.begin(t, s, id)
+					ctx := w.Context(bg())
+					if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatalf("Claim = %v, %v", first, err)
+					}
+					must(t, charge(ctx, table, id, "before"))
+					sendRaw(t, w, tt.sql)
+					accepted := 1
+					if s.claimTx(ctx) != nil {
+						if first, _ := s.Claim(ctx, token, time.Now().Add(time.Hour)); first {
+							accepted++
+						}
+					}
+					if prepare.fn != nil {
+						prepare.fn(s)
+					}
+					cctx, cancel := context.WithCancel(bg())
+					if prepare.done {
+						cancel()
+					}
+					err := w.Commit(cctx, time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+					cancel()
+					if tt.maxCharges == 0 && (strings.HasSuffix(tt.sql, "1/0") || prepare.done) && errors.Is(err, replay.ErrRolledBack) {
+						// The work's transaction was rolled back by the
+						// escape (and the next one aborted, or the session
+						// could not say which it was in): nothing was
+						// committed, which ErrRolledBack says truly.
+						if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+							t.Fatalf("Commit = %v but charges = %q", err, got)
+						}
+						return
+					}
+					if err == nil || errors.Is(err, replay.ErrRolledBack) || errors.Is(err, replay.ErrLeaseLost) ||
+						!errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+						t.Fatalf("Commit = %v, want the escape reported, not success, ErrRolledBack or ErrLeaseLost", err)
+					}
+					if prepare.fn != nil {
+						s.refusal.Store(nil)
+					}
+					if got := chargesOf(t, s.pool, table, id); len(got) > tt.maxCharges {
+						t.Fatalf("charges = %q, want at most %d", got, tt.maxCharges)
+					}
+					r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+					if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+						t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+					}
+					if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+						accepted++
+					}
+					// The escape kept the first claim (commit) or lost it
+					// (rollback): either way the work never succeeded, so a
+					// claim of the token after it is the token's only
+					// acknowledged accept at most.
+					if tt.maxCharges == 1 && accepted > 1 {
+						t.Fatalf("the token was accepted %d times", accepted)
+					}
+				})
+			}
+		}
 	}
 }
 
@@ -396,84 +460,6 @@ var workWays = []struct {
 }{
 	{"BeginWork", func(t *testing.T, s *Store, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
 	{"AcquireWork", func(t *testing.T, s *Store, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
-}
-
-// commitAfterAnEscape runs workCommitAfterAnEscapeIsNeverASuccess's
-// escapes on one way of beginning the work (its k-th).
-func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []escapeCase, acquireOne func(t *testing.T, s *Store, id string) replay.Work) {
-	for i, tt := range tests {
-		for j, prepare := range []struct {
-			name string
-			fn   func(s *Store)
-			done bool // Commit's context is done: the session cannot say which transaction it is in
-		}{
-			{"", nil, false},
-			{" with a recheck refusing", refuseAll, false},
-			{" with a recheck refusing and the context done", refuseAll, true},
-		} {
-			t.Run(tt.sql+prepare.name, func(t *testing.T) {
-				s := storeOn(t, s.pool)
-				id := fmt.Sprintf("escape-%d-%d-%d", k, i, j)
-				token := fmt.Sprintf("once-%d-%d-%d", k, i, j)
-				w := acquireOne(t, s, id)
-				ctx := w.Context(bg())
-				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
-					t.Fatalf("Claim = %v, %v", first, err)
-				}
-				must(t, charge(ctx, table, id, "before"))
-				sendRaw(t, w, tt.sql)
-				accepted := 1
-				if s.claimTx(ctx) != nil {
-					if first, _ := s.Claim(ctx, token, time.Now().Add(time.Hour)); first {
-						accepted++
-					}
-				}
-				if prepare.fn != nil {
-					prepare.fn(s)
-				}
-				cctx, cancel := context.WithCancel(bg())
-				if prepare.done {
-					cancel()
-				}
-				err := w.Commit(cctx, time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
-				cancel()
-				if tt.maxCharges == 0 && (strings.HasSuffix(tt.sql, "1/0") || prepare.done) && errors.Is(err, replay.ErrRolledBack) {
-					// The work's transaction was rolled back by the
-					// escape (and the next one aborted, or the session
-					// could not say which it was in): nothing was
-					// committed, which ErrRolledBack says truly.
-					if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
-						t.Fatalf("Commit = %v but charges = %q", err, got)
-					}
-					return
-				}
-				if err == nil || errors.Is(err, replay.ErrRolledBack) || errors.Is(err, replay.ErrLeaseLost) ||
-					!errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
-					t.Fatalf("Commit = %v, want the escape reported, not success, ErrRolledBack or ErrLeaseLost", err)
-				}
-				if prepare.fn != nil {
-					s.refusal.Store(nil)
-				}
-				if got := chargesOf(t, s.pool, table, id); len(got) > tt.maxCharges {
-					t.Fatalf("charges = %q, want at most %d", got, tt.maxCharges)
-				}
-				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
-				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
-					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
-				}
-				if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
-					accepted++
-				}
-				// The escape kept the first claim (commit) or lost it
-				// (rollback): either way the work never succeeded, so a
-				// claim of the token after it is the token's only
-				// acknowledged accept at most.
-				if tt.maxCharges == 1 && accepted > 1 {
-					t.Fatalf("the token was accepted %d times", accepted)
-				}
-			})
-		}
-	}
 }
 
 // stmtcacheName is the name pgx's statement cache prepares sql under:
@@ -666,26 +652,24 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 	s, table := storeWithCharges(t)
 	until := time.Now().Add(time.Hour)
-	t.Run("past the Tx", func(t *testing.T) {
-		id := "lost-raw"
-		w1, _ := acquire(t, s, id, time.Minute)
-		ctx := w1.Context(bg())
-		must(t, charge(ctx, table, id, "first"))
-		sendRaw(t, w1, "rollback; begin")
-		must(t, charge(ctx, table, id, "first-again"))
-		expire(t, s, id)
-		w2, _ := acquire(t, s, id, time.Minute)
-		must(t, charge(w2.Context(bg()), table, id, "second"))
-		must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
-		err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
-		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
-			t.Fatalf("first holder's Commit = %v, want the escape reported", err)
-		}
-		if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
-			t.Fatalf("charges = %q, want only the second holder's", got)
-		}
-		wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("second"))
-	})
+	id := "lost-raw"
+	w1, _ := acquire(t, s, id, time.Minute)
+	ctx := w1.Context(bg())
+	must(t, charge(ctx, table, id, "first"))
+	sendRaw(t, w1, "rollback; begin")
+	must(t, charge(ctx, table, id, "first-again"))
+	expire(t, s, id)
+	w2, _ := acquire(t, s, id, time.Minute)
+	must(t, charge(w2.Context(bg()), table, id, "second"))
+	must(t, w2.Commit(bg(), until, []byte("fp"), []byte("second")))
+	err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
+	if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
+		t.Fatalf("first holder's Commit = %v, want the escape reported", err)
+	}
+	if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+		t.Fatalf("charges = %q, want only the second holder's", got)
+	}
+	wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("second"))
 }
 
 // workTxUsedWhileCommitRuns (run it with -race): goroutines keep
