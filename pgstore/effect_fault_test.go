@@ -80,10 +80,7 @@ func (a *effectApp) handler(t testing.TB, s *Store, lease time.Duration) http.Ha
 	})
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", txMiddleware(t, s, lease).Wrap(h))
-	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
-		Replay: s, Namespace: "effects", Lease: lease, Transactional: true})
-	must(t, err)
-	mux.Handle("POST /hook", v.Middleware(h))
+	mux.Handle("POST /hook", whVerifier(t, s, lease, true).Middleware(h))
 	return mux
 }
 

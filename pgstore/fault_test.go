@@ -28,8 +28,7 @@ import (
 // rolls back (false).
 func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish func(commit bool)) {
 	t.Helper()
-	tx, err := pool.Begin(bg())
-	must(t, err)
+	tx := mustBegin(t, pool)
 	mustExec(t, tx, `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id))
 	return func(commit bool) {
 		if commit {

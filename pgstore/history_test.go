@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -687,18 +688,14 @@ func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
 	t.Helper()
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		got := map[string]string{}
-		rows, err := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
-		if err == nil {
-			for rows.Next() {
-				var app, state string
-				if rows.Scan(&app, &state) == nil {
-					got[app] = state
-				}
-			}
-			rows.Close()
-		}
-		return fmt.Sprint(got) == fmt.Sprint(want),
-			fmt.Sprintf("pg_stat_replication shows %v; want %v", got, want)
+		var app, state string
+		rows, _ := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
+		_, err := pgx.ForEachRow(rows, []any{&app, &state}, func() error {
+			got[app] = state
+			return nil
+		})
+		return err == nil && fmt.Sprint(got) == fmt.Sprint(want),
+			fmt.Sprintf("pg_stat_replication shows %v (%v); want %v", got, err, want)
 	})
 }
 
