@@ -241,11 +241,14 @@ func effectsOncePerKey(t testing.TB, pool *pgxpool.Pool, table string, keys []st
 // cutProxy is a TCP proxy to a server whose link can be cut: while cut,
 // nothing is forwarded either way (bytes wait, as packets a partition
 // drops are retransmitted), new connections included; when healed,
-// whatever is still connected resumes.
+// whatever is still connected resumes. While drop is set, the server's
+// replies are swallowed: a statement is executed and committed, and its
+// client never hears of it.
 type cutProxy struct {
 	ln     net.Listener
 	target string
 	cut    atomic.Bool
+	drop   atomic.Bool
 	mu     sync.Mutex
 	conns  []net.Conn
 }
@@ -317,11 +320,11 @@ func (p *cutProxy) serve(c net.Conn) {
 	p.mu.Lock()
 	p.conns = append(p.conns, c, srv)
 	p.mu.Unlock()
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, drop *atomic.Bool) {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
-			if n > 0 {
+			if n > 0 && !drop.Load() {
 				p.wait()
 				if _, err := dst.Write(buf[:n]); err != nil {
 					break
@@ -334,8 +337,8 @@ func (p *cutProxy) serve(c net.Conn) {
 		dst.Close()
 		src.Close()
 	}
-	go pipe(srv, c)
-	pipe(c, srv)
+	go pipe(srv, c, new(atomic.Bool))
+	pipe(c, srv, &p.drop)
 }
 
 // TestEffectsOnce pins the one-commit transactional design through faults,

@@ -9,10 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -132,54 +129,16 @@ func terminatedBackendMidStatementFailsClosed(t *testing.T) {
 	}
 }
 
-// replyDropper is a TCP proxy to a server that can swallow the server's
-// replies: a statement is executed and committed, and its client never
-// hears of it.
-type replyDropper struct {
-	ln     net.Listener
-	target string
-	drop   atomic.Bool
-}
-
-func newReplyDropper(t *testing.T, target string) *replyDropper {
-	t.Helper()
-	d := &replyDropper{target: target}
-	d.ln = listenLoopback(t, d.serve, func() {})
-	return d
-}
-
-func (d *replyDropper) serve(c net.Conn) {
-	defer c.Close()
-	srv, err := net.Dial("tcp", d.target)
-	if err != nil {
-		return
-	}
-	defer srv.Close()
-	go func() { io.Copy(srv, c); srv.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := srv.Read(buf)
-		if n > 0 && !d.drop.Load() {
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// lossyStores returns a proxy that drops replies on request (d), and two
+// lossyStores returns a proxy that drops replies on request (d.drop), and two
 // stores on one table and prefix: s calls through the proxy on one
 // connection and gives up after 500 ms; r, straight to the server,
 // resends. s rechecks the server only after the test: a recheck on the
 // pool's one connection while replies are dropped would hold it, and the
 // lost statement would never be sent.
-func lossyStores(t *testing.T) (d *replyDropper, s, r *Store) {
+func lossyStores(t *testing.T) (d *cutProxy, s, r *Store) {
 	t.Helper()
 	p := needServer(t)
-	d = newReplyDropper(t, "127.0.0.1:"+p.port)
+	d = newCutProxy(t, "127.0.0.1:"+p.port)
 	pool := poolVia(t, p, d.ln.Addr().String(), 1)
 	s = storeRetried(t, pool, 5, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 500 * time.Millisecond, RecheckInterval: time.Hour})
 	r = storeOn(t, p.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
@@ -221,7 +180,7 @@ func waitRowState(t *testing.T, r *Store, id, want string) {
 // connection, so that the statement is already prepared and the lost
 // reply is the commit's: call must fail with ErrUnavailable and
 // context.DeadlineExceeded.
-func lostReply(t *testing.T, d *replyDropper, name string, warm func(id string) error, call func() error) {
+func lostReply(t *testing.T, d *cutProxy, name string, warm func(id string) error, call func() error) {
 	t.Helper()
 	// A warm-up slower than the store's Timeout on a loaded machine is
 	// retried: it only has to succeed once.
