@@ -319,8 +319,7 @@ func workKeepsOneChargePerKeyThroughAPostgresKill(t *testing.T) {
 	const workers = 8
 	const lease = 500 * time.Millisecond
 	until := time.Now().Add(time.Hour)
-	var next, finished, unknown, lost, failed atomic.Int64
-	var stopAt atomic.Int64
+	var next, finished, unknown, lost, failed, stopAt atomic.Int64
 	stopAt.Store(maxKeys)
 	deadline := time.Now().Add(60 * time.Second)
 	var wg sync.WaitGroup

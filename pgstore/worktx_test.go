@@ -141,12 +141,11 @@ func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	b.Queue(`SELECT 2`)
 	br := tx.SendBatch(ctx, b)
 	wantIs(t, errOf(tx.Exec(ctx, `SELECT 1`)), errCursorOpen, "Exec with a batch open = %v, want refused")
-	var one, two int
-	if err := br.QueryRow().Scan(&one); err != nil || one != 1 {
-		t.Fatal(one, err)
-	}
-	if err := br.QueryRow().Scan(&two); err != nil || two != 2 {
-		t.Fatal(two, err)
+	for want := 1; want <= 2; want++ {
+		var got int
+		if err := br.QueryRow().Scan(&got); err != nil || got != want {
+			t.Fatal(got, err)
+		}
 	}
 	must(t, br.Close())
 	wantIs(t, errOf(tx.Exec(ctx, `SELECT 1`)), nil, "Exec after closing = %v")
