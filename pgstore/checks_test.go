@@ -37,9 +37,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			l := mustLease(t, s, "leased", time.Minute)
 			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
-				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("Claim(%s) after %s = %v, %v; want ErrUnavailable", id, forget, first, err)
-				}
+				wantClaim(t, s, id, until, false, ErrUnavailable)
 				if l, err := s.AcquireLease(bg(), id, time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("AcquireLease(%s) after %s = %+v, %v; want ErrUnavailable", id, forget, l, err)
 				}
@@ -187,9 +185,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			until := time.Now().Add(time.Hour)
 			n := 0
 			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
-			if first, err := claim(); !first || err != nil {
-				t.Fatalf("Claim before the change = %v, %v", first, err)
-			}
+			wantClaim(t, s, "before", until, true, nil)
 			must(t, run(c.off))
 			changed := time.Now()
 			restored := false

@@ -15,6 +15,15 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
+// wantClaim fails t unless s's Claim of id until until returns first ==
+// want and an error matching target (nil: no error).
+func wantClaim(t testing.TB, s *Store, id string, until time.Time, want bool, target error) {
+	t.Helper()
+	if first, err := s.Claim(bg(), id, until); first != want || !errors.Is(err, target) {
+		t.Fatalf("Claim(%q) = %v, %v; want %v, %v", id, first, err, want, target)
+	}
+}
+
 // TestClaim pins what PostgreSQL adds to the claim contract (TestStore:
 // first once, refused after, racing claims, release); an expired row taken
 // over: the racers' rounds and slowInstanceClockNeverMakesAReplayFirst.
@@ -123,10 +132,7 @@ func slowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
 	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
 	mustClaim(t, s, "token", until)
 	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
-	first, err := s.Claim(bg(), "token", until)
-	if first || !errors.Is(err, replay.ErrExpired) {
-		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
-	}
+	wantClaim(t, s, "token", until, false, replay.ErrExpired) // the original until, passed
 }
 
 // untilFarInThePastIsExpiredNeverWrapped: an until before the year 1 —
@@ -176,18 +182,14 @@ func refusalsWriteNothing(t *testing.T) {
 	l := mustLease(t, s, "leased", time.Minute)
 	claimed, leased := version("claimed"), version("leased")
 	for range 5 {
-		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
-			t.Fatal(first, err)
-		}
+		wantClaim(t, s, "claimed", until, false, nil)
 		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
 			t.Fatal(l, err)
 		}
 		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
 			t.Fatal(l, err)
 		}
-		if first, err := s.Claim(bg(), "leased", until); first || err != nil {
-			t.Fatal(first, err)
-		}
+		wantClaim(t, s, "leased", until, false, nil)
 	}
 	if v := version("claimed"); v != claimed {
 		t.Fatalf("refusals of a claimed row changed it: %s, then %s", claimed, v)
@@ -220,25 +222,19 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	outer := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix })
 	inner := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix + "webhooks:" })
 	until := time.Now().Add(time.Hour)
-	claim := func(s *Store, id string, want bool) {
-		t.Helper()
-		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
-			t.Fatalf("Claim(%q) on prefix %q = %v, %v; want %v", id, s.Prefix(), first, err, want)
-		}
-	}
 	t.Run("release", func(t *testing.T) {
-		claim(inner, "evt_1", true)
+		wantClaim(t, inner, "evt_1", until, true, nil)
 		must(t, outer.Release(bg(), "webhooks:evt_1"))
-		claim(inner, "evt_1", false)
+		wantClaim(t, inner, "evt_1", until, false, nil)
 	})
 	t.Run("claim", func(t *testing.T) {
-		claim(inner, "evt_2", true)
-		claim(outer, "webhooks:evt_2", true)
-		claim(outer, "webhooks:evt_2", false)
-		claim(inner, "evt_2", false)
+		wantClaim(t, inner, "evt_2", until, true, nil)
+		wantClaim(t, outer, "webhooks:evt_2", until, true, nil)
+		wantClaim(t, outer, "webhooks:evt_2", until, false, nil)
+		wantClaim(t, inner, "evt_2", until, false, nil)
 		must(t, inner.Release(bg(), "evt_2"))
-		claim(outer, "webhooks:evt_2", false)
-		claim(inner, "evt_2", true)
+		wantClaim(t, outer, "webhooks:evt_2", until, false, nil)
+		wantClaim(t, inner, "evt_2", until, true, nil)
 	})
 	t.Run("lease", func(t *testing.T) {
 		l := mustLease(t, inner, "evt_3", time.Minute)
@@ -255,9 +251,7 @@ func invalidIDsRefusedWithoutRecording(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Minute)
 	for _, id := range []string{"", strings.Repeat("x", MaxIDBytes+1)} {
-		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("Claim(%d bytes) = %v, %v; want ErrInvalidClaim", len(id), first, err)
-		}
+		wantClaim(t, s, id, until, false, ErrInvalidClaim)
 		wantIs(t, errOf(s.AcquireLease(bg(), id, time.Minute)), ErrInvalidClaim, "AcquireLease(%d bytes): %v", len(id))
 		wantIs(t, s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until), ErrInvalidClaim, "ConfirmLease(%d bytes): %v", len(id))
 		wantIs(t, s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)), ErrInvalidClaim, "ReleaseLease(%d bytes): %v", len(id))
@@ -266,9 +260,7 @@ func invalidIDsRefusedWithoutRecording(t *testing.T) {
 	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
 	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {
 		mustClaim(t, s, id, until)
-		if first, err := s.Claim(bg(), id, until); first || err != nil {
-			t.Fatalf("Claim(%q) again = %v, %v", id[:2], first, err)
-		}
+		wantClaim(t, s, id, until, false, nil)
 	}
 }
 
@@ -285,11 +277,8 @@ func longestPrefixAndIDAreHeld(t *testing.T) {
 	s := newTestStore(t, func(o *Options) { o.Prefix = random(MaxPrefixBytes) })
 	id := random(MaxIDBytes)
 	until := time.Now().Add(time.Minute)
-	for i, want := range []bool{true, false} {
-		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
-			t.Fatalf("claim %d = %v, %v; want %v", i+1, first, err, want)
-		}
-	}
+	mustClaim(t, s, id, until)
+	wantClaim(t, s, id, until, false, nil)
 }
 
 func errorsNeverContainTheID(t *testing.T) {

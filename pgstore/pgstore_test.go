@@ -31,9 +31,7 @@ func TestNew(t *testing.T) {
 
 func zeroStoreRefuses(t *testing.T) {
 	var s Store
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
-		t.Fatalf("zero Store Claim = %v, %v; want ErrConfig", first, err)
-	}
+	wantClaim(t, &s, "a", time.Now().Add(time.Minute), false, ErrConfig)
 	_, leaseErr := s.AcquireLease(bg(), "a", time.Minute)
 	_, sweepErr := s.Sweep(bg())
 	for name, err := range map[string]error{

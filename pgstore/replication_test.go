@@ -160,17 +160,13 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 			}
 		}
 	}
-	if first, err := claim(); !first || err != nil {
-		t.Fatalf("Claim without a standby = %v, %v", first, err)
-	}
+	wantClaim(t, s, "no standby", until, true, nil)
 
 	// A base backup (pg_basebackup streams its WAL over a walsender of its
 	// own, with a temporary slot) is no standby: it leaves nothing counted.
 	baseBackup(t, primary, "backup-")
 	time.Sleep(100 * time.Millisecond) // two rechecks
-	if first, err := claim(); !first || err != nil {
-		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
-	}
+	wantClaim(t, s, "after a base backup", until, true, nil)
 
 	standby := addStandby(t, primary, false, "away", freePort())
 	waitFor(t, 10*time.Second, func() (bool, string) {
@@ -251,9 +247,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	claim := func(s *Store, prefix string, want bool) {
 		t.Helper()
 		for i := range 20 {
-			if first, err := s.Claim(bg(), fmt.Sprint(prefix, i), until); first != want || err != nil {
-				t.Fatalf("Claim(%s%d) = %v, %v; want %v", prefix, i, first, err, want)
-			}
+			wantClaim(t, s, fmt.Sprint(prefix, i), until, want, nil)
 		}
 	}
 	claim(s, "before-", true)
@@ -274,9 +268,7 @@ func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	mustExec(t, pool, `DELETE FROM `+r.table+` WHERE key = `+markerSQL)
 	must(t, Rearm(bg(), pool, "", time.Hour))
 	for _, id := range []string{"before-0", "after-0", "never-seen"} {
-		if first, err := r.Claim(bg(), id, until); first || !errors.Is(err, ErrForgotten) {
-			t.Fatalf("Claim(%s) after the rearm = %v, %v; want ErrForgotten until the fence passes", id, first, err)
-		}
+		wantClaim(t, r, id, until, false, ErrForgotten) // until the fence passes
 	}
 }
 

@@ -85,9 +85,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			{o, "old_1", true, replay.LeaseDone}, // expired before: free (the claim below makes it done)
 			{o, "new_1", true, replay.LeaseDone},
 		} {
-			if first, err := c.s.Claim(bg(), c.id, until); first != c.first || err != nil {
-				t.Fatalf("Claim(%q) on prefix %q after Migrate = %v, %v; want %v", c.id, c.s.Prefix(), first, err, c.first)
-			}
+			wantClaim(t, c.s, c.id, until, c.first, nil)
 			if l, err := c.s.AcquireLease(bg(), c.id, time.Minute); l.State != c.lease || err != nil {
 				t.Fatalf("AcquireLease(%q) after Migrate = %+v, %v; want state %v", c.id, l, err, c.lease)
 			}
@@ -104,9 +102,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 		name := layout1Table(t, pool, `now() + interval '1 hour'`)
 		must(t, Migrate(bg(), pool, name))
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
-		if first, err := s.Claim(bg(), "x", until); first || !errors.Is(err, ErrForgotten) {
-			t.Fatalf("Claim on an upgraded table fenced by Rearm = %v, %v; want ErrForgotten", first, err)
-		}
+		wantClaim(t, s, "x", until, false, ErrForgotten)
 	})
 	t.Run("forgotten", func(t *testing.T) {
 		name := layout1Table(t, pool, `'-infinity'`)
@@ -166,9 +162,7 @@ func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
 	mustClaim(t, s, "a", time.Now().Add(time.Minute))
 	// Migrating again leaves the claims alone.
 	must(t, Migrate(bg(), pool, name))
-	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
-		t.Fatalf("Claim after a second Migrate = %v, %v; want false", first, err)
-	}
+	wantClaim(t, s, "a", time.Now().Add(time.Minute), false, nil)
 }
 
 // migrateAddsTheRecordColumns: New refuses a table made by the Schema

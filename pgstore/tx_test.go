@@ -82,9 +82,7 @@ func claimInATransaction(t *testing.T) {
 			if r.err != nil || r.first == tt.commit {
 				t.Fatalf("concurrent claim after the transaction %s = %v, %v; want first = %v", tt.name, r.first, r.err, !tt.commit)
 			}
-			if first, err := s.Claim(bg(), id, until); first || err != nil {
-				t.Fatalf("resend = %v, %v; want false, nil", first, err)
-			}
+			wantClaim(t, s, id, until, false, nil) // the resend
 		})
 	}
 
@@ -183,9 +181,7 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 			} else if err := w.Rollback(bg()); err != nil {
 				t.Fatal(err)
 			}
-			if first, err := tt.store.Claim(bg(), id, until); first != tt.wantAfter || err != nil {
-				t.Fatalf("Claim after the work = %v, %v; want %v", first, err, tt.wantAfter)
-			}
+			wantClaim(t, tt.store, id, until, tt.wantAfter, nil)
 		})
 	}
 }
@@ -241,9 +237,7 @@ func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 				t.Fatalf("Claim = %v, %v; want first", first, err)
 			}
 			must(t, tx.Commit(bg()))
-			if first, err := s.Claim(bg(), id, until); first || err != nil {
-				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
-			}
+			wantClaim(t, s, id, until, false, nil)
 		})
 	}
 }
