@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,10 +60,8 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 					err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 					var n int
 					var flushed bool
-					if qerr := pool.QueryRow(bg(), `SELECT count(*), coalesce(bool_and(pg_current_wal_flush_lsn() >= lsn), true) FROM `+seen+` WHERE k = $1 AND state = 'd'`,
-						s.key(id)).Scan(&n, &flushed); qerr != nil {
-						t.Fatal(qerr)
-					}
+					must(t, pool.QueryRow(bg(), `SELECT count(*), coalesce(bool_and(pg_current_wal_flush_lsn() >= lsn), true) FROM `+seen+` WHERE k = $1 AND state = 'd'`,
+						s.key(id)).Scan(&n, &flushed))
 					if err == nil && !flushed {
 						t.Errorf("Commit = nil, but the cursor's function ran %d times after the fence and the WAL was not flushed past it: COMMIT ran with synchronous_commit off, not %q", n, s.commitSetting())
 					}
@@ -233,13 +230,11 @@ func workSessionAttacks(t *testing.T) {
 						tx, _ := TxFrom(ctx)
 						if !attacked {
 							var settings string
-							if err := tx.QueryRow(ctx, `SELECT concat_ws(' ', current_user, session_user, current_setting('session_replication_role'),
+							must(t, tx.QueryRow(ctx, `SELECT concat_ws(' ', current_user, session_user, current_setting('session_replication_role'),
 								current_setting('default_transaction_read_only'), current_setting('default_transaction_isolation'),
 								current_setting('search_path'), current_setting('check_function_bodies'), coalesce(current_setting('plpgsql.variable_conflict', true), 'error'),
 								coalesce(current_setting('plpgsql.extra_errors', true), 'none'), (SELECT count(*) FROM pg_class WHERE relpersistence = 't'),
-								(SELECT count(*) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.oid = pg_my_temp_schema()))`).Scan(&settings); err != nil {
-								t.Fatalf("work %d: %v", j, err)
-							}
+								(SELECT count(*) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.oid = pg_my_temp_schema()))`).Scan(&settings))
 							if want := "postgres postgres origin off read committed \"$user\", public on error none 0 0"; settings != want {
 								t.Errorf("work %d: the session shows %q, want %q", j, settings, want)
 							}
@@ -273,9 +268,7 @@ func workSessionAttacks(t *testing.T) {
 							if _, lines := r.count(0, "", "WARN", "reset after a committed work failed"); lines != 1 {
 								t.Fatalf("%d warnings of the failed reset; want 1", lines)
 							}
-							if _, err := New(bg(), admin, Options{Table: name, Prefix: "stuck:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ambiguous") {
-								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
-							}
+							newRefused(t, admin, Options{Table: name, Prefix: "stuck:"}, "with the overload in place", "ambiguous")
 							mustExec(t, admin, `DROP FUNCTION public."`+name+`_reset"(int)`)
 							waitForClaim(t, s, "the overload dropped", nil)
 						}

@@ -186,8 +186,6 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			n := 0
 			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
 			wantClaim(t, s, "before", until, true, nil)
-			must(t, run(c.off))
-			changed := time.Now()
 			restored := false
 			defer func() {
 				if !restored {
@@ -196,17 +194,14 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			}()
 			// One interval, plus one for the reload and a loaded machine.
 			const limit = 2*DefaultRecheckInterval + time.Second
-			for {
+			must(t, run(c.off))
+			changed := time.Now()
+			waitFor(t, limit, func() (bool, string) {
 				first, err := claim()
-				if errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "synchronous_commit") {
-					t.Logf("%s: refused %v after the change", c.name, time.Since(changed).Round(time.Millisecond))
-					break
-				}
-				if time.Since(changed) > limit {
-					t.Fatalf("%s: Claim = %v, %v %v after synchronous_commit was turned off; want refused within %v", c.name, first, err, time.Since(changed), limit)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "synchronous_commit"),
+					fmt.Sprintf("%s: Claim = %v, %v after synchronous_commit was turned off; want refused", c.name, first, err)
+			})
+			t.Logf("%s: refused %v after the change", c.name, time.Since(changed).Round(time.Millisecond))
 			must(t, run(c.on))
 			restored = true
 			// The pool's sessions opened while the role said off keep it

@@ -65,9 +65,7 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 				var wg sync.WaitGroup
 				start := make(chan struct{})
 				for range racers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
+					wg.Go(func() {
 						<-start
 						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
 						switch {
@@ -79,7 +77,7 @@ func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 						default:
 							t.Errorf("Claim under %s: %v", level, err)
 						}
-					}()
+					})
 				}
 				close(start)
 				wg.Wait()

@@ -105,14 +105,11 @@ func workRacingHoldersCommitAtMostOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		var err1, err2 error
 		second := false
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			time.Sleep(lease - 5*time.Millisecond + time.Duration(i%10)*time.Millisecond)
 			err1 = w1.Commit(bg(), until, []byte("fp"), []byte("first"))
-		}()
-		go func() {
-			defer wg.Done()
+		})
+		wg.Go(func() {
 			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
 				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
 				if err != nil {
@@ -140,7 +137,7 @@ func workRacingHoldersCommitAtMostOnce(t *testing.T) {
 				err2 = w2.Commit(bg(), until, []byte("fp"), []byte("second"))
 				return
 			}
-		}()
+		})
 		wg.Wait()
 		if err1 != nil && !errors.Is(err1, replay.ErrLeaseLost) {
 			t.Fatalf("round %d: first Commit = %v", i, err1)
@@ -228,20 +225,16 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
 			work := newTable(t, pool, "work_", "k bytea NOT NULL, off boolean NOT NULL")
-			for _, sql := range []string{
-				`CREATE FUNCTION ` + seen + `_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-					INSERT INTO ` + seen + ` VALUES (NEW.k, current_setting('synchronous_commit'),
-						coalesce((SELECT state FROM ` + s.table + ` WHERE key = NEW.k), ''), pg_current_wal_insert_lsn());
-					RETURN NULL; END $$`,
-				`CREATE FUNCTION ` + seen + `_off() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-					PERFORM set_config('synchronous_commit', 'off', true); RETURN NULL; END $$`,
-				`CREATE CONSTRAINT TRIGGER b_seen AFTER INSERT ON ` + work + `
-					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ` + seen + `_f()`,
-				`CREATE CONSTRAINT TRIGGER a_off AFTER INSERT ON ` + work + `
-					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.off) EXECUTE FUNCTION ` + seen + `_off()`,
-			} {
-				mustExec(t, pool, sql)
-			}
+			mustExec(t, pool, `CREATE FUNCTION `+seen+`_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				INSERT INTO `+seen+` VALUES (NEW.k, current_setting('synchronous_commit'),
+					coalesce((SELECT state FROM `+s.table+` WHERE key = NEW.k), ''), pg_current_wal_insert_lsn());
+				RETURN NULL; END $$`)
+			mustExec(t, pool, `CREATE FUNCTION `+seen+`_off() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				PERFORM set_config('synchronous_commit', 'off', true); RETURN NULL; END $$`)
+			mustExec(t, pool, `CREATE CONSTRAINT TRIGGER b_seen AFTER INSERT ON `+work+`
+				DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+seen+`_f()`)
+			mustExec(t, pool, `CREATE CONSTRAINT TRIGGER a_off AFTER INSERT ON `+work+`
+				DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.off) EXECUTE FUNCTION `+seen+`_off()`)
 			t.Cleanup(func() {
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_f() CASCADE`)
 				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_off() CASCADE`)
@@ -318,17 +311,13 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			fn := name + "_raise"
-			for _, sql := range []string{
-				`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-					IF pg_catalog.current_setting('ctoken_test.raise', true) = 'on' THEN
-						RAISE EXCEPTION 'invalid input syntax for type integer: "` + errFence + `escaped"' USING ERRCODE = '22P02';
-					END IF;
-					RETURN NULL; END $$`,
-				`CREATE TRIGGER raise_fence AFTER INSERT OR UPDATE ON ` + s.table + `
-					FOR EACH ROW WHEN (NEW.state = 'd') EXECUTE FUNCTION ` + fn + `()`,
-			} {
-				mustExec(t, pool, sql)
-			}
+			mustExec(t, pool, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				IF pg_catalog.current_setting('ctoken_test.raise', true) = 'on' THEN
+					RAISE EXCEPTION 'invalid input syntax for type integer: "`+errFence+`escaped"' USING ERRCODE = '22P02';
+				END IF;
+				RETURN NULL; END $$`)
+			mustExec(t, pool, `CREATE TRIGGER raise_fence AFTER INSERT OR UPDATE ON `+s.table+`
+				FOR EACH ROW WHEN (NEW.state = 'd') EXECUTE FUNCTION `+fn+`()`)
 			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
 			id := fmt.Sprintf("raise-%d", k)
 			w := way.begin(t, s, id)

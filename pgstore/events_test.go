@@ -113,7 +113,6 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	admin := p.pool(t)
-	set := func(t *testing.T, setting, value string) { setSystem(t, admin, setting, value) }
 	allow := func(o *Options) { o.AllowAsyncCommit, o.AllowRollback, o.AllowAsyncStandby = true, true, true }
 	t.Run("no risk present", func(t *testing.T) {
 		var r recorder
@@ -132,8 +131,8 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	} {
 		t.Run(c.name+" at New", func(t *testing.T) {
 			if c.setting != "" {
-				set(t, c.setting, c.value)
-				defer set(t, c.setting, "on")
+				setSystem(t, admin, c.setting, c.value)
+				defer setSystem(t, admin, c.setting, "on")
 			}
 			var r recorder
 			storeOn(t, p.pool(t, c.params...), allow, r.options, func(o *Options) { o.RecheckInterval = 20 * time.Millisecond })
@@ -160,11 +159,11 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 				t.Fatalf("%d events, %d Warn lines; want %d (once per appearance)", n, lines, want)
 			}
 		}
-		set(t, "synchronous_commit", "off")
-		defer set(t, "synchronous_commit", "on")
+		setSystem(t, admin, "synchronous_commit", "off")
+		defer setSystem(t, admin, "synchronous_commit", "on")
 		waitEvents(1)
 		mustClaim(t, s, "accepted-risk", time.Now().Add(time.Hour))
-		set(t, "synchronous_commit", "on")
+		setSystem(t, admin, "synchronous_commit", "on")
 		// The risk is gone once a recheck read it so (the recheck that
 		// stores it also reports, before the next one reads again).
 		waitFor(t, 10*time.Second, func() (bool, string) {
@@ -172,7 +171,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			return d.SynchronousCommit == "on",
 				fmt.Sprintf("Durability() = %+v after synchronous_commit was on again", d)
 		})
-		set(t, "synchronous_commit", "off")
+		setSystem(t, admin, "synchronous_commit", "off")
 		waitEvents(2)
 	})
 }

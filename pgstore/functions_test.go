@@ -26,9 +26,7 @@ func TestWorkFunctions(t *testing.T) {
 // naming the functions, and accepts it again once Migrate ran.
 func wantFunctionsRefused(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	if _, err := New(bg(), pool, Options{Table: name, Prefix: "fn:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "functions") {
-		t.Fatalf("New = %v; want ErrConfig naming the functions", err)
-	}
+	newRefused(t, pool, Options{Table: name, Prefix: "fn:"}, "before Migrate", "functions")
 	must(t, Migrate(bg(), pool, name))
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	commitWork(t, s, "after-migrate")
@@ -160,9 +158,7 @@ func newRefusesARoleThatMayNotExecuteTheFunctions(t *testing.T) {
 	owner := storeOn(t, admin, func(o *Options) { o.Table = name })
 	pool := p.loginRole(t, admin, `GRANT SELECT, INSERT, UPDATE, DELETE ON "`+name+`" TO {role}`,
 		`REVOKE EXECUTE ON FUNCTION `+owner.fnSigs[2]+` FROM PUBLIC`)
-	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "EXECUTE") {
-		t.Fatalf("New as a role that may not execute the reset: %v; want ErrConfig naming EXECUTE", err)
-	}
+	newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "as a role that may not execute the reset", "EXECUTE")
 	mustExec(t, admin, `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+pool.Config().ConnConfig.User)
 	commitWork(t, storeOn(t, pool, func(o *Options) { o.Table = name }), "granted")
 }

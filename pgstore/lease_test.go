@@ -258,18 +258,15 @@ func renewThroughAWork(t *testing.T) {
 		wantIs(t, s.RenewLease(bg(), "locked", r.Token, 2*time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
 	})
 	t.Run("BeginWork", func(t *testing.T) {
-		l := mustRecord(t, s, "begun", time.Second, []byte("fp"))
-		w, err := s.BeginWork(bg(), "begun", l.Token)
-		must(t, err)
-		defer w.Rollback(bg())
+		w, token := acquire(t, s, "begun", time.Second)
 		ctx := w.Context(bg())
 		tx, err := TxFrom(ctx)
 		must(t, err)
 		mustExec(t, tx, `SELECT 1`)
-		wantIs(t, s.RenewLease(ctx, "begun", l.Token, time.Minute), nil, "RenewLease of a BeginWork's committed lease: %v")
+		wantIs(t, s.RenewLease(ctx, "begun", token, time.Minute), nil, "RenewLease of a BeginWork's committed lease: %v")
 		time.Sleep(1500 * time.Millisecond) // past the first end
 		wantIs(t, w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")), nil, "Commit after the renewal, past the lease's first end: %v")
-		wantIs(t, s.RenewLease(bg(), "begun", l.Token, time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
+		wantIs(t, s.RenewLease(bg(), "begun", token, time.Hour), replay.ErrLeaseLost, "RenewLease after the Commit = %v; want ErrLeaseLost")
 	})
 }
 

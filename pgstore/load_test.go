@@ -72,9 +72,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 		maxStale atomic.Int64
 	)
 	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for n := 0; !stop.Load(); n++ {
 				id := "c" + strconv.Itoa(c) + "-" + strconv.Itoa(n)
 				until := time.Now().Add(hold)
@@ -105,12 +103,10 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 					twice.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	// Sample the table: all rows, and the expired ones not yet swept.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for !stop.Load() {
 			var rows, stale int64
 			if admin.QueryRow(bg(), `SELECT count(*), count(*) FILTER (WHERE until < now() AND state <> 'm') FROM ctoken_replay`).Scan(&rows, &stale) == nil {
@@ -119,7 +115,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-	}()
+	})
 	time.Sleep(duration * 2 / 5)
 	if err := p.restart(); err != nil {
 		stop.Store(true)

@@ -50,11 +50,18 @@ func zeroStoreRefuses(t *testing.T) {
 }
 
 // newRefused fails t unless New on pool with opts is refused with
-// ErrConfig and no store; what says of what it is refused.
-func newRefused(t *testing.T, pool *pgxpool.Pool, opts Options, what string) {
+// ErrConfig, in an error naming each of names, and no store; what says of
+// what it is refused.
+func newRefused(t *testing.T, pool *pgxpool.Pool, opts Options, what string, names ...string) {
 	t.Helper()
-	if s, err := New(bg(), pool, opts); s != nil || !errors.Is(err, ErrConfig) {
+	s, err := New(bg(), pool, opts)
+	if s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New %s = %v, %v; want ErrConfig", what, s, err)
+	}
+	for _, name := range names {
+		if !strings.Contains(err.Error(), name) {
+			t.Fatalf("New %s = %v; want an error naming %q", what, err, name)
+		}
 	}
 }
 
@@ -124,9 +131,7 @@ func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 			set := func(value string) { setSystem(t, admin, setting, value) }
 			set("off")
 			defer set("on")
-			if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), setting) {
-				t.Fatalf("New with %s off: store %v, %v; want ErrConfig naming it", setting, s != nil, err)
-			}
+			newRefused(t, p.pool(t), Options{SweepInterval: -1}, "with "+setting+" off", setting)
 			s := storeOn(t, p.pool(t), func(o *Options) { o.AllowRollback = true })
 			mustClaim(t, s, "allowed", time.Now().Add(time.Hour))
 			waitForClaim(t, running, setting+" turned off", ErrConfig)
@@ -249,18 +254,10 @@ func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 
 	// A temporary table of the same name, on the pool's one connection.
 	pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	for _, q := range []string{
-		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
-		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
-	} {
-		mustExec(t, pool, q)
-	}
+	mustExec(t, pool, `CREATE TEMP TABLE "`+name+`" (LIKE public."`+name+`" INCLUDING ALL)`)
+	mustExec(t, pool, `INSERT INTO pg_temp."`+name+`" (key, state, token, until) VALUES (`+markerSQL+`, 'm', '', '-infinity')`)
 	newRefused(t, pool, Options{Table: name, SweepInterval: -1}, "on a name that finds a temporary table")
-	if s, err := New(bg(), pool, Options{Table: "public." + name, SweepInterval: -1}); err != nil {
-		t.Fatalf("New on the qualified permanent table: %v", err)
-	} else {
-		s.Close()
-	}
+	storeOn(t, pool, func(o *Options) { o.Table = "public." + name }) // the qualified permanent table
 }
 
 // tableInASystemSchemaIsRefused: a schema whose name starts with pg_

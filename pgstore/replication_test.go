@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -186,9 +185,7 @@ func standbyThatIsAwayStillCounts(t *testing.T) {
 		t.Fatalf("Durability() with the standby stopped = %+v; want 0 streaming, 1 slot", d)
 	}
 
-	if s, err := New(bg(), primary.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "1 physical replication slot") {
-		t.Fatalf("New while the standby is away with its slot = %v, %v; want ErrConfig naming the slot", s, err)
-	}
+	newRefused(t, primary.pool(t), Options{SweepInterval: -1}, "while the standby is away with its slot", "1 physical replication slot")
 	var r recorder
 	storeOn(t, primary.pool(t), func(o *Options) { o.AllowAsyncStandby = true }, r.options)
 	if n, lines := r.count(replay.EventRiskAccepted, "AllowAsyncStandby", "WARN", "option=AllowAsyncStandby"); n != 1 || lines != 1 {

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,14 +18,10 @@ import (
 func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]string) string {
 	t.Helper()
 	name := uniqueTable(t, pool)
-	for _, q := range []string{
-		`CREATE TABLE "` + name + `" (key bytea PRIMARY KEY, state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
-			token text NOT NULL, until timestamptz NOT NULL)`,
-		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
-		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', ` + fence + `)`,
-	} {
-		mustExec(t, pool, q)
-	}
+	mustExec(t, pool, `CREATE TABLE "`+name+`" (key bytea PRIMARY KEY, state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
+		token text NOT NULL, until timestamptz NOT NULL)`)
+	mustExec(t, pool, `CREATE INDEX "`+name+`_until" ON "`+name+`" (until)`)
+	mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES (''::bytea, 'm', '', `+fence+`)`)
 	for _, r := range rows { // key, state, until
 		mustExec(t, pool, `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1::bytea, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, []byte(r[0]), r[1])
 	}
@@ -184,14 +179,11 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 			[3]string{"claimed", "c", `now() + interval '1 hour'`},
 			[3]string{"expired", "d", `now() - interval '1 second'`},
 		)
-		s, err := New(bg(), pool, Options{Table: name, Prefix: prefix, SweepInterval: -1})
-		if s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "pgstore.Migrate") {
-			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
-		}
+		newRefused(t, pool, Options{Table: name, Prefix: prefix, SweepInterval: -1}, "on a table without the record columns", "pgstore.Migrate")
 		for range 2 { // idempotent
 			must(t, Migrate(bg(), pool, name))
 		}
-		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
+		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
 		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
 		if r := wantRecord(t, s, "leased", replay.LeaseBusy, nil, nil); r.Wait <= 0 {
 			t.Fatalf("the earlier version's lease reports Wait %v", r.Wait)

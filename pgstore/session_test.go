@@ -40,18 +40,14 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 		t.Run(end.name, func(t *testing.T) {
 			id := "reset-" + strconv.Itoa(i)
 			w, ctx, tx := acquireTx(t, s, id)
-			for _, sql := range []string{
-				"select set_config('synchronous_commit', 'off', false)",
-				"select set_config('statement_timeout', '1234', false)",
-				"select set_config('application_name', 'changed', false)",
-				"create temp table ctoken_leak (x int)",
-				"declare ctoken_cursor cursor with hold for select 1",
-				"select pg_advisory_lock(55)",
-				// A prepared statement of SQL, through a function.
-				"do $$ begin execute 'prepare ctoken_sql_prepared as select 1'; end $$",
-			} {
-				mustExec(t, tx, sql)
-			}
+			mustExec(t, tx, "select set_config('synchronous_commit', 'off', false)")
+			mustExec(t, tx, "select set_config('statement_timeout', '1234', false)")
+			mustExec(t, tx, "select set_config('application_name', 'changed', false)")
+			mustExec(t, tx, "create temp table ctoken_leak (x int)")
+			mustExec(t, tx, "declare ctoken_cursor cursor with hold for select 1")
+			mustExec(t, tx, "select pg_advisory_lock(55)")
+			// A prepared statement of SQL, through a function.
+			mustExec(t, tx, "do $$ begin execute 'prepare ctoken_sql_prepared as select 1'; end $$")
 			must(t, errOf(tx.Prepare(ctx, "ctoken_prepared", "select 1")))
 			if err := end.end(w); (err != nil) != (i == 2) {
 				t.Fatalf("%s: %v", end.name, err)
@@ -68,14 +64,12 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 			// those of a closed session whose backend has not exited yet.
 			var commit, timeout, app string
 			var temp, cursors, locks, prepared int
-			if err := c.QueryRow(bg(), `SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),
+			must(t, c.QueryRow(bg(), `SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),
 				current_setting('application_name'),
 				(SELECT count(*) FROM pg_class WHERE relname = 'ctoken_leak' AND relpersistence = 't' AND relnamespace = pg_my_temp_schema()),
 				(SELECT count(*) FROM pg_cursors WHERE name = 'ctoken_cursor'), (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
 				(SELECT count(*) FROM pg_prepared_statements WHERE name IN ('ctoken_prepared', 'ctoken_sql_prepared'))`).Scan(
-				&commit, &timeout, &app, &temp, &cursors, &locks, &prepared); err != nil {
-				t.Fatal(err)
-			}
+				&commit, &timeout, &app, &temp, &cursors, &locks, &prepared))
 			if commit != "on" || timeout != "0" || app != "ctoken-reset-test" || temp != 0 || cursors != 0 || locks != 0 || prepared != 0 {
 				t.Fatalf("the next user of the connection sees synchronous_commit %s, statement_timeout %s, application_name %q, %d temp tables, %d cursors, %d advisory locks, %d prepared statements",
 					commit, timeout, app, temp, cursors, locks, prepared)

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,26 +49,19 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	// Which rows are expired is the database's answer, not a guess.
 	wantGone := countRows(t, s, "until < now() AND state <> 'm'")
 	var wg sync.WaitGroup
-	counts := make(chan int64, 4)
+	var total atomic.Int64
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			n, err := s.Sweep(bg())
 			if err != nil {
 				t.Error(err)
 			}
-			counts <- n
-		}()
+			total.Add(n)
+		})
 	}
 	wg.Wait()
-	close(counts)
-	var total int64
-	for n := range counts {
-		total += n
-	}
-	if total != int64(wantGone) || wantGone != expired+1 {
-		t.Fatalf("sweepers deleted %d rows, want the %d expired ones", total, wantGone)
+	if total.Load() != int64(wantGone) || wantGone != expired+1 {
+		t.Fatalf("sweepers deleted %d rows, want the %d expired ones", total.Load(), wantGone)
 	}
 	if n := countRows(t, s, "until < now() AND state <> 'm'"); n != 0 {
 		t.Fatalf("%d expired rows left", n)

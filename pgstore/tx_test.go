@@ -178,8 +178,8 @@ func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 			}
 			if tt.commit {
 				must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
-			} else if err := w.Rollback(bg()); err != nil {
-				t.Fatal(err)
+			} else {
+				must(t, w.Rollback(bg()))
 			}
 			wantClaim(t, tt.store, id, until, tt.wantAfter, nil)
 		})

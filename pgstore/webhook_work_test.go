@@ -33,10 +33,8 @@ func commitCounter(t testing.TB, pool *pgxpool.Pool) func() int64 {
 	return func() int64 {
 		x1 := xidNow(t, pool)
 		var n int64
-		if err := pool.QueryRow(bg(), `SELECT count(*) FROM generate_series($1::bigint + 1, $2::bigint - 1) x
-  WHERE txid_status(x) = 'committed'`, x0, x1).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
+		must(t, pool.QueryRow(bg(), `SELECT count(*) FROM generate_series($1::bigint + 1, $2::bigint - 1) x
+  WHERE txid_status(x) = 'committed'`, x0, x1).Scan(&n))
 		return n
 	}
 }
