@@ -139,9 +139,8 @@ func BenchmarkLeaseAcquireConfirm(b *testing.B) {
 // BenchmarkSweep is deleting expired rows, per row, in the default batches;
 // rows-left counts the expired rows still in the table afterwards.
 func BenchmarkSweep(b *testing.B) {
-	pool := needServer(b).pool(b)
 	s := newTestStore(b)
-	mustExec(b, pool, `INSERT INTO `+s.table+` (key, state, token, until)
+	mustExec(b, s.pool, `INSERT INTO `+s.table+` (key, state, token, until)
 		SELECT convert_to($1 || g::text, 'UTF8'), 'c', '', now() - interval '1 second' FROM generate_series(1, $2) g`,
 		s.prefix, b.N)
 	b.ResetTimer()
@@ -154,7 +153,7 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	b.StopTimer()
 	var left int
-	must(b, pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE until < now() AND state <> 'm'`).Scan(&left))
+	must(b, s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE until < now() AND state <> 'm'`).Scan(&left))
 	b.ReportMetric(float64(left), "rows-left")
 }
 

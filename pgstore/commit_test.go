@@ -72,18 +72,16 @@ func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
 
-	t.Run("a handler that outlives its lease", func(t *testing.T) {
-		w, _ := acquire(t, s, "k2", 200*time.Millisecond)
-		ctx := w.Context(bg())
-		must(t, charge(ctx, table, "k2", "slow"))
-		time.Sleep(400 * time.Millisecond) // the handler is slower than its lease
-		wantIs(t, w.Commit(bg(), until, []byte("fp"), []byte("slow")), replay.ErrLeaseLost, "Commit after the lease ran out = %v, want ErrLeaseLost")
-		wantCharges(t, s.pool, table, "k2")
-		if row, _ := rowOf(t, s, "k2"); row.state != "l" {
-			t.Fatalf("row state = %q, want the expired lease left as it was", row.state)
-		}
-		wantRecord(t, s, "k2", replay.LeaseAcquired, nil, nil) // free again
-	})
+	w, _ := acquire(t, s, "k2", 200*time.Millisecond)
+	ctx := w.Context(bg())
+	must(t, charge(ctx, table, "k2", "slow"))
+	time.Sleep(400 * time.Millisecond) // the handler is slower than its lease
+	wantIs(t, w.Commit(bg(), until, []byte("fp"), []byte("slow")), replay.ErrLeaseLost, "Commit after the lease ran out = %v, want ErrLeaseLost")
+	wantCharges(t, s.pool, table, "k2")
+	if row, _ := rowOf(t, s, "k2"); row.state != "l" {
+		t.Fatalf("row state = %q, want the expired lease left as it was", row.state)
+	}
+	wantRecord(t, s, "k2", replay.LeaseAcquired, nil, nil) // free again
 }
 
 // workRacingHoldersCommitAtMostOnce: a first holder commits as its
@@ -273,10 +271,9 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 					}
 					mustExec(t, tx, `INSERT INTO `+work+` VALUES ($1, $2)`, s.key(id), tt.off)
 					must(t, w.Commit(bg(), time.Now().Add(time.Hour), nil, nil))
-					var flushed bool
-					must(t, pool.QueryRow(bg(), `SELECT pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&flushed))
 					var setting, state string
-					must(t, pool.QueryRow(bg(), `SELECT setting, state FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&setting, &state))
+					var flushed bool
+					must(t, pool.QueryRow(bg(), `SELECT setting, state, pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&setting, &state, &flushed))
 					if state == "d" {
 						t.Errorf("the handler's deferred trigger saw the store's row done: it fired after the fence, at COMMIT")
 					}
@@ -375,9 +372,7 @@ func workDeferredConstraintFailureRollsBack(t *testing.T) {
 			mustExec(t, tx, `INSERT INTO `+child+` VALUES (1)`)
 			err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil)
 			for _, want := range []error{ErrUnavailable, replay.ErrRolledBack, pgx.ErrTxCommitRollback} {
-				if !errors.Is(err, want) {
-					t.Fatalf("Commit = %v, want %v", err, want)
-				}
+				wantIs(t, err, want, "Commit: want %v, got %v", want)
 			}
 			var pgErr *pgconn.PgError
 			if !errors.As(err, &pgErr) || pgErr.Code != "23503" {

@@ -71,9 +71,7 @@ func TestForgetContract(t *testing.T) {
 			name := migratedTable(t, pool)
 			replaytest.RunForgetContract(t,
 				func(t *testing.T) replaytest.Store { return storeOn(t, pool, func(o *Options) { o.Table = name }) },
-				func(t *testing.T) {
-					mustExec(t, pool, forget+` "`+name+`"`)
-				})
+				func(t *testing.T) { mustExec(t, pool, forget+` "`+name+`"`) })
 		})
 	}
 }

@@ -125,12 +125,8 @@ func heldStepsRefuseAForgottenFencedOrRefusingTable(t *testing.T) {
 			must(t, Rearm(bg(), pool, name, time.Hour))
 			return func() { marker(name, "until = now()") }
 		}},
-		{"while a recheck refuses", ErrConfig, func(s *Store, _ string) func() {
-			return refusing(s, ErrConfig, "synchronous_commit is off")
-		}},
-		{"while a recheck refuses after a promotion", ErrFenced, func(s *Store, _ string) func() {
-			return refusing(s, ErrFenced, "the server's history is unknown")
-		}},
+		{"while a recheck refuses", ErrConfig, func(s *Store, _ string) func() { return refusing(s, ErrConfig, "synchronous_commit is off") }},
+		{"while a recheck refuses after a promotion", ErrFenced, func(s *Store, _ string) func() { return refusing(s, ErrFenced, "the server's history is unknown") }},
 	}
 	for _, st := range steps {
 		for _, c := range causes {

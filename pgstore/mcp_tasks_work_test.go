@@ -19,7 +19,6 @@ import (
 // nothing and the task stays failed.
 func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	e, a, b := taskInstances(t)
-	pool := e.pool
 	pid, release := make(chan int32, 1), make(chan struct{})
 	tool := mcptoken.TaskTool{Name: "txjob", Transactional: true, Run: func(ctx context.Context, _ *mcptoken.TaskCall) (json.RawMessage, error) {
 		if err := e.Write(ctx, "killed"); err != nil {
@@ -42,7 +41,7 @@ func TestMCPTasksWorkBackendKilled(t *testing.T) {
 	must(t, err)
 	resume := sync.OnceFunc(func() { close(release) })
 	defer resume()
-	mustExec(t, pool, `SELECT pg_terminate_backend($1)`, <-pid)
+	mustExec(t, e.pool, `SELECT pg_terminate_backend($1)`, <-pid)
 	if got := taskEnded(t, b, st.ID); got.Status != "failed" {
 		t.Fatalf("after the transaction's connection died: %s; want failed", got.Status)
 	}
