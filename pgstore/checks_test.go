@@ -38,9 +38,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 			mustExec(t, pool, strings.Replace(forget, "%s", `"`+name+`"`, 1))
 			for _, id := range []string{"claimed", "never-seen"} {
 				wantClaim(t, s, id, until, false, ErrUnavailable)
-				if l, err := s.AcquireLease(bg(), id, time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
-					t.Fatalf("AcquireLease(%s) after %s = %+v, %v; want ErrUnavailable", id, forget, l, err)
-				}
+				wantLease(t, s, id, 0, ErrUnavailable)
 			}
 			wantIs(t, s.ConfirmLease(bg(), "leased", l.Token, until), ErrUnavailable, "ConfirmLease after %s: %v; want ErrUnavailable", forget)
 			if strings.HasPrefix(forget, "DROP") {
@@ -121,7 +119,8 @@ func standbyFailsClosed(t *testing.T) {
 // replication slot for every standby (one without a slot that is away is
 // invisible), and the option that accepts the risk.
 func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
-	base := serverState{writable: true, permanent: true, recordable: true, functions: true, fsync: true, fullPages: true, marker: true}
+	base := serverState{writable: true, permanent: true, recordable: true, functions: true, fsync: true, fullPages: true, marker: true,
+		durable: Durability{SynchronousCommit: "on"}}
 	tests := []struct {
 		name string
 		st   func(serverState) serverState
@@ -136,9 +135,7 @@ func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := base
-			st.durable.SynchronousCommit = "on"
-			_, err := checks{}.judge(tt.st(st))
+			_, err := checks{}.judge(tt.st(base))
 			wantIs(t, err, ErrConfig, "judge = %v; want ErrConfig")
 			for _, want := range []string{"synchronous_standby_names", "synchronous_commit on, remote_write or remote_apply", "physical replication slot", "primary_slot_name", "AllowAsyncStandby"} {
 				if !strings.Contains(err.Error(), want) {

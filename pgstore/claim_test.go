@@ -24,6 +24,15 @@ func wantClaim(t testing.TB, s *Store, id string, until time.Time, want bool, ta
 	}
 }
 
+// wantLease fails t unless s's AcquireLease of id (for a minute) reports
+// state with an error matching target (nil: no error).
+func wantLease(t testing.TB, s *Store, id string, state replay.LeaseState, target error) {
+	t.Helper()
+	if l, err := s.AcquireLease(bg(), id, time.Minute); l.State != state || !errors.Is(err, target) {
+		t.Fatalf("AcquireLease(%q) = %+v, %v; want %v, %v", id, l, err, state, target)
+	}
+}
+
 // TestClaim pins what PostgreSQL adds to the claim contract (TestStore:
 // first once, refused after, racing claims, release); an expired row taken
 // over: the racers' rounds and slowInstanceClockNeverMakesAReplayFirst.
@@ -181,12 +190,8 @@ func refusalsWriteNothing(t *testing.T) {
 	claimed, leased := version("claimed"), version("leased")
 	for range 5 {
 		wantClaim(t, s, "claimed", until, false, nil)
-		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
-			t.Fatal(l, err)
-		}
-		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
-			t.Fatal(l, err)
-		}
+		wantLease(t, s, "claimed", replay.LeaseDone, nil)
+		wantLease(t, s, "leased", replay.LeaseBusy, nil)
 		wantClaim(t, s, "leased", until, false, nil)
 	}
 	if v := version("claimed"); v != claimed {
@@ -239,9 +244,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 		o := mustLease(t, outer, "webhooks:evt_3", time.Minute) // a key of its own
 		must(t, outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token))
 		wantIs(t, inner.ConfirmLease(bg(), "evt_3", l.Token, until), nil, "inner ConfirmLease after the outer store released its own lease: %v")
-		if l, err := inner.AcquireLease(bg(), "evt_3", time.Minute); err != nil || l.State != replay.LeaseDone {
-			t.Fatalf("inner AcquireLease after confirming = %+v, %v; want done", l, err)
-		}
+		wantLease(t, inner, "evt_3", replay.LeaseDone, nil) // confirmed
 	})
 }
 

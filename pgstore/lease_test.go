@@ -243,9 +243,7 @@ func renewThroughAWork(t *testing.T) {
 		if _, ok := rowOf(t, s, "locked"); ok {
 			t.Fatal("the renewal wrote a row for the Work's ID")
 		}
-		if b, err := s.AcquireLease(bg(), "locked", time.Minute); err != nil || b.State != replay.LeaseBusy {
-			t.Fatalf("AcquireLease while the Work runs = %+v, %v; want busy", b, err)
-		}
+		wantLease(t, s, "locked", replay.LeaseBusy, nil) // the Work runs
 		until := time.Now().Add(time.Hour)
 		wantIs(t, w.Commit(bg(), until, []byte("fp"), []byte("result")), nil, "Commit after the refused renewals: %v")
 		if left, state := leaseLeft(t, s, "locked"); state != "d" || left > time.Hour {

@@ -50,8 +50,7 @@ func loadWithServerRestartLosesNothing(t *testing.T) {
 	p := ownServer(t)
 	var stores []*Store
 	for range 3 {
-		pool := p.pool(t)
-		stores = append(stores, storeOn(t, pool, func(o *Options) {
+		stores = append(stores, storeOn(t, p.pool(t), func(o *Options) {
 			o.Prefix = "load:"
 			o.Timeout = 2 * time.Second
 			o.SweepInterval = sweep

@@ -99,12 +99,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 				}
 			})
 		}
-		t.Run("AcquireLease", func(t *testing.T) {
-			l, err := b.AcquireLease(bg(), id, time.Minute)
-			if err != nil || l.State != replay.LeaseBusy {
-				t.Fatalf("AcquireLease = %+v, %v; want busy", l, err)
-			}
-		})
+		t.Run("AcquireLease", func(t *testing.T) { wantLease(t, b, id, replay.LeaseBusy, nil) })
 		if row, ok := rowOf(t, a, id); ok {
 			t.Fatalf("row %+v written while the Work holds the ID; want none", row)
 		}
@@ -202,10 +197,8 @@ func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	w := acquireWork(t, a, id, []byte("fp"))
 	must(t, charge(w.Context(bg()), table, id, "lost"))
 	var pid int32
-	if err := b.pool.QueryRow(bg(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-		AND (classid::bigint << 32 | objid::bigint) = $1::bigint`, a.idLock(a.key(id))).Scan(&pid); err != nil {
-		t.Fatalf("the Work's lock holder: %v", err)
-	}
+	must(t, b.pool.QueryRow(bg(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND (classid::bigint << 32 | objid::bigint) = $1::bigint`, a.idLock(a.key(id))).Scan(&pid)) // the Work's lock holder
 	mustExec(t, b.pool, `SELECT pg_terminate_backend($1)`, pid)
 	// pg_terminate_backend only signals the backend: wait for it to have
 	// exited (its locks gone), so that neither the Commit below nor the

@@ -81,9 +81,7 @@ func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			{o, "new_1", true, replay.LeaseDone},
 		} {
 			wantClaim(t, c.s, c.id, until, c.first, nil)
-			if l, err := c.s.AcquireLease(bg(), c.id, time.Minute); l.State != c.lease || err != nil {
-				t.Fatalf("AcquireLease(%q) after Migrate = %+v, %v; want state %v", c.id, l, err, c.lease)
-			}
+			wantLease(t, c.s, c.id, c.lease, nil)
 		}
 		// A claim of the earlier version's statement finds no marker.
 		var inserted bool
@@ -238,9 +236,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 // ErrUnavailable, like every call of a Store.
 func migrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
 	p := needServer(t)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+downPort(t), 1))
-	must(t, err)
-	down, err := pgxpool.NewWithConfig(bg(), cfg)
+	down, err := pgxpool.New(bg(), strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+downPort(t), 1))
 	must(t, err)
 	t.Cleanup(down.Close)
 	admin := p.pool(t)
