@@ -226,10 +226,9 @@ func transactionalFirstRequestCommitsOnce(t *testing.T) {
 	if runs := h.runs.Load(); runs != n {
 		t.Fatalf("the handler ran %d times for %d keys", runs, n)
 	}
-	for k, bodies := range charges(t, pool, h.table) {
-		if len(bodies) != 1 {
-			t.Fatalf("%s: %d charges, want 1", k, len(bodies))
-		}
+	got := charges(t, pool, h.table)
+	for k := range got {
+		exactlyOneCharge(t, got, k)
 	}
 }
 

@@ -128,9 +128,7 @@ func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 		if err != nil || w2 != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, fp) || string(r.Result) != "result" {
 			t.Fatalf("AcquireWork after Commit = %+v, %v, %v; want done with the record", r, w2, err)
 		}
-		if r, err := b.AcquireRecord(bg(), id, time.Minute, fp); err != nil || r.State != replay.LeaseDone || string(r.Result) != "result" {
-			t.Fatalf("AcquireRecord after Commit = %+v, %v; want done with the record", r, err)
-		}
+		wantRecord(t, b, id, replay.LeaseDone, fp, []byte("result"))
 	})
 }
 

@@ -21,16 +21,7 @@ func children(pid int) []int {
 	var kids []int
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so start after ")".
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(b[i+1:]))
+		fields := statFields(f) // state ppid ...
 		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
 			continue
 		}
@@ -41,20 +32,24 @@ func children(pid int) []int {
 	return kids
 }
 
+// statFields returns the fields of the /proc stat file at path after
+// "pid (comm)" (comm may hold spaces, so they start after the last ")"),
+// or nil.
+func statFields(path string) []string {
+	b, err := os.ReadFile(path)
+	i := strings.LastIndexByte(string(b), ')')
+	if err != nil || i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
 // procCPU returns the CPU time (user and system) process pid has used, or
 // -1 if /proc cannot tell.
 func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return -1
-	}
 	// After "pid (comm)": state is field 3; utime and stime are fields 14
 	// and 15, in clock ticks (USER_HZ, 100 on Linux).
-	fields := strings.Fields(string(b[i+1:]))
+	fields := statFields("/proc/" + strconv.Itoa(pid) + "/stat")
 	if len(fields) < 13 {
 		return -1
 	}
