@@ -178,7 +178,7 @@ func benchServed(b *testing.B, h http.Handler, request func(ctx context.Context,
 		resp := do(request(context.Background(), side, i))
 		benchFirst(b, side, resp.StatusCode, resp.Header)
 	}
-	benchPaired(b, func(i int) { send("mw", i) }, func(i int) { send("floor", i) })
+	benchPaired(b, nil, func(i int) { send("mw", i) }, func(i int) { send("floor", i) })
 }
 
 // benchHandled pairs the two routes through the handler's ServeHTTP into
@@ -189,7 +189,7 @@ func benchHandled(b *testing.B, h http.Handler, request func(ctx context.Context
 	var recs [2]*httptest.ResponseRecorder
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	defer func() { cancel() }()
-	benchPairedAfter(b,
+	benchPaired(b,
 		func(i int) {
 			if cancellable {
 				cancel()

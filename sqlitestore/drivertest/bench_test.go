@@ -271,9 +271,7 @@ func BenchmarkTransactionalFloor(b *testing.B) {
 // request's effect committed once.
 func benchAppRows(b *testing.B, db *sql.DB, want int) {
 	b.Helper()
-	var n int
-	must(b, db.QueryRowContext(context.Background(), `SELECT count(*) FROM app`).Scan(&n))
-	if n != want {
+	if n := countRows(b, db, `SELECT count(*) FROM app`); n != want {
 		b.Fatalf("app rows = %d; want %d", n, want)
 	}
 }
@@ -283,14 +281,9 @@ func benchAppRows(b *testing.B, db *sql.DB, want int) {
 // store's to the floor's (x-floor), and the same for the process's CPU
 // time (store-cpu-ns, floor-cpu-ns, x-floor-cpu: user and system time of
 // every thread, so the store's background goroutines count against it).
-// ns/op is a round: both together.
-func benchPaired(b *testing.B, store, floor func(i int)) {
-	benchPairedAfter(b, nil, store, floor)
-}
-
-// benchPairedAfter is benchPaired with before(i) run ahead of each pair,
-// outside both measures.
-func benchPairedAfter(b *testing.B, before, store, floor func(i int)) {
+// ns/op is a round: both together. before(i), when set, runs ahead of
+// each pair, outside both measures.
+func benchPaired(b *testing.B, before, store, floor func(i int)) {
 	var inStore, inFloor time.Duration
 	var cpuStore, cpuFloor int64
 	b.ReportAllocs()
@@ -329,7 +322,7 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 		ids := benchIDs(b.N)
 		keys := benchKeys(ids)
 		until := time.Now().Add(time.Hour)
-		benchPaired(b,
+		benchPaired(b, nil,
 			func(i int) { must(b, benchClaim(s, ids[i], until)) },
 			func(i int) { must(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
 	})
@@ -349,7 +342,7 @@ func BenchmarkClaimAfterWorkVsFloor(b *testing.B) {
 		keys := benchKeys(ids)
 		works := benchIDs(b.N)
 		until := time.Now().Add(time.Hour)
-		benchPairedAfter(b,
+		benchPaired(b,
 			func(i int) {
 				benchWorkRequest(b, s, "work-"+works[i], until)
 				benchHandlerTx(b, floor, "work-"+works[i])
@@ -371,7 +364,7 @@ func BenchmarkTransactionalVsFloor(b *testing.B) {
 				floor := benchDB(b, d)
 				ids := benchIDs(b.N)
 				until := time.Now().Add(time.Hour)
-				benchPaired(b,
+				benchPaired(b, nil,
 					func(i int) { m.request(b, s, ids[i], until) },
 					func(i int) { benchHandlerTx(b, floor, ids[i]) })
 				benchAppRows(b, db, b.N)
@@ -499,11 +492,8 @@ func BenchmarkClaimWhileSweeping(b *testing.B) {
 		b.ReportMetric(float64(len(during)), "claims-while-sweeping")
 		var path string
 		must(b, db.QueryRow(`SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
-		for _, f := range []struct{ name, path string }{{"file-bytes", path}, {"wal-bytes", path + "-wal"}} {
-			fi, err := os.Stat(f.path)
-			must(b, err)
-			b.ReportMetric(float64(fi.Size()), f.name)
-		}
+		b.ReportMetric(float64(fileSize(b, path)), "file-bytes")
+		b.ReportMetric(float64(fileSize(b, path+"-wal")), "wal-bytes")
 	})
 }
 
@@ -609,7 +599,7 @@ func BenchmarkReadRecord(b *testing.B) {
 				if state == replay.LeaseDone {
 					must(b, s.ConfirmRecord(ctx, ids[0], l.Token, time.Now().Add(time.Hour), benchFingerprint, benchResult))
 				}
-				benchPaired(b,
+				benchPaired(b, nil,
 					func(int) {
 						r, err := s.ReadRecord(ctx, ids[0])
 						if err != nil || r.State != state {
@@ -634,14 +624,10 @@ func BenchmarkTaskPoll(b *testing.B) {
 			b.Run(d.Name+"/state="+p, func(b *testing.B) {
 				ctx := context.Background()
 				db := benchDB(b, d)
-				var poll taskPoll
-				for _, q := range pollTasks(b, mustStore(b, db, sqlitestore.Options{})) {
-					if q.name == p {
-						poll = q
-					}
-				}
+				polls := pollTasks(b, mustStore(b, db, sqlitestore.Options{}))
+				poll := polls[slices.IndexFunc(polls, func(q taskPoll) bool { return q.name == p })]
 				key := benchTaskRow(b, db, poll.status)
-				benchPaired(b,
+				benchPaired(b, nil,
 					func(int) {
 						st, err := poll.ts.Get(ctx, pollCaller, poll.id)
 						if err != nil || st.Status != poll.status {
@@ -662,18 +648,11 @@ func benchTaskRow(b *testing.B, db *sql.DB, status string) []byte {
 	b.Helper()
 	state := map[string]string{"working": "l", "completed": "d"}[status]
 	n := 2 + len(sqlitestore.DefaultPrefix) + len("mcpt:") + 22
-	rows, err := db.QueryContext(context.Background(), `SELECT key FROM ctoken_replay WHERE length(key) = ? AND state = ?`, n, state)
-	must(b, err)
-	defer rows.Close()
-	var keys [][]byte
-	for rows.Next() {
-		var k []byte
-		must(b, rows.Scan(&k))
-		keys = append(keys, k)
+	const from = ` FROM ctoken_replay WHERE length(key) = ? AND state = ?`
+	if got := countRows(b, db, `SELECT count(*)`+from, n, state); got != 1 {
+		b.Fatalf("%d rows of a %s task's entry; want 1", got, status)
 	}
-	must(b, rows.Err())
-	if len(keys) != 1 {
-		b.Fatalf("%d rows of a %s task's entry; want 1", len(keys), status)
-	}
-	return keys[0]
+	var key []byte
+	must(b, db.QueryRowContext(context.Background(), `SELECT key`+from, n, state).Scan(&key))
+	return key
 }

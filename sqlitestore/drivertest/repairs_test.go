@@ -205,7 +205,7 @@ func appPages(t *testing.T, db *sql.DB, pages int) {
 	must(t, checkpointTruncate(db))
 }
 
-func fileSize(t *testing.T, path string) int64 {
+func fileSize(t testing.TB, path string) int64 {
 	t.Helper()
 	info, err := os.Stat(path)
 	must(t, err)
