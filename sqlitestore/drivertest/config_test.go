@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -305,16 +304,7 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 // abandoned without Close) makes New refuse with ErrForgotten, a FULL
 // store's too, until Rearm; a clean Close followed by a reboot does not.
 func normalSyncAfterAMachineCrash(t *testing.T) {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		t.Skip("no kernel boot id on this system: the store cannot tell a crash of the machine")
-	}
-	sidecarBoot := func(t *testing.T, path string) (map[string]any, string) {
-		t.Helper()
-		m := sidecarMap(t, path)
-		id, _ := m["boot"].(string)
-		return m, id
-	}
+	boot := bootID(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		_, path := openMigrated(t, d)
@@ -322,12 +312,11 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
 		s := mustStore(t, db, opts)
 		claimAll(t, s, []string{"before"}, time.Now().Add(time.Hour))
-		if _, id := sidecarBoot(t, path); id != strings.TrimSpace(string(boot)) {
+		if id := sidecarMap(t, path)["boot"]; id != boot {
 			t.Fatalf("the sidecar's boot id while a NORMAL store runs = %q; want the kernel's", id)
 		}
 		s.Close()
-		m, id := sidecarBoot(t, path)
-		if id != "" {
+		if id, _ := sidecarMap(t, path)["boot"].(string); id != "" {
 			t.Fatalf("the sidecar's boot id after Close = %q; want none", id)
 		}
 		// A clean Close, then a reboot: New serves.
@@ -335,9 +324,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 		// A store abandoned without Close, then a crash and a reboot:
 		// the sidecar names a boot that is not the machine's (written
 		// with no store running, which would write it back).
-		m["boot"] = "a-boot-before-the-crash"
-		b, _ := json.Marshal(m)
-		must(t, os.WriteFile(sidecarOf(path), b, 0o600))
+		setSidecarField(t, path, "boot", "a-boot-before-the-crash")
 		for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {
 			pool := db
 			if !o.AllowNormalSync {
@@ -405,31 +392,18 @@ func allowNormalSync(t *testing.T) {
 
 // heldPool fills what is left of db's pool (limited to size connections,
 // one of which the store holds for its writer) with connections held by
-// the test, runs PRAGMA synchronous = level on one of them and gives that
-// one back, so the store's checker gets that connection and no other.
-// release gives back the others.
-func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func()) {
+// the test until it ends, runs PRAGMA synchronous = level on one of them
+// and gives that one back, so the store's checker gets that connection
+// and no other.
+func heldPool(t *testing.T, db *sql.DB, size int, level string) {
 	t.Helper()
-	ctx := context.Background()
 	db.SetMaxOpenConns(size)
 	conns := make([]*sql.Conn, size-1)
 	for i := range conns {
-		c, err := db.Conn(ctx)
-		must(t, err)
-		conns[i] = c
+		conns[i] = heldConn(t, db)
 	}
-	mustExec(t, ctx, conns[0], `PRAGMA synchronous = `+level)
+	mustExec(t, context.Background(), conns[0], `PRAGMA synchronous = `+level)
 	conns[0].Close()
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			for _, c := range conns[1:] {
-				c.Close()
-			}
-		})
-	}
-	t.Cleanup(release)
-	return release
 }
 
 // lowerWriter lowers the synchronous setting of the store's writer

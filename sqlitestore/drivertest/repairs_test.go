@@ -82,7 +82,7 @@ func (r *repairs) wait(t testing.TB) {
 // only good copy is gone, until Rearm. The claims made before are refused
 // after the repair, and nothing is accepted while it runs.
 func TestRepairUnfinishedAtTheStop(t *testing.T) {
-	boot := repairBoot(t)
+	boot := bootID(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		for _, tc := range []struct {
 			name, mark string
@@ -116,7 +116,7 @@ func TestRepairUnfinishedAtTheStop(t *testing.T) {
 				}
 				claimedAll(t, s, ids, until, "after the repair")
 				claimAll(t, s, []string{"after"}, until)
-				if got := sidecarField(t, path, "repair"); got != nil {
+				if got := sidecarMap(t, path)["repair"]; got != nil {
 					t.Fatalf("the sidecar's repair mark after the repair = %v; want none", got)
 				}
 			})
@@ -133,13 +133,6 @@ func sidecarMap(t *testing.T, path string) map[string]any {
 	return m
 }
 
-// sidecarField returns a field of the default table's sidecar beside
-// path, nil when it is absent.
-func sidecarField(t *testing.T, path, field string) any {
-	t.Helper()
-	return sidecarMap(t, path)[field]
-}
-
 // setSidecarField sets a field of the default table's sidecar beside
 // path, as a store would have written it.
 func setSidecarField(t *testing.T, path, field string, v any) {
@@ -151,13 +144,13 @@ func setSidecarField(t *testing.T, path, field string, v any) {
 	must(t, os.WriteFile(sidecarOf(path), b, 0o600))
 }
 
-// repairBoot returns this boot's id, which the sidecar's repair mark
-// names when New is to repair; it skips where there is none.
-func repairBoot(t *testing.T) string {
+// bootID returns this boot's id, which the sidecar names (a NORMAL
+// store's, a repair mark's); it skips where there is none (not Linux).
+func bootID(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
-		t.Skip("no boot id here (not Linux): a repair mark always refuses New")
+		t.Skip("no kernel boot id here (not Linux): the store cannot tell a restart of the machine")
 	}
 	return strings.TrimSpace(string(b))
 }
@@ -168,7 +161,7 @@ func repairBoot(t *testing.T) string {
 func markRepair(t *testing.T, db *sql.DB, path string) {
 	t.Helper()
 	mustStore(t, db, sqlitestore.Options{SweepInterval: -1}).Close()
-	setSidecarField(t, path, "repair", repairBoot(t))
+	setSidecarField(t, path, "repair", bootID(t))
 }
 
 // claimThenMark claims n IDs (before-0...) until an hour from now in a
@@ -244,8 +237,8 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 		}
 		midway := 0 // Closes that came before their repair's end
 		for round := range 8 {
-			if sidecarField(t, path, "repair") == nil { // the last round's repair ended before its Close
-				setSidecarField(t, path, "repair", repairBoot(t))
+			if sidecarMap(t, path)["repair"] == nil { // the last round's repair ended before its Close
+				setSidecarField(t, path, "repair", bootID(t))
 			}
 			rep := newRepairs()
 			opts.Observer = rep.observe
@@ -268,7 +261,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 			}
 			insert("during the repair")
 			s.Close()
-			if sidecarField(t, path, "repair") != nil { // Close kept the mark: the repair had not ended
+			if sidecarMap(t, path)["repair"] != nil { // Close kept the mark: the repair had not ended
 				midway++
 			}
 			for range 4 {
@@ -406,7 +399,7 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 // once space is freed the repair runs and the store serves, every claim
 // acknowledged before still refused.
 func TestRepairWaitsForFreeSpace(t *testing.T) {
-	boot := repairBoot(t)
+	boot := bootID(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		mnt := smallDisk(t, "32m")
@@ -459,7 +452,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		appPages(t, db, 1000)
-		ids, until := claimThenMark(t, db, path, 50, repairBoot(t))
+		ids, until := claimThenMark(t, db, path, 50, bootID(t))
 		rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
 		must(t, err)
 		defer rows.Close()
