@@ -94,21 +94,30 @@ func TestSettingsCheckNamesEveryRefusedSetting(t *testing.T) {
 // TestTableName pins the table name: a lower-case identifier, quoted, or
 // refused with ErrConfig, and the one Schema writes into its SQL.
 func TestTableName(t *testing.T) {
-	t.Run("quoted or refused", quoteTableCases)
-	t.Run("Schema names the table", schemaNamesTheTable)
-}
-
-func quoteTableCases(t *testing.T) {
-	for _, ok := range []string{"", "ctoken_replay", "_t", "a1"} {
-		if _, err := quoteTable(ok); err != nil {
-			t.Errorf("quoteTable(%q) = %v; want accepted", ok, err)
+	t.Run("quoted or refused", func(t *testing.T) {
+		for _, ok := range []string{"", "ctoken_replay", "_t", "a1"} {
+			if _, err := quoteTable(ok); err != nil {
+				t.Errorf("quoteTable(%q) = %v; want accepted", ok, err)
+			}
 		}
-	}
-	for _, bad := range []string{"1a", "A", "a-b", `a"b`, "a.b", "sqlite_master", strings.Repeat("a", maxIdentBytes+1), "é"} {
-		if _, err := quoteTable(bad); !errors.Is(err, ErrConfig) {
-			t.Errorf("quoteTable(%q) = %v; want ErrConfig", bad, err)
+		for _, bad := range []string{"1a", "A", "a-b", `a"b`, "a.b", "sqlite_master", strings.Repeat("a", maxIdentBytes+1), "é"} {
+			if _, err := quoteTable(bad); !errors.Is(err, ErrConfig) {
+				t.Errorf("quoteTable(%q) = %v; want ErrConfig", bad, err)
+			}
 		}
-	}
+	})
+	t.Run("Schema names the table", func(t *testing.T) {
+		sql, err := Schema("my_table")
+		must(t, err)
+		for _, want := range []string{`CREATE TABLE "my_table"`, `CREATE INDEX "my_table_until" ON "my_table"`, `VALUES (x'0000', 'm', '`} {
+			if !strings.Contains(sql, want) {
+				t.Errorf("Schema lacks %q:\n%s", want, sql)
+			}
+		}
+		if _, err := Schema("Bad"); !errors.Is(err, ErrConfig) {
+			t.Fatalf("Schema(Bad) = %v; want ErrConfig", err)
+		}
+	})
 }
 
 func TestNanosHoldsTheEnds(t *testing.T) {
@@ -188,19 +197,6 @@ func FuzzReadSidecar(f *testing.F) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})
-}
-
-func schemaNamesTheTable(t *testing.T) {
-	sql, err := Schema("my_table")
-	must(t, err)
-	for _, want := range []string{`CREATE TABLE "my_table"`, `CREATE INDEX "my_table_until" ON "my_table"`, `VALUES (x'0000', 'm', '`} {
-		if !strings.Contains(sql, want) {
-			t.Errorf("Schema lacks %q:\n%s", want, sql)
-		}
-	}
-	if _, err := Schema("Bad"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("Schema(Bad) = %v; want ErrConfig", err)
-	}
 }
 
 // TestMigrateRefusesNilDB: Migrate on a nil *sql.DB is ErrConfig (New's
