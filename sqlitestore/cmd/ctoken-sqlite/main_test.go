@@ -144,8 +144,7 @@ func TestRefusalAfterARestoredCopyNamesTheCommandThatLiftsIt(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "re-armed") || !strings.Contains(out, "every claim is refused until") {
 		t.Fatalf("%q = %d:\n%s%s\nwant 0 and re-armed with a fence", args, code, out, errOut)
 	}
-	db = openApp(t, path)
-	s, err := start(t, db)
+	s, err := start(t, openApp(t, path))
 	if err != nil {
 		t.Fatalf("after rearm, the application's start = %v; want it to serve", err)
 	}
@@ -190,8 +189,7 @@ func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "New       serves") || !strings.Contains(out, "fence     ended") {
 		t.Fatalf("status after rearm = %d:\n%s\nwant 0, serving, the fence ended", code, out)
 	}
-	db = openApp(t, path)
-	s, err := start(t, db)
+	s, err := start(t, openApp(t, path))
 	must(t, err)
 	if first, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("Claim after rearm -fence 0 = %v, %v; want first", first, err)
@@ -223,8 +221,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 // in place (a read-only connection never checkpoints it away).
 func TestStatusChangesNothing(t *testing.T) {
 	live := filepath.Join(t.TempDir(), "app.db")
-	db := openApp(t, live)
-	s, err := start(t, db)
+	s, err := start(t, openApp(t, live))
 	must(t, err)
 	for _, id := range []string{"a", "b", "c"} {
 		if _, err := s.Claim(t.Context(), id, time.Now().Add(time.Hour)); err != nil {
@@ -277,8 +274,7 @@ func copyFile(t *testing.T, from, to string) {
 // file, status reads it, and rearm refuses and writes nothing.
 func TestRearmRefusesADatabaseInUse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	db := openApp(t, path)
-	s, err := start(t, db)
+	s, err := start(t, openApp(t, path))
 	must(t, err)
 	if code, out, errOut := runCmd("status", "-db", path); code != 0 || !strings.Contains(out, "New       serves") {
 		t.Fatalf("status beside a running store = %d:\n%s%s\nwant 0, serving", code, out, errOut)
