@@ -601,11 +601,7 @@ func acquireWorkJoinedByAnotherTable(t *testing.T, d Driver) {
 		if first, err := other.Claim(wctx, id, until); !first || err != nil {
 			t.Fatalf("Claim on a store of another file inside the Work = %v, %v; want first", first, err)
 		}
-		if commit {
-			must(t, w.Commit(ctx, until, workFP, []byte("r")))
-		} else if err := w.Rollback(ctx); err != nil {
-			t.Fatalf("Rollback = %v", err)
-		}
+		endWork(t, w, commit, workFP, []byte("r"))
 		if first, err := b.Claim(ctx, id, until); first == commit || err != nil {
 			t.Fatalf("Claim after the Work (committed: %v) = %v, %v; want first only after a rollback", commit, first, err)
 		}

@@ -27,8 +27,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
-				db, _ := openMigrated(t, d)
-				s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+				s, db, _ := readStore(t, d)
 				claimAll(t, s, []string{"a", "b"}, time.Now().Add(time.Hour))
 				mustExec(t, ctx, db, tc.tamper)
 				first, err := s.Claim(ctx, "c", time.Now().Add(time.Hour))
@@ -51,8 +50,7 @@ func TestLoneClaimChecksTheMarker(t *testing.T) {
 func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		db, _ := openMigrated(t, d)
-		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+		s, db, _ := readStore(t, d)
 		seq := func() int64 {
 			t.Helper()
 			var n int64
@@ -111,8 +109,7 @@ func TestEveryDurableCommitAdvancesTheSequence(t *testing.T) {
 func TestWithTxRefusesASequenceGoneBack(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
-		db, _ := openMigrated(t, d)
-		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+		s, db, _ := readStore(t, d)
 		until := time.Now().Add(time.Hour)
 		claimAll(t, s, []string{"a", "b", "c"}, until)
 		mustExec(t, ctx, db, `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`)

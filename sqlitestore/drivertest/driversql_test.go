@@ -115,10 +115,6 @@ func driverSQL(t *testing.T) {
 
 		c1 := heldConn(t, db)
 		c2 := heldConn(t, db)
-		exec := func(c *sql.Conn, query string) error {
-			_, err := c.ExecContext(ctx, query)
-			return err
-		}
 		count := func(c *sql.Conn) int {
 			t.Helper()
 			var n int
@@ -126,11 +122,9 @@ func driverSQL(t *testing.T) {
 			return n
 		}
 
-		if err := exec(c1, "BEGIN IMMEDIATE"); err != nil {
-			t.Fatalf("BEGIN IMMEDIATE on a *sql.Conn: %v", err)
-		}
-		must(t, exec(c1, "INSERT INTO t (v) VALUES (1)"))
-		if err := exec(c2, "BEGIN IMMEDIATE"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "locked") {
+		mustExec(t, ctx, c1, "BEGIN IMMEDIATE")
+		mustExec(t, ctx, c1, "INSERT INTO t (v) VALUES (1)")
+		if _, err := c2.ExecContext(ctx, "BEGIN IMMEDIATE"); err == nil || !strings.Contains(strings.ToLower(err.Error()), "locked") {
 			t.Fatalf("a second BEGIN IMMEDIATE while the first holds the write lock: %v; want database is locked", err)
 		}
 		if n := count(c2); n != 1 {
@@ -140,15 +134,13 @@ func driverSQL(t *testing.T) {
 			tx.Rollback()
 			t.Fatal("BeginTx on a connection inside BEGIN IMMEDIATE succeeded; want cannot start a transaction within a transaction")
 		}
-		must(t, exec(c1, "ROLLBACK"))
+		mustExec(t, ctx, c1, "ROLLBACK")
 		if n := count(c2); n != 1 {
 			t.Fatalf("%d rows after ROLLBACK; want 1", n)
 		}
-		if err := exec(c2, "BEGIN IMMEDIATE"); err != nil {
-			t.Fatalf("BEGIN IMMEDIATE once the first ROLLBACK released the lock: %v", err)
-		}
-		must(t, exec(c2, "INSERT INTO t (v) VALUES (2)"))
-		must(t, exec(c2, "COMMIT"))
+		mustExec(t, ctx, c2, "BEGIN IMMEDIATE") // the first ROLLBACK released the lock
+		mustExec(t, ctx, c2, "INSERT INTO t (v) VALUES (2)")
+		mustExec(t, ctx, c2, "COMMIT")
 		if n := count(c1); n != 2 {
 			t.Fatalf("%d rows after COMMIT; want 2", n)
 		}

@@ -75,6 +75,18 @@ func begin(t *testing.T, s *sqlitestore.Store, id, token string) (replay.Work, *
 	return w, tx, wctx
 }
 
+// endWork commits w (until an hour from now, with fp and rec) or rolls
+// it back, failing t on an error.
+func endWork(t *testing.T, w replay.Work, commit bool, fp, rec []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if commit {
+		must(t, w.Commit(ctx, time.Now().Add(time.Hour), fp, rec))
+	} else {
+		must(t, w.Rollback(ctx))
+	}
+}
+
 func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
 	t.Helper()
 	mustExec(t, context.Background(), tx, `INSERT INTO app (id) VALUES (?)`, id)
@@ -127,28 +139,19 @@ func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 		must(t, tx.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&n))
 		return n
 	}
-	ends := []struct {
-		name string
-		end  func(w replay.Work) error
-	}{
-		{"Commit", func(w replay.Work) error { return w.Commit(ctx, time.Now().Add(time.Hour), nil, nil) }},
-		{"Rollback", func(w replay.Work) error { return w.Rollback(ctx) }},
-	}
-	for i, e := range ends {
+	for _, commit := range []bool{true, false} {
 		for _, acquired := range []bool{false, true} {
-			id := fmt.Sprintf("job-%d-%v", i, acquired)
+			id := fmt.Sprintf("job-%v-%v", commit, acquired)
 			w, tx := workOf(t, s, id, acquired, nil)
 			if n := read(tx); n != 0 {
 				t.Fatalf("%s: the handler reads wal_autocheckpoint = %d on the store's connection; want 0", id, n)
 			}
 			mustExec(t, ctx, tx, `PRAGMA wal_autocheckpoint = 1`)
-			if err := e.end(w); err != nil {
-				t.Fatalf("%s: %s = %v", id, e.name, err)
-			}
+			endWork(t, w, commit, nil, nil)
 			claimAll(t, s, idList(id+"-claim-", 3), time.Now().Add(time.Hour))
 			next, ntx := workOf(t, s, id+"-next", false, nil)
 			if n := read(ntx); n != 0 {
-				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended with %s (AcquireWork %v), the store's connection has %d; want 0", e.name, acquired, n)
+				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended (commit %v, AcquireWork %v), the store's connection has %d; want 0", commit, acquired, n)
 			}
 			next.Rollback(ctx)
 		}
@@ -220,11 +223,7 @@ func workClaim(t *testing.T, d Driver) {
 				if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
 					t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
 				}
-				if commit {
-					must(t, w.Commit(ctx, until, way.fp, way.rec))
-				} else if err := w.Rollback(ctx); err != nil {
-					t.Fatal(err)
-				}
+				endWork(t, w, commit, way.fp, way.rec)
 				first, err := s.Claim(ctx, "token-1", until)
 				if err != nil || first == commit {
 					t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
@@ -422,13 +421,7 @@ func txAfterEnd(t *testing.T, d Driver) {
 			s, db := workStore(t, d, sqlitestore.Options{})
 			l := mustLease(t, s, "job", time.Minute)
 			w, tx, wctx := begin(t, s, "job", l.Token)
-			var err error
-			if commit {
-				err = w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
-			} else {
-				err = w.Rollback(ctx)
-			}
-			must(t, err)
+			endWork(t, w, commit, nil, nil)
 			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
 				t.Errorf("ExecContext after the work ended = %v; want sql.ErrTxDone", err)
 			}
