@@ -113,8 +113,7 @@ func driverSQL(t *testing.T) {
 			t.Fatalf("UPDATE … RETURNING of no row: %v; want sql.ErrNoRows", err)
 		}
 
-		c1 := heldConn(t, db)
-		c2 := heldConn(t, db)
+		c1, c2 := heldConn(t, db), heldConn(t, db)
 		count := func(c *sql.Conn) int {
 			t.Helper()
 			var n int

@@ -42,8 +42,7 @@ func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
 	if l, err := s.AcquireLease(ctx, "escaped", time.Minute); !errors.Is(err, replay.ErrLeaseLost) && l.State == replay.LeaseAcquired {
 		t.Fatalf("AcquireLease of the escaped ID = %+v, %v; want it recorded as escaped, not acquired", l, err)
 	}
-	after := readFile(t, path)
-	if !bytes.Equal(before, after) {
+	if !bytes.Equal(before, readFile(t, path)) {
 		t.Error("the database file changed with the record of the escape: SQLite checkpointed after its commit, with the handler's wal_autocheckpoint")
 	}
 }

@@ -96,8 +96,16 @@ func loopback(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
-func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
-	resp, err := client.Do(req)
+// attempt POSTs body to path on srv as the operation ref (its
+// Content-Type and refHeader set, the rest by header) and returns the
+// response.
+func attempt(t *testing.T, srv *httptest.Server, path, body, ref string, header func(http.Header)) answer {
+	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(refHeader, ref)
+	header(req.Header)
+	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Errorf("%s %s: %v", req.Method, req.URL, err)
 		return answer{}
@@ -126,12 +134,7 @@ func idempotencyFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(s
 	mux.Handle("POST /charges", mw.Wrap(h))
 	srv := loopback(t, mux)
 	return func(ref string) answer {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":1999,"currency":"eur"}`))
-		must(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", ref)
-		req.Header.Set(refHeader, ref)
-		return attempt(t, srv.Client(), req)
+		return attempt(t, srv, "/charges", `{"amount":1999,"currency":"eur"}`, ref, func(h http.Header) { h.Set("Idempotency-Key", ref) })
 	}
 }
 
@@ -151,12 +154,7 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, h http.Handler) func(strin
 	srv := loopback(t, v.Middleware(h))
 	return func(ref string) answer {
 		body := `{"type":"charge.requested","charge":"` + ref + `"}`
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
-		must(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(refHeader, ref)
-		must(t, signer.Sign(req.Header, ref, []byte(body)))
-		return attempt(t, srv.Client(), req)
+		return attempt(t, srv, "/hook", body, ref, func(h http.Header) { must(t, signer.Sign(h, ref, []byte(body))) })
 	}
 }
 

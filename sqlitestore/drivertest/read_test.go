@@ -40,6 +40,14 @@ type taskPoll struct {
 	ts               *mcptoken.Tasks
 }
 
+// get polls p's task, and says how its answer differs from p's status.
+func (p taskPoll) get() error {
+	if st, err := p.ts.Get(context.Background(), pollCaller, p.id); err != nil || st.Status != p.status {
+		return fmt.Errorf("Get = %q, %v; want %s", st.Status, err, p.status)
+	}
+	return nil
+}
+
 // pollTasks returns the polls of two of pollCaller's tasks on Tasks of s
 // that touch the store only when called (PollInterval an hour: no look
 // for a cancel; Hold 10 minutes: no renewal within a test or a
@@ -98,9 +106,7 @@ func pollTasks(tb testing.TB, s *sqlitestore.Store) []taskPoll {
 		{"completed", "completed", done.ID, ts},
 	}
 	for _, p := range polls {
-		if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
-			tb.Fatalf("Get = %q, %v; want %s", st.Status, err, p.status)
-		}
+		must(tb, p.get())
 	}
 	return polls
 }
@@ -147,12 +153,7 @@ func TestReadsWriteNothing(t *testing.T) {
 			}})
 		}
 		for _, p := range pollTasks(t, s) {
-			reads = append(reads, read{"poll of " + p.name, func() error {
-				if st, err := p.ts.Get(ctx, pollCaller, p.id); err != nil || st.Status != p.status {
-					return fmt.Errorf("Get = %q, %v; want %s", st.Status, err, p.status)
-				}
-				return nil
-			}})
+			reads = append(reads, read{"poll of " + p.name, p.get})
 		}
 		for _, r := range reads {
 			t.Run(r.name, func(t *testing.T) {

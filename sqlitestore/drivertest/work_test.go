@@ -419,8 +419,7 @@ func txAfterEnd(t *testing.T, d Driver) {
 		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
 			ctx := context.Background()
 			s, db := workStore(t, d, sqlitestore.Options{})
-			l := mustLease(t, s, "job", time.Minute)
-			w, tx, wctx := begin(t, s, "job", l.Token)
+			w, tx, wctx := begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
 			endWork(t, w, commit, nil, nil)
 			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
 				t.Errorf("ExecContext after the work ended = %v; want sql.ErrTxDone", err)
