@@ -38,14 +38,10 @@ func TestSettingsCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := safe
 			tc.edit(&c)
-			err := configFaults(c.faults(tc.allowNormal))
-			if tc.fix == "" {
-				if err != nil {
-					t.Fatalf("check = %v; want accepted", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
+			switch err := configFaults(c.faults(tc.allowNormal)); {
+			case tc.fix == "" && err != nil:
+				t.Fatalf("check = %v; want accepted", err)
+			case tc.fix != "" && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.fix)):
 				t.Fatalf("check = %v; want ErrConfig naming %q", err, tc.fix)
 			}
 		})
