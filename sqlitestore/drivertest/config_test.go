@@ -304,7 +304,7 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 // abandoned without Close) makes New refuse with ErrForgotten, a FULL
 // store's too, until Rearm; a clean Close followed by a reboot does not.
 func normalSyncAfterAMachineCrash(t *testing.T) {
-	boot := bootID(t)
+	boot := repairBoot(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		_, path := openMigrated(t, d)

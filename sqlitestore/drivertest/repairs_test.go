@@ -82,7 +82,7 @@ func (r *repairs) wait(t testing.TB) {
 // only good copy is gone, until Rearm. The claims made before are refused
 // after the repair, and nothing is accepted while it runs.
 func TestRepairUnfinishedAtTheStop(t *testing.T) {
-	boot := bootID(t)
+	boot := repairBoot(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		for _, tc := range []struct {
 			name, mark string
@@ -144,9 +144,9 @@ func setSidecarField(t *testing.T, path, field string, v any) {
 	must(t, os.WriteFile(sidecarOf(path), b, 0o600))
 }
 
-// bootID returns this boot's id, which the sidecar names (a NORMAL
+// repairBoot returns this boot's id, which the sidecar names (a NORMAL
 // store's, a repair mark's); it skips where there is none (not Linux).
-func bootID(t *testing.T) string {
+func repairBoot(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -161,7 +161,7 @@ func bootID(t *testing.T) string {
 func markRepair(t *testing.T, db *sql.DB, path string) {
 	t.Helper()
 	mustStore(t, db, sqlitestore.Options{SweepInterval: -1}).Close()
-	setSidecarField(t, path, "repair", bootID(t))
+	setSidecarField(t, path, "repair", repairBoot(t))
 }
 
 // claimThenMark claims n IDs (before-0...) until an hour from now in a
@@ -238,7 +238,7 @@ func TestRepairClosedMidwayLeavesNoTransaction(t *testing.T) {
 		midway := 0 // Closes that came before their repair's end
 		for round := range 8 {
 			if sidecarMap(t, path)["repair"] == nil { // the last round's repair ended before its Close
-				setSidecarField(t, path, "repair", bootID(t))
+				setSidecarField(t, path, "repair", repairBoot(t))
 			}
 			rep := newRepairs()
 			opts.Observer = rep.observe
@@ -399,7 +399,7 @@ func TestRepairKeepsTheWALUnderItsBound(t *testing.T) {
 // once space is freed the repair runs and the store serves, every claim
 // acknowledged before still refused.
 func TestRepairWaitsForFreeSpace(t *testing.T) {
-	boot := bootID(t)
+	boot := repairBoot(t)
 	eachDriver(t, func(t *testing.T, d Driver) {
 		ctx := context.Background()
 		mnt := smallDisk(t, "32m")
@@ -452,7 +452,7 @@ func TestRepairBesideAHeldRead(t *testing.T) {
 		ctx := context.Background()
 		db, path := openMigrated(t, d)
 		appPages(t, db, 1000)
-		ids, until := claimThenMark(t, db, path, 50, bootID(t))
+		ids, until := claimThenMark(t, db, path, 50, repairBoot(t))
 		rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
 		must(t, err)
 		defer rows.Close()

@@ -65,9 +65,7 @@ func TestTempTableShadow(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Claim in WithTx = %v", err)
 			}
-			if err := tx.Commit(); err != nil {
-				t.Fatalf("the caller's Commit = %v", err)
-			}
+			must(t, tx.Commit())
 			return first
 		}},
 	}
