@@ -52,9 +52,7 @@ func startRedis(t *testing.T, args ...string) *redisServer {
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
 	s := &redisServer{t: t, bin: bin, addr: addr, args: args}
@@ -68,9 +66,7 @@ func (s *redisServer) start() {
 	_, port, _ := net.SplitHostPort(s.addr)
 	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", s.t.TempDir(), "--save", "", "--appendonly", "no"}, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
+	must(s.t, s.cmd.Start())
 	password := ""
 	for i, a := range s.args {
 		if a == "--requirepass" {
@@ -99,6 +95,33 @@ func (s *redisServer) client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// must fails t when err is not nil.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantOutput fails t unless what exited with want and its output out
+// holds every one of wants.
+func wantOutput(t *testing.T, what string, code, want int, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if code != want || !strings.Contains(out, w) {
+			t.Fatalf("%s = %d, %q; want %d and %q", what, code, out, want, w)
+		}
+	}
+}
+
+// wantFirst fails t unless s's claim of id is first.
+func wantFirst(t *testing.T, s *redisstore.Store, id string, until time.Time) {
+	t.Helper()
+	if first, err := s.Claim(context.Background(), id, until); !first || err != nil {
+		t.Fatalf("claim of %s = %v, %v; want first", id, first, err)
+	}
 }
 
 // ctokenStore runs the command line and returns its exit status and output.
@@ -147,9 +170,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 // starts in parallel can take it between the choice and the dial.
 func TestUnreachableServerExitsOne(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -177,27 +198,16 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	if _, err := redisstore.Open(ctx, srv.client(), opts); !errors.Is(err, redisstore.ErrConfig) || !strings.Contains(redisstore.Reason(err), "ctoken-store provision") {
 		t.Fatalf("Open before provision = %v; want ErrConfig naming ctoken-store provision", err)
 	}
-	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new")
-	if code != 0 || !strings.Contains(stdout, "provisioned, 64 of 64") {
-		t.Fatalf("provision = %d, %q, %q", code, stdout, stderr)
-	}
+	code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new")
+	wantOutput(t, "provision", code, 0, stdout, "provisioned, 64 of 64")
 	s, err := redisstore.Open(ctx, srv.client(), opts)
-	if err != nil {
-		t.Fatalf("Open after provision: %v", err)
-	}
+	must(t, err)
 	defer s.Close()
-	if first, err := s.Claim(ctx, "tok-1", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim = %v, %v; want first", first, err)
-	}
-	if code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new"); code != 0 || !strings.Contains(stdout, "already provisioned") {
-		t.Fatalf("provision again = %d, %q; want 0, already provisioned", code, stdout)
-	}
+	wantFirst(t, s, "tok-1", time.Now().Add(time.Minute))
+	code, stdout, _ = ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new")
+	wantOutput(t, "provision again", code, 0, stdout, "already provisioned")
 	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
-	for _, want := range []string{"64 open, 0 fenced, 0 missing", "verdict  serving", "provisioned", "appendonly no"} {
-		if code != 0 || !strings.Contains(stdout, want) {
-			t.Fatalf("status = %d, %q; want %q", code, stdout, want)
-		}
-	}
+	wantOutput(t, "status", code, 0, stdout, "64 open, 0 fenced, 0 missing", "verdict  serving", "provisioned", "appendonly no")
 }
 
 // status shows the key space's horizon, as provisioned, when -horizon is
@@ -205,15 +215,12 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 // the flag's default. -json's Horizon is then 0.
 func TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault(t *testing.T) {
 	srv := startRedis(t)
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "otp:", "-horizon", "10m", "-new"); code != 0 {
-		t.Fatalf("provision = %d: %s", code, stderr)
+	for prefix, horizon := range map[string]string{"otp:": "10m", "lost:": "2h"} {
+		if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", prefix, "-horizon", horizon, "-new"); code != 0 {
+			t.Fatalf("provision %s = %d: %s", prefix, code, stderr)
+		}
 	}
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "lost:", "-horizon", "2h", "-new"); code != 0 {
-		t.Fatalf("provision = %d: %s", code, stderr)
-	}
-	if err := srv.client().Del(context.Background(), "lost:ledger").Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, srv.client().Del(context.Background(), "lost:ledger").Err())
 	def := redisstore.DefaultHorizon.String()
 	tests := []struct {
 		name   string
@@ -263,15 +270,11 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	}
 	opts := redisstore.Options{Prefix: "pay:", Logger: quiet()}
 	running, err := redisstore.Open(ctx, srv.client(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer running.Close()
 	until := time.Now().Add(time.Minute)
 	for i := range 20 {
-		if first, err := running.Claim(ctx, fmt.Sprint("before-", i), until); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		wantFirst(t, running, fmt.Sprint("before-", i), until)
 	}
 	srv.kill()
 	srv.start()
@@ -299,27 +302,18 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	if !errors.Is(err, redisstore.ErrFenced) || !strings.Contains(redisstore.Reason(err), "ctoken-store reopen") || !strings.Contains(err.Error(), "fenced until") {
 		t.Fatalf("Open after the loss = %v; want ErrFenced naming the fence's end and ctoken-store reopen", err)
 	}
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 1 || !strings.Contains(stderr, "ctoken-store reopen") {
-		t.Fatalf("provision after the loss = %d, %q; want 1 naming ctoken-store reopen", code, stderr)
-	}
+	code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	wantOutput(t, "provision after the loss", code, 1, stderr, "ctoken-store reopen")
 	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
-	for _, want := range []string{"FENCED", "fenced until", "0 open", "safe to reopen from"} {
-		if code != 0 || !strings.Contains(stdout, want) {
-			t.Fatalf("status = %d, %q; want %q", code, stdout, want)
-		}
-	}
+	wantOutput(t, "status", code, 0, stdout, "FENCED", "fenced until", "0 open", "safe to reopen from")
 	t.Logf("status after the loss:\n%s", stdout)
-	code, stdout, stderr := ctokenStore("reopen", "-addr", srv.addr, "-prefix", "pay:", "-accepted-by", "alice (on call)", "-reason", "INC-7: Redis restarted without persistence")
+	code, stdout, stderr = ctokenStore("reopen", "-addr", srv.addr, "-prefix", "pay:", "-accepted-by", "alice (on call)", "-reason", "INC-7: Redis restarted without persistence")
 	if code != 0 || !strings.Contains(stdout, "reopened 64 of 64") || !strings.Contains(stderr, "risk_accepted") {
 		t.Fatalf("reopen = %d, %q, %q; want 0, 64 shards reopened and the risk_accepted event logged", code, stdout, stderr)
 	}
-	if first, err := running.Claim(ctx, "fresh", until); !first || err != nil {
-		t.Fatalf("claim of the running store after reopen = %v, %v; want first", first, err)
-	}
+	wantFirst(t, running, "fresh", until)
 	s, err := redisstore.Open(ctx, srv.client(), opts)
-	if err != nil {
-		t.Fatalf("Open after reopen: %v", err)
-	}
+	must(t, err)
 	s.Close()
 	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:", "-json")
 	var st redisstore.Status
@@ -338,9 +332,7 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 func fencedAll(ctx context.Context, t *testing.T, s *redisstore.Store, probe string) bool {
 	t.Helper()
 	st, err := s.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	if !slices.ContainsFunc(st.Ledger, func(e redisstore.LedgerEntry) bool { return e.Kind == "loss" }) {
 		return false
 	}
@@ -359,9 +351,7 @@ func TestPasswordIsNeverPrinted(t *testing.T) {
 	dir := t.TempDir()
 	file := func(name, content string) string {
 		p := dir + "/" + name
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		must(t, os.WriteFile(p, []byte(content), 0o600))
 		return p
 	}
 	tests := []struct {

@@ -28,41 +28,26 @@ func TestProvisionAfterAnUnwatchedRestartFences(t *testing.T) {
 	}
 	opts := redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: lifetime, MaxSkew: time.Second}
 	app, err := redisstore.Open(ctx, srv.client(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	const n = 200
 	until := time.Now().Add(lifetime - 100*time.Millisecond)
 	for i := range n {
-		if first, err := app.Claim(ctx, fmt.Sprint("before-", i), until); !first || err != nil {
-			t.Fatal(first, err)
-		}
+		wantFirst(t, app, fmt.Sprint("before-", i), until)
 	}
 	app.Close()
 	srv.kill()
 	srv.start()
 	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String())
-	for _, want := range []string{"HISTORY UNKNOWN", "keeps no data across a restart and started", "`ctoken-store provision` fences it for one lifetime (3s, -horizon", "safe to serve from", "provision -new", "started "} {
-		if code != 0 || !strings.Contains(stdout, want) {
-			t.Fatalf("status after the restart = %d, %q; want %q", code, stdout, want)
-		}
-	}
+	wantOutput(t, "status after the restart", code, 0, stdout, "HISTORY UNKNOWN", "keeps no data across a restart and started",
+		"`ctoken-store provision` fences it for one lifetime (3s, -horizon", "safe to serve from", "provision -new", "started ")
 	t.Logf("status after the restart:\n%s", stdout)
 	t0 := time.Now()
 	code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String())
-	if code != 1 || !strings.Contains(stderr, "is fenced until") || !strings.Contains(stderr, "history unknown") {
-		t.Fatalf("provision after the restart = %d, %q; want 1, fenced until, history unknown", code, stderr)
-	}
+	wantOutput(t, "provision after the restart", code, 1, stderr, "is fenced until", "history unknown")
 	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
-	for _, want := range []string{"FENCED", "safe to reopen from", "history unknown", "64 fenced"} {
-		if code != 0 || !strings.Contains(stdout, want) {
-			t.Fatalf("status after provision = %d, %q; want %q", code, stdout, want)
-		}
-	}
+	wantOutput(t, "status after provision", code, 0, stdout, "FENCED", "safe to reopen from", "history unknown", "64 fenced")
 	waiting, err := redisstore.New(srv.client(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer waiting.Close()
 	twice := 0
 	for i := range n {
@@ -107,12 +92,8 @@ func TestProvisionWithoutHorizonOnUnknownHistoryRefuses(t *testing.T) {
 		t.Fatalf("provision -new = %d: %s", code, stderr)
 	}
 	app, err := redisstore.Open(ctx, srv.client(), redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: 3 * time.Second, MaxSkew: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first, err := app.Claim(ctx, "before", time.Now().Add(2*time.Second)); !first || err != nil {
-		t.Fatal(first, err)
-	}
+	must(t, err)
+	wantFirst(t, app, "before", time.Now().Add(2*time.Second))
 	app.Close()
 	srv.kill()
 	srv.start()
@@ -122,22 +103,15 @@ func TestProvisionWithoutHorizonOnUnknownHistoryRefuses(t *testing.T) {
 		strings.Contains(stdout, "safe to serve from") || strings.Contains(stdout, def) {
 		t.Fatalf("status without -horizon = %d:\n%s\nwant HISTORY UNKNOWN naming -horizon, no safe-to-serve instant, no %s", code, stdout, def)
 	}
-	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
-	for _, want := range []string{"no lifetime recorded", "give -horizon <the longest lifetime of any claim under this prefix", "or -new if it never held claims", "nothing written"} {
-		if code != 2 || !strings.Contains(stderr, want) {
-			t.Fatalf("provision without -horizon = %d, %q, %q; want 2 naming %q", code, stdout, stderr, want)
-		}
-	}
+	code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	wantOutput(t, "provision without -horizon", code, 2, stderr, "no lifetime recorded",
+		"give -horizon <the longest lifetime of any claim under this prefix", "or -new if it never held claims", "nothing written")
 	if n, err := srv.client().DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Fatalf("provision that refused left %d keys (%v); want none written", n, err)
 	}
 	// A recorded lifetime is what provision fences for; -horizon is then
 	// not needed.
-	if err := srv.client().Set(ctx, "pay:lifetime", "3000", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	must(t, srv.client().Set(ctx, "pay:lifetime", "3000", 0).Err())
 	code, _, stderr = ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
-	if code != 1 || !strings.Contains(stderr, "is fenced until") || !strings.Contains(stderr, "(in 3s)") {
-		t.Fatalf("provision with a recorded lifetime = %d, %q; want 1, fenced for the recorded 3s", code, stderr)
-	}
+	wantOutput(t, "provision with a recorded lifetime", code, 1, stderr, "is fenced until", "(in 3s)")
 }
