@@ -465,18 +465,11 @@ func BenchmarkRecordBytes(b *testing.B) {
 // usedMemory is the server's used_memory (INFO memory), in bytes.
 func usedMemory(b *testing.B, c *redis.Client) int64 {
 	b.Helper()
-	info := mustInfo(b, c, "memory")
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatalf("INFO memory %q: %v", line, err)
-			}
-			return n
-		}
+	n, err := strconv.ParseInt(infoValue(mustInfo(b, c, "memory"), "used_memory"), 10, 64)
+	if err != nil {
+		b.Fatalf("INFO memory used_memory: %v", err)
 	}
-	b.Fatal("INFO memory without used_memory")
-	return 0
+	return n
 }
 
 // sizeName is 256B, 4KiB, 64KiB or 256KiB.
@@ -493,15 +486,12 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 	b.Helper()
 	info := mustInfo(b, c, "cpu")
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %q: %v", line, err)
-			}
-			total += f
+	for _, k := range []string{"used_cpu_sys", "used_cpu_user"} {
+		f, err := strconv.ParseFloat(infoValue(info, k), 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", k, err)
 		}
+		total += f
 	}
 	return time.Duration(total * float64(time.Second))
 }

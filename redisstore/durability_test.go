@@ -171,14 +171,7 @@ func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 	}
 }
 
-func serverVersion(info string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return ""
-}
+func serverVersion(info string) string { return infoValue(info, "redis_version") }
 
 func versionAtLeast(info string, major, minor int) bool {
 	parts := strings.SplitN(serverVersion(info), ".", 3)
@@ -344,13 +337,11 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 					t.Fatalf("no refusal within 5 s of AOF switched off (%d claims accepted)", len(accepted))
 				}
 			}
-			if tt.crash {
-				srv.kill()
-			} else {
+			if !tt.crash {
 				waitChecks(t, s) // the fence, and its AOF rewrite
 				waitRewrite(t, c)
-				srv.kill()
 			}
+			srv.kill()
 			twice := acceptedAgainAfterStart(t, srv, "window:", append(before, accepted...))
 			t.Logf("%s: %d claims after the switch, %d reported first, %d ErrNotDurable; after kill -9 and restart %d of %d accepted twice",
 				serverVersion(info), len(after), len(accepted), notDurable, twice, len(before)+len(accepted))

@@ -66,17 +66,8 @@ func infoField(addr, section, field string) string {
 	if section == "cluster" {
 		cmd = []any{"CLUSTER", "INFO"}
 	}
-	v, err := adminDo(addr, cmd...)
-	if err != nil {
-		return ""
-	}
-	s, _ := v.(string)
-	for line := range strings.SplitSeq(s, "\n") {
-		if val, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return val
-		}
-	}
-	return ""
+	v, _ := adminDo(addr, cmd...)
+	return infoValue(v, field)
 }
 
 // startPrimaryReplica starts a primary and one asynchronous replica of it,
