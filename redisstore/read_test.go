@@ -23,31 +23,26 @@ func TestReadRecord(t *testing.T) {
 }
 
 // seen records what a client sends: each command's name and first
-// argument (the script's digest for EVALSHA), and how many pipelines.
+// argument (the script's digest for EVALSHA), and how many pipelines: a
+// go-redis hook.
 type seen struct {
 	mu        sync.Mutex
 	cmds      []string
 	pipelines int
 }
 
-func (s *seen) hook() redis.Hook {
-	return seenHook{s}
-}
+func (s *seen) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-type seenHook struct{ s *seen }
-
-func (h seenHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h seenHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (s *seen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.s.add(false, cmd)
+		s.add(false, cmd)
 		return next(ctx, cmd)
 	}
 }
 
-func (h seenHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (s *seen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.s.add(true, cmds...)
+		s.add(true, cmds...)
 		return next(ctx, cmds)
 	}
 }
@@ -81,7 +76,7 @@ func readIsOnePipelineOfReads(t *testing.T) {
 	ctx := context.Background()
 	c := standaloneClient(t, redisAddr(t))
 	var sn seen
-	c.AddHook(sn.hook())
+	c.AddHook(&sn)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, newTestClient(t)), RecheckInterval: time.Hour})
 	l := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseAcquired)
 	d := acquireRecord(t, s, "done", []byte("fp"), replay.LeaseAcquired)
