@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -166,32 +165,6 @@ func faultClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
 }
 
-// call sends one request and returns the status and the decoded reply. A
-// transport error (instance down) is returned, never fatal, so goroutines
-// can use it.
-func call(c *http.Client, method, url, caller string, body []byte) (fleetResp, error) {
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	if err != nil {
-		return fleetResp{}, err
-	}
-	req.Header.Set("X-Caller", caller)
-	res, err := c.Do(req)
-	if err != nil {
-		return fleetResp{}, err
-	}
-	defer res.Body.Close()
-	var r fleetResp
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return fleetResp{}, err
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fleetResp{}, fmt.Errorf("status %d, undecodable reply: %w", res.StatusCode, err)
-	}
-	r.Status = res.StatusCode
-	return r, nil
-}
-
 // mint issues a single-use token of kind ("onetime" or "state") on the
 // instance at base.
 func mint(c *http.Client, base, kind, caller string) (string, error) {
@@ -203,11 +176,6 @@ func mint(c *http.Client, base, kind, caller string) (string, error) {
 		return "", fmt.Errorf("issue %s: status %d", kind, r.Status)
 	}
 	return r.Token, nil
-}
-
-// single is a single-use token of one kind.
-type single struct {
-	kind, tok string
 }
 
 // mintMany mints n tokens of each kind, spread over the instances.
@@ -222,16 +190,6 @@ func mintMany(t *testing.T, c *http.Client, ins []*instance, n int) []single {
 		}
 	}
 	return out
-}
-
-// redeem sends one redeem of s to the instance at base; status is 0 when
-// the instance could not be reached.
-func redeem(c *http.Client, base string, s single) int {
-	r, err := call(c, http.MethodPost, base+"/"+s.kind+"/redeem", "alice", []byte(s.tok))
-	if err != nil {
-		return 0
-	}
-	return r.Status
 }
 
 // outcomes counts, per token, the replies its redeems got.

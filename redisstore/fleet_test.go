@@ -252,18 +252,46 @@ func (f *fleet) do(i int, method, path, caller string, body []byte) fleetResp {
 	if i < 0 {
 		i = int(f.next.Add(1)-1) % len(f.instances)
 	}
-	req, err := http.NewRequest(method, f.instances[i].srv.URL+path, bytes.NewReader(body))
-	must(f.t, err)
-	req.Header.Set("X-Caller", caller)
-	res, err := f.client.Do(req)
+	r, err := call(f.client, method, f.instances[i].srv.URL+path, caller, body)
 	wantErr(f.t, err, nil, fmt.Sprintf("%s %s on %s", method, path, f.instances[i].name))
+	return r
+}
+
+// call sends one request and returns the status and the decoded reply. A
+// transport error (instance down) is returned, never fatal, so goroutines
+// can use it.
+func call(c *http.Client, method, url, caller string, body []byte) (fleetResp, error) {
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		return fleetResp{}, err
+	}
+	req.Header.Set("X-Caller", caller)
+	res, err := c.Do(req)
+	if err != nil {
+		return fleetResp{}, err
+	}
 	defer res.Body.Close()
 	var r fleetResp
 	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
-		f.t.Fatalf("%s %s on %s: status %d, undecodable reply: %v", method, path, f.instances[i].name, res.StatusCode, err)
+		return fleetResp{}, fmt.Errorf("status %d, undecodable reply: %w", res.StatusCode, err)
 	}
 	r.Status = res.StatusCode
-	return r
+	return r, nil
+}
+
+// single is a single-use token of one kind.
+type single struct {
+	kind, tok string
+}
+
+// redeem sends one redeem of s to the instance at base; status is 0 when
+// the instance could not be reached.
+func redeem(c *http.Client, base string, s single) int {
+	r, err := call(c, http.MethodPost, base+"/"+s.kind+"/redeem", "alice", []byte(s.tok))
+	if err != nil {
+		return 0
+	}
+	return r.Status
 }
 
 func fleetKey() string { return ctoken.EncodeKey(ctoken.RandomKey()) }
@@ -325,17 +353,17 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 	for _, kind := range singleUseKinds {
 		t.Run(kind, func(t *testing.T) {
 			f := f.withT(t)
-			redeem := "/" + kind + "/redeem"
+			path := "/" + kind + "/redeem"
 			tok := f.issueSingleUse(0, kind, "alice")
 			// Bound to its caller: another caller can neither use nor burn it.
-			if r := f.do(2, http.MethodPost, redeem, "mallory", []byte(tok)); r.Status != http.StatusBadRequest {
+			if r := f.do(2, http.MethodPost, path, "mallory", []byte(tok)); r.Status != http.StatusBadRequest {
 				t.Fatalf("redeem by another caller: status %d, want 400", r.Status)
 			}
-			if r := f.do(1, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusOK {
+			if r := f.do(1, http.MethodPost, path, "alice", []byte(tok)); r.Status != http.StatusOK {
 				t.Fatalf("first redeem on i1: status %d, want 200", r.Status)
 			}
 			for _, i := range []int{2, 0, 1} {
-				if r := f.do(i, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusConflict {
+				if r := f.do(i, http.MethodPost, path, "alice", []byte(tok)); r.Status != http.StatusConflict {
 					t.Fatalf("second redeem on %s: status %d, want 409", r.Instance, r.Status)
 				}
 			}
@@ -347,21 +375,7 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 				statuses := make(chan int, 3*len(f.instances))
 				for range 3 {
 					for i := range f.instances {
-						spawn(&wg, func() {
-							req, err := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+redeem, bytes.NewReader([]byte(tok)))
-							if err != nil {
-								statuses <- -1
-								return
-							}
-							req.Header.Set("X-Caller", "alice")
-							res, err := f.client.Do(req)
-							if err != nil {
-								statuses <- -1
-								return
-							}
-							res.Body.Close()
-							statuses <- res.StatusCode
-						})
+						spawn(&wg, func() { statuses <- redeem(f.client, f.instances[i].srv.URL, single{kind, tok}) })
 					}
 				}
 				wg.Wait()
