@@ -23,12 +23,17 @@ func wantClaim(t *testing.T, s *Store, id string, until time.Time, want bool) {
 	}
 }
 
-// wantRefused is Claim failing the test unless it is refused with target.
-func wantRefused(t *testing.T, s *Store, id string, until time.Time, target error) {
+// wantRefused is Claim failing the test unless it is refused with an error
+// matching every one of targets; it returns the error.
+func wantRefused(t *testing.T, s *Store, id string, until time.Time, targets ...error) error {
 	t.Helper()
-	if first, err := s.Claim(context.Background(), id, until); first || !errors.Is(err, target) {
-		t.Fatalf("Claim(%q) = %v, %v; want %v", id, first, err, target)
+	first, err := s.Claim(context.Background(), id, until)
+	for _, target := range targets {
+		if first || !errors.Is(err, target) {
+			t.Fatalf("Claim(%q) = %v, %v; want %v", id, first, err, target)
+		}
 	}
+	return err
 }
 
 // wantErr fails the test unless err matches target; what names the call.
@@ -310,10 +315,7 @@ func claimFailsClosedWhenRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
 	s := mustNew(t, c, Options{})
-	first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
-	if first || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
-	}
+	err := wantRefused(t, s, "id", time.Now().Add(time.Minute), ErrUnavailable)
 	if strings.Contains(err.Error(), "\"id\"") {
 		t.Fatalf("error text echoes the id: %q", err)
 	}
@@ -416,10 +418,7 @@ func claimFailsClosedWhenRedisIsFull(t *testing.T) {
 	s := provisioned(t, c, Options{})
 	wantClaim(t, s, "before", time.Now().Add(time.Minute), true)
 	must(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
-	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
-	if first || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)
-	}
+	err := wantRefused(t, s, "after", time.Now().Add(time.Minute), ErrUnavailable)
 	if !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("claim on a full Redis failed for another reason: %v", err)
 	}

@@ -43,10 +43,7 @@ func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 			// The fence lasts the key space's lifetime (lifetime.go): this
 			// store's one-minute claims, with their headroom.
 			want := time.Now().Add(s.lifetimeOf(time.Minute))
-			first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
-			if first || !errors.Is(err, ErrFenced) {
-				t.Fatalf("claim = %v, %v; want ErrFenced", first, err)
-			}
+			err := wantRefused(t, s, id, time.Now().Add(time.Minute), ErrFenced)
 			at, ok := replay.RetryAt(err)
 			if !ok {
 				t.Fatalf("RetryAt(%v) not known", err)
@@ -91,10 +88,7 @@ func keySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
 	}
 	s.Close()
 	n := closing(t, mustNew(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()}))
-	first, err := n.Claim(ctx, "any", time.Now().Add(time.Minute))
-	if first || !errors.Is(err, ErrFenced) {
-		t.Fatalf("claim = %v, %v; want ErrFenced", first, err)
-	}
+	err := wantRefused(t, n, "any", time.Now().Add(time.Minute), ErrFenced)
 	at, ok := replay.RetryAt(err)
 	if !ok {
 		t.Fatalf("RetryAt(%v) not known; the fences end at about %v", err, want)
