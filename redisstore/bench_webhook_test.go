@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,12 +94,11 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 	// wall time and the server's CPU time it took.
 	serve := func(b *testing.B, h http.Handler, reqs []*http.Request, senders int) (wall, cpu time.Duration) {
 		var i atomic.Int64
-		done := make(chan struct{}, senders)
+		var wg sync.WaitGroup
 		cpu0 := serverCPU(b, c)
 		start := time.Now()
 		for range senders {
-			go func() {
-				defer func() { done <- struct{}{} }()
+			spawn(&wg, func() {
 				for {
 					n := i.Add(1) - 1
 					if n >= int64(len(reqs)) {
@@ -111,13 +111,10 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 						return
 					}
 				}
-			}()
+			})
 		}
-		for range senders {
-			<-done
-		}
-		wall = time.Since(start)
-		return wall, serverCPU(b, c) - cpu0
+		wg.Wait()
+		return time.Since(start), serverCPU(b, c) - cpu0
 	}
 	for _, senders := range []int{1, 8, 64} {
 		b.Run("senders="+strconv.Itoa(senders), func(b *testing.B) {
