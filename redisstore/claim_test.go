@@ -36,6 +36,16 @@ func wantRefused(t *testing.T, s *Store, id string, until time.Time, targets ...
 	return err
 }
 
+// wantClaimFails is Claim under ctx failing the test unless it is refused
+// with ErrUnavailable matching cause.
+func wantClaimFails(t *testing.T, ctx context.Context, s *Store, id string, cause error) {
+	t.Helper()
+	first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, cause) {
+		t.Fatalf("Claim(%q) = %v, %v; want false, ErrUnavailable and %v", id, first, err, cause)
+	}
+}
+
 // wantErr fails the test unless err matches target; what names the call.
 func wantErr(t testing.TB, err, target error, what string) {
 	t.Helper()
@@ -334,28 +344,19 @@ func claimFailsClosedWhenRedisSlow(t *testing.T) {
 
 	t.Run("store timeout", func(t *testing.T) {
 		s := mustNew(t, c, Options{Timeout: 100 * time.Millisecond})
-		first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
-		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
-		}
+		wantClaimFails(t, context.Background(), s, "id", context.DeadlineExceeded)
 	})
 	t.Run("caller deadline", func(t *testing.T) {
 		s := mustNew(t, c, Options{Timeout: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
-		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
-		}
+		wantClaimFails(t, ctx, s, "id", context.DeadlineExceeded)
 	})
 	t.Run("caller cancelled", func(t *testing.T) {
 		s := mustNew(t, c, Options{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
-		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and Canceled", first, err)
-		}
+		wantClaimFails(t, ctx, s, "id", context.Canceled)
 	})
 }
 
