@@ -260,23 +260,12 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 		ackedMu.Lock()
 		ids := slices.Clone(acked)
 		ackedMu.Unlock()
-		work := make(chan string)
-		var rs sync.WaitGroup
-		for range 32 {
-			spawn(&rs, func() {
-				for id := range work {
-					if _, err := sender.deliver(next, id, 20*time.Millisecond, loadLease+15*time.Second); err != nil {
-						failures <- fmt.Errorf("re-sending an acknowledged delivery: %w", err)
-					}
-					resent.Add(1)
-				}
-			})
-		}
-		for _, id := range ids {
-			work <- id
-		}
-		close(work)
-		rs.Wait()
+		inParallel(ids, 32, func(id string) {
+			if _, err := sender.deliver(next, id, 20*time.Millisecond, loadLease+15*time.Second); err != nil {
+				failures <- fmt.Errorf("re-sending an acknowledged delivery: %w", err)
+			}
+			resent.Add(1)
+		})()
 	}
 
 	// The disruptions, at fixed fractions of the run.

@@ -345,9 +345,8 @@ func sendTraffic(t *testing.T, m *redis.Client, n int64) {
 		for range batch {
 			p.Ping(ctx)
 		}
-		if _, err := p.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, err := p.Exec(ctx)
+		must(t, err)
 		n -= batch
 	}
 }
