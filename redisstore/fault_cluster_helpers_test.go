@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,15 +106,9 @@ func (tc *testCluster) masters(t *testing.T) []node {
 // at most 30 s in all.
 func waitClusterOK(t *testing.T, addrs ...string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, a := range addrs {
-		for infoField(a, "cluster", "cluster_state") != "ok" {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s: cluster not ok after 30 s", a)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor(t, 30*time.Second, fmt.Sprintf("cluster_state:ok on every node of %v", addrs), func() bool {
+		return !slices.ContainsFunc(addrs, func(a string) bool { return infoField(a, "cluster", "cluster_state") != "ok" })
+	})
 }
 
 // nodeDir is the directory of the node at addr.

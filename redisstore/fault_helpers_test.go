@@ -11,7 +11,6 @@ package redisstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -42,9 +41,7 @@ func faultStore(t *testing.T, c Client, timeout time.Duration) *Store {
 func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 	t.Helper()
 	if opts.Prefix == "" {
-		b := make([]byte, 8)
-		rand.Read(b)
-		opts.Prefix = "ctoken-fault:" + hex.EncodeToString(b) + ":"
+		opts.Prefix = randomPrefix()
 	}
 	opts.Logger = quietLogger()
 	s := closing(t, mustNew(t, c, opts))
