@@ -197,24 +197,17 @@ func BenchmarkClaimCost(b *testing.B) {
 			odd := false
 			for b.Loop() {
 				odd = !odd
+				first, second, tFirst, tSecond := p.floor, p.claim, &floor, &claim
+				if !odd {
+					first, second, tFirst, tSecond = p.claim, p.floor, &claim, &floor
+				}
 				start := time.Now()
-				if odd {
-					must(b, p.floor())
-				} else if err := p.claim(); err != nil {
-					b.Fatal(err)
-				}
+				must(b, first())
 				mid := time.Now()
-				if odd {
-					must(b, p.claim())
-				} else if err := p.floor(); err != nil {
-					b.Fatal(err)
-				}
+				must(b, second())
 				end := time.Now()
-				if odd {
-					floor, claim = floor+mid.Sub(start), claim+end.Sub(mid)
-				} else {
-					claim, floor = claim+mid.Sub(start), floor+end.Sub(mid)
-				}
+				*tFirst += mid.Sub(start)
+				*tSecond += end.Sub(mid)
 			}
 			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
 			b.ReportMetric(float64(claim.Nanoseconds())/float64(b.N), "claim-ns/op")
