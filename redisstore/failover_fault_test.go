@@ -3,7 +3,7 @@
 package redisstore
 
 import (
-	"fmt"
+	"crypto/rand"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -167,7 +167,7 @@ func throughputRatio(t *testing.T, client func() Client) {
 
 // randomPrefix is a fresh key prefix.
 func randomPrefix() string {
-	return fmt.Sprintf("ctoken-fault:%d:", time.Now().UnixNano())
+	return "ctoken-fault:" + rand.Text() + ":"
 }
 
 // TestSentinelFailover is TestFailoverToLaggingReplica with the failover
