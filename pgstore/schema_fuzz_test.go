@@ -24,7 +24,7 @@ func FuzzQuoteTable(f *testing.F) {
 			return
 		}
 		parts := strings.Split(q, ".")
-		if len(parts) > 2 || strings.Join(parts, ".") != q {
+		if len(parts) > 2 {
 			t.Fatalf("quoteTable(%q) = %q", name, q)
 		}
 		if len(parts) == 2 && strings.HasPrefix(parts[0], `"pg_`) {
