@@ -252,6 +252,11 @@ func newWaitsForAnotherWriter(t *testing.T) {
 			done <- err
 		}()
 		time.Sleep(2 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("New returned %v while another connection held the write lock; want it waiting", err)
+		default:
+		}
 		mustExec(t, ctx, holder, `ROLLBACK`)
 		if err := <-done; err != nil {
 			t.Fatalf("New while another connection held the write lock for 2 s (busy_timeout 5 s, Timeout 1 s) = %v; want a store", err)
