@@ -253,11 +253,10 @@ func olderCopyRestoredWhileStopped(t *testing.T) {
 	})
 }
 
-// olderCopyRestoredAfterACrash: the sequence advances once per
-// recheck (in the first durable commit after it), not in every commit; a
-// copy taken before claims that spanned a few rechecks, restored after the
-// process died without Close (the sidecar holds what the last check
-// recorded), still makes New refuse with ErrForgotten.
+// olderCopyRestoredAfterACrash: a copy taken before a claim, restored
+// after the process died without Close (the sidecar holds the sequence
+// the last recheck recorded, past the copy's), makes New refuse with
+// ErrForgotten.
 func olderCopyRestoredAfterACrash(t *testing.T) {
 	eachDriver(t, func(t *testing.T, d Driver) {
 		db, path := openMigrated(t, d)
@@ -267,12 +266,10 @@ func olderCopyRestoredAfterACrash(t *testing.T) {
 		s := mustStore(t, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
 		claimAll(t, s, idList("a-", 8), until)
 		snapshot(t, db, copy)
-		// Claims across several rechecks: each recheck records the
-		// sequence, and the first claim after it advances it.
-		for i, end := 0, time.Now().Add(8*recheck); time.Now().Before(end); i++ {
-			claimAll(t, s, []string{fmt.Sprint("b-", i)}, until)
-			time.Sleep(recheck / 4)
-		}
+		// A claim advances the sequence past the copy's, and a recheck
+		// records it in the sidecar.
+		claimAll(t, s, []string{"b"}, until)
+		waitRecheck(t, db, path)
 		// The process dies: no Close, so the sidecar keeps what the
 		// last recheck recorded. Closing db stops every later check.
 		db.Close()
@@ -850,6 +847,19 @@ func lostWhileRunning(t *testing.T) {
 	})
 }
 
+// waitRecheck waits, a minute at most, until a recheck of the store on
+// db (at path) has recorded the database's sequence in the sidecar.
+func waitRecheck(t *testing.T, db *sql.DB, path string) {
+	t.Helper()
+	var seq float64
+	must(t, db.QueryRow(`SELECT seq FROM ctoken_replay WHERE key = x'0000'`).Scan(&seq))
+	for end := time.Now().Add(time.Minute); sidecarMap(t, path)["seq"].(float64) < seq; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no recheck recorded the sequence %v in a minute", seq)
+		}
+	}
+}
+
 // appVacuumWhileRunning: the application drops a table made before the
 // store's, deletes rows of its own and runs VACUUM (which moves the
 // store's table to another root page) while a store runs, checks and
@@ -894,7 +904,7 @@ func appVacuumWhileRunning(t *testing.T) {
 			for _, q := range app {
 				mustExec(t, ctx, db, q)
 			}
-			time.Sleep(50 * time.Millisecond) // checks
+			waitRecheck(t, db, path)
 		}
 		must(t, db.QueryRowContext(ctx, root).Scan(&rootAfter))
 		if rootAfter == rootBefore {
