@@ -169,11 +169,12 @@ func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
 		mustExec(t, tx, `UPDATE `+s.table+` SET state = 'd', until = now() + interval '2 minutes' WHERE key = $1`, s.key(id))
 		done := make(chan error, 1)
 		go func() { done <- s.RenewLease(bg(), id, l.Token, time.Hour) }()
+		waitForLockWaiter(t, s.pool)
 		select {
 		case err := <-done:
 			tx.Rollback(bg())
 			t.Fatalf("the renewal returned %v while another transaction held the row", err)
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
 		end := tx.Rollback
 		if commit {
