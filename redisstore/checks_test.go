@@ -496,7 +496,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			// Timeout 5 s: Provision against appendfsync always outlasts
 			// the default 1 s on a loaded machine.
 			s := provisioned(t, c, Options{Prefix: "drift:", Logger: quietLogger(), Observer: ev.observe, Timeout: 5 * time.Second})
-			before := claimUntilRefusedOrN(t, s, "before", 200)
+			before := claimFresh(t, s, "before", 200)
 			start := time.Now()
 			must(t, c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err())
 			after := claimUntilRefused(t, s, "after", 5*time.Second)
@@ -539,8 +539,8 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 	}
 }
 
-// claimUntilRefusedOrN claims n fresh IDs, all of which must be first.
-func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
+// claimFresh claims n fresh IDs, all of which must be first.
+func claimFresh(t *testing.T, s *Store, tag string, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
@@ -595,7 +595,7 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		}
 		s2 := provisioned(t, c, durable(10*time.Second))
 		cut := closing(t, mustOpen(t, c, durable(50*time.Millisecond)))
-		accepted := claimUntilRefusedOrN(t, s2, "acked", 20)
+		accepted := claimFresh(t, s2, "acked", 20)
 		b.signal(syscall.SIGSTOP)
 		for i := range 20 {
 			wantRefused(t, cut, fmt.Sprint("cut-", i), time.Now().Add(time.Minute), ErrNotDurable)
@@ -836,7 +836,7 @@ func freeIDIsRefusedWhileTheCountersMoved(t *testing.T) {
 				t.Parallel()
 				c := newServer(t).client()
 				s := provisioned(t, c, Options{Logger: quietLogger(), RecheckInterval: time.Hour})
-				old := claimUntilRefusedOrN(t, s, "old", 200)
+				old := claimFresh(t, s, "old", 200)
 				ch.change(t, c)
 				err := st.step(s, "new-id")
 				if Reason(err) != whyCountersMoved || !errors.Is(err, ErrUnavailable) {
@@ -875,7 +875,7 @@ func leaseIsConfirmedWhileTheCountersMoved(t *testing.T) {
 	l := acquireLease(t, s, "processed", time.Minute, replay.LeaseAcquired)
 	// A check after some traffic: its baseline counts more commands than
 	// the restarted server will have run.
-	claimUntilRefusedOrN(t, s, "id", 100)
+	claimFresh(t, s, "id", 100)
 	s.checkSoon()
 	wantClaim(t, s, "starts-the-check", time.Now().Add(time.Minute), true)
 	waitChecks(t, s)

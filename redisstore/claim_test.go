@@ -28,9 +28,12 @@ func wantClaim(t *testing.T, s *Store, id string, until time.Time, want bool) {
 func wantRefused(t *testing.T, s *Store, id string, until time.Time, targets ...error) error {
 	t.Helper()
 	first, err := s.Claim(context.Background(), id, until)
+	if first || err == nil {
+		t.Fatalf("Claim(%q) = %v, %v; want refused", id, first, err)
+	}
 	for _, target := range targets {
-		if first || !errors.Is(err, target) {
-			t.Fatalf("Claim(%q) = %v, %v; want %v", id, first, err, target)
+		if !errors.Is(err, target) {
+			t.Fatalf("Claim(%q) = %v; want %v", id, err, target)
 		}
 	}
 	return err

@@ -307,7 +307,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			info := mustInfo(t, c, "server")
 			closed := versionAtLeast(info, 7, 2)
 			s := provisioned(t, c, Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: tt.recheck})
-			before := claimUntilRefusedOrN(t, s, "before", 200)
+			before := claimFresh(t, s, "before", 200)
 			if got := s.dur.implied.on.Load(); got != closed {
 				t.Fatalf("implied local AOF wait on %s = %v; want %v", serverVersion(info), got, closed)
 			}

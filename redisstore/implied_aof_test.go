@@ -90,7 +90,7 @@ func aOFProbeFailingAfterAFreshReadKeepsTheWait(t *testing.T) {
 			c.AddHook(hook)
 			opts := Options{Prefix: "race:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: time.Hour}
 			s := provisioned(t, c, opts)
-			before := claimUntilRefusedOrN(t, s, "before", 50)
+			before := claimFresh(t, s, "before", 50)
 			if !s.dur.implied.on.Load() {
 				t.Fatal("the implied local AOF wait is off on a server with AOF always and WAITAOF")
 			}

@@ -109,9 +109,12 @@ func must(t *testing.T, err error) {
 // holds every one of wants.
 func wantOutput(t *testing.T, what string, code, want int, out string, wants ...string) {
 	t.Helper()
+	if code != want {
+		t.Fatalf("%s = %d, %q; want %d", what, code, out, want)
+	}
 	for _, w := range wants {
-		if code != want || !strings.Contains(out, w) {
-			t.Fatalf("%s = %d, %q; want %d and %q", what, code, out, want, w)
+		if !strings.Contains(out, w) {
+			t.Fatalf("%s = %q; want %q in it", what, out, w)
 		}
 	}
 }
