@@ -134,6 +134,10 @@ func longestRoundsUpByAtMostAnEighth(t *testing.T) {
 			t.Fatalf("%d values between %d and %d; want at most 8 record rewrites per doubling", len(values[octave]), 1<<(octave-1), 1<<octave)
 		}
 	}
+	h := judgeHistory(serverState{timeline: 2, record: history{V: 1, TL: 1}.encode(), longest: 86400})
+	if want := 90112*time.Second + replay.SkewMargin; h.fence != want {
+		t.Fatalf("fence for a day's window = %v; want %v (25.0 h, not 36.4 h)", h.fence, want)
+	}
 }
 
 func historyRecordsWhoCouldAcknowledge(t *testing.T) {
