@@ -182,7 +182,7 @@ func recheckRunsEverySecondNotEverySweep(t *testing.T) {
 			until := time.Now().Add(time.Hour)
 			n := 0
 			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
-			wantClaim(t, s, "before", until, true, nil)
+			mustClaim(t, s, "before", until)
 			restored := false
 			defer func() {
 				if !restored {
