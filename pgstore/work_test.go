@@ -102,12 +102,18 @@ func acquireTx(t testing.TB, s *Store, id string) (replay.Work, context.Context,
 	return w, ctx, tx
 }
 
+// workEnd is one end of a work, by name.
+type workEnd struct {
+	name string
+	end  func(replay.Work) error
+}
+
 // workEnds are the two ends of a work, Commit (of no record, for an hour)
 // and Rollback, each called with ctx.
-func workEnds(ctx context.Context) map[string]func(replay.Work) error {
-	return map[string]func(replay.Work) error{
-		"Commit":   func(w replay.Work) error { return w.Commit(ctx, time.Now().Add(time.Hour), nil, nil) },
-		"Rollback": func(w replay.Work) error { return w.Rollback(ctx) },
+func workEnds(ctx context.Context) []workEnd {
+	return []workEnd{
+		{"Commit", func(w replay.Work) error { return w.Commit(ctx, time.Now().Add(time.Hour), nil, nil) }},
+		{"Rollback", func(w replay.Work) error { return w.Rollback(ctx) }},
 	}
 }
 
@@ -254,7 +260,8 @@ func workEndsWithADoneContext(t *testing.T) {
 	s, table := storeWithCharges(t)
 	done, cancel := context.WithCancel(bg())
 	cancel()
-	for name, end := range workEnds(done) {
+	for _, e := range workEnds(done) {
+		name, end := e.name, e.end
 		t.Run(name, func(t *testing.T) {
 			id := "done-" + name
 			w, _ := acquire(t, s, id, time.Minute)

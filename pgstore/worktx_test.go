@@ -101,7 +101,8 @@ func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 		{"savepoint Exec", func(ctx context.Context, _, sp pgx.Tx) error { _, err := sp.Exec(ctx, `SELECT 1`); return err }},
 		{"savepoint Commit", func(ctx context.Context, _, sp pgx.Tx) error { return sp.Commit(ctx) }},
 	}
-	for endName, end := range workEnds(bg()) {
+	for _, e := range workEnds(bg()) {
+		endName, end := e.name, e.end
 		t.Run("after "+endName, func(t *testing.T) {
 			w, ctx, tx := acquireTx(t, s, "end-"+endName)
 			sp, err := tx.Begin(ctx)
