@@ -1278,7 +1278,11 @@ func (s *ctxRoundStore) RenewLease(ctx context.Context, id, token string, lease 
 func TestRoundStoreStepsRunUnderADeadlineOnlyContext(t *testing.T) {
 	args := []byte(`{"target":"prod"}`)
 	errDeploy := errors.New("deploy failed")
-	const hold = 150 * time.Millisecond // renewed every 50 ms, for the renewal's case
+	// The renewal's case: renewed every second, each renewal under a
+	// one-second deadline. A shorter hold (150 ms was here) gave a renewal
+	// that the scheduler started late on a loaded machine a context that
+	// had already ended when the store saw it.
+	const hold = 3 * time.Second
 	tests := []struct {
 		name       string
 		store      func(*ctxRoundStore)
