@@ -63,9 +63,13 @@ var (
 	ErrOutcomeUnknown = errors.New("idempotency: outcome of the handler's transaction unknown")
 )
 
-// ProblemOutcomeUnknown is the RFC 9457 problem type of an
-// [ErrOutcomeUnknown] answer: the request may have taken effect; a client
-// retries it with the same key (never a new one) after Retry-After.
+// ProblemOutcomeUnknown is the RFC 9457 problem type of a 503 whose
+// request may have taken effect. With a Retry-After (an [ErrOutcomeUnknown]
+// commit), a client retries it with the same key, never a new one, after
+// that delay. Without one, replayed (the handler aborted after it began
+// its response, and the key was recorded with this answer), every retry
+// with the key gets it until the key expires: the client checks whether
+// the request took effect before it sends it again under a new key.
 const ProblemOutcomeUnknown = "https://github.com/ctoken/ctoken/blob/main/docs/idempotency.md#an-unknown-outcome"
 
 // errReleased marks a key freed after the handler ran.
@@ -168,6 +172,7 @@ type problems struct {
 	operator  []byte // a store refusal only an operator can lift
 	unsettled []byte // Transactional: the lease was lost before the commit
 	unknown   []byte // Transactional: the commit's outcome is unknown
+	cut       []byte // the handler aborted its response: recorded, replayed
 	header    string // the key's header name, for bodies built per refusal
 }
 
@@ -189,6 +194,7 @@ func newProblems(p *params) problems {
 		internal:       problemJSON(500, "The server is misconfigured."),
 		unsettled:      problemJSON(503, "The outcome of this request could not be confirmed: retry with the same "+h+" after the Retry-After delay to get it."),
 		unknown:        problem(ProblemOutcomeUnknown, "Outcome Unknown", 503, "The request was processed, but whether its effects were kept is unknown: the server lost its store while committing them. Do not send it again under a new "+h+"; retry it with the same "+h+" after the Retry-After delay: the retry gets the response if they were kept, and is processed if they were not."),
+		cut:            problem(ProblemOutcomeUnknown, "Outcome Unknown", 503, "The request was processed, but its response was cut off before it was complete, so whether it took effect is unknown. It is not processed again under this "+h+": every retry with it gets this answer until the key expires. Check whether the request took effect before you send it again under a new "+h+"."),
 		header:         h,
 	}
 }

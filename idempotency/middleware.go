@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -386,12 +387,13 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	r2 := a.handlerRequest(ctx, body)
 	b := &bufferWriter{a: a, w: w}
 	defer func() {
-		// A handler that panics, or ends its goroutine with
-		// runtime.Goexit, returns nothing: release the key.
+		// A handler that panics (http.ErrAbortHandler too), or ends its
+		// goroutine with runtime.Goexit, did not return: its key is
+		// settled here, and the panic goes on, as net/http expects.
 		pv := recover()
 		if !b.settled {
 			b.settled = true
-			a.release(errReleasedPanic)
+			a.abort(w, b)
 		}
 		if pv != nil {
 			panic(pv)
@@ -441,6 +443,51 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	a.confirm(b.status, enc)
 	b.send()
 }
+
+// abort settles the key of a handler that panicked, or called
+// runtime.Goexit, before it returned; nothing of its response was sent.
+// Before it wrote a status, or after it wrote one that asks for a retry
+// (notProcessed), the key is released: nothing began. After it wrote a
+// status the table records, it may have acted, so the key is never
+// released: a complete response (its Content-Length all written, or a
+// status without a body) is recorded as it is; any other is cut off, and
+// the key is recorded with the 503 problem of [ProblemOutcomeUnknown] that
+// says so, replayed to every retry.
+func (a *attempt) abort(w http.ResponseWriter, b *bufferWriter) {
+	p := a.p
+	if b.status == 0 || notProcessed(b.status) {
+		a.release(errReleasedPanic)
+		return
+	}
+	if complete(b.status, w.Header(), b.buf.Len()) {
+		enc, err := p.records.sealBuffered(a.id, a.fp, b.status, storedHeader(w.Header(), p.replay), &b.buf)
+		if err != nil {
+			enc = a.tooLarge(b.status)
+		}
+		a.confirm(b.status, enc)
+		return
+	}
+	a.log(slog.LevelError, "idempotency: the handler aborted after it began its response, before the response was complete; key recorded as outcome unknown: every retry gets 503 outcome unknown, never a second run", b.status, nil)
+	enc, err := p.records.seal(a.id, a.fp, Response{Status: http.StatusServiceUnavailable, Header: problemHeader, Body: p.problems.cut})
+	if err != nil {
+		panic("idempotency: cannot encode the outcome-unknown record") // a fixed record, far under every cap
+	}
+	a.confirm(http.StatusServiceUnavailable, enc)
+}
+
+// complete reports whether a response of status, header h and body bytes
+// long is all there is: its Content-Length, written in full, or a status
+// that has no body.
+func complete(status int, h http.Header, body int) bool {
+	if status == http.StatusNoContent || status == http.StatusNotModified {
+		return true
+	}
+	cl := h.Get("Content-Length")
+	return cl != "" && cl == strconv.Itoa(body)
+}
+
+// problemHeader is the stored header of a recorded problem.
+var problemHeader = [][2]string{{"Content-Type", "application/problem+json"}, {"Cache-Control", "no-store"}}
 
 // tooLarge returns the stored form of a response over the caps, and logs
 // that its retries will get 500.
@@ -586,7 +633,9 @@ func (a *attempt) log(level slog.Level, msg string, status int, err error) {
 	if status != 0 {
 		attrs = append(attrs, slog.Int("status", status))
 	}
-	attrs = append(attrs, slog.String("reason", reason.Of(err)))
+	if r := reason.Of(err); r != "" {
+		attrs = append(attrs, slog.String("reason", r))
+	}
 	if end, ok := fenceEnd(err); ok {
 		attrs = append(attrs, slog.String("store_refuses_until", httpx.FenceEnd(end)))
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -286,6 +290,173 @@ func TestWrapTimeoutHandler(t *testing.T) {
 		}
 		if charges.Load() != 1 || w.Code != http.StatusCreated || w.Body.String() != `{"id":"ch_1"}` || w.Header().Get(ReplayedHeader) != "true" {
 			t.Fatalf("%d charges; final answer %d %q replayed %q", charges.Load(), w.Code, w.Body, w.Header().Get(ReplayedHeader))
+		}
+	})
+}
+
+// gatewayErrorHandler is the ReverseProxy.ErrorHandler of
+// docs/idempotency.md ("A gateway in front of an upstream"), as written
+// there.
+func gatewayErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		// The upstream was never reached: nothing happened. 503 frees
+		// the key, so the client's retry reaches the upstream.
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	// The upstream may have acted: 502 is recorded, never run again.
+	w.WriteHeader(http.StatusBadGateway)
+}
+
+// postOnce sends one POST of a payment with key to url over a connection
+// of its own (so the client's transport never re-sends it by itself) and
+// returns the answer, with its body read, or the client's error.
+func postOnce(t *testing.T, url, key string) (*http.Response, []byte, error) {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("X-User", "alice")
+	r.Header.Set("Idempotency-Key", key)
+	r.Header.Set("Content-Type", "application/json")
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	res, err := (&http.Client{Transport: tr}).Do(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res, b, err
+}
+
+// TestReverseProxyBehindTheMiddleware pins issue 106 with a real
+// httputil.ReverseProxy behind the middleware on a real server, in front
+// of an upstream server that counts the requests that reach it (each one
+// a payment): a payment is never made twice under one key, and an
+// upstream never reached leaves the key free for the retry.
+func TestReverseProxyBehindTheMiddleware(t *testing.T) {
+	// gateway serves f.h, whose handler is a ReverseProxy to the
+	// upstream target returns, on a real server, and returns its URL.
+	gateway := func(t *testing.T, target func() *url.URL, errorHandler func(http.ResponseWriter, *http.Request, error)) (*fixture, string) {
+		tr := &http.Transport{DisableKeepAlives: true} // every upstream request on a connection of its own
+		t.Cleanup(tr.CloseIdleConnections)
+		proxy := &httputil.ReverseProxy{
+			Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(target()) },
+			Transport:    tr,
+			ErrorHandler: errorHandler,
+			ErrorLog:     log.New(io.Discard, "", 0),
+		}
+		f := newFixture(t, Config{}, proxy.ServeHTTP)
+		srv := httptest.NewServer(f.h)
+		t.Cleanup(srv.Close)
+		return f, srv.URL + "/payments"
+	}
+	upstream := func(t *testing.T, h http.HandlerFunc) *url.URL {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		u, err := url.Parse(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+
+	t.Run("an upstream that cuts its body after its 201 is paid once; the retry gets outcome unknown", func(t *testing.T) {
+		var payments atomic.Int32
+		up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+			payments.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"ch_1"`)
+			rc := http.NewResponseController(w)
+			rc.Flush()
+			conn, _, err := rc.Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close() // the body cut: 12 of its 100 bytes sent
+		})
+		f, gw := gateway(t, func() *url.URL { return up }, nil)
+		if res, _, err := postOnce(t, gw, key1); err == nil {
+			t.Fatalf("first answer %d, want the connection broken (ReverseProxy panics with http.ErrAbortHandler)", res.StatusCode)
+		}
+		for range 2 {
+			res, body, err := postOnce(t, gw, key1)
+			if err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(ReplayedHeader) != "true" ||
+				!strings.Contains(string(body), ProblemOutcomeUnknown) {
+				t.Fatalf("retry %d %v %s, want the outcome-unknown problem replayed", res.StatusCode, res.Header, body)
+			}
+		}
+		if n := payments.Load(); n != 1 || f.runs.Load() != 1 {
+			t.Fatalf("%d payments, %d gateway runs; want 1 and 1", n, f.runs.Load())
+		}
+	})
+
+	t.Run("the ErrorHandler of the docs answers 503 for an upstream never reached; the retry pays once", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := &url.URL{Scheme: "http", Host: l.Addr().String()}
+		l.Close() // nothing listens there: a dial is refused
+		var payments atomic.Int32
+		up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+			payments.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"ch_1"}`)
+		})
+		var target atomic.Pointer[url.URL]
+		target.Store(dead)
+		f, gw := gateway(t, target.Load, gatewayErrorHandler)
+		res, _, err := postOnce(t, gw, key1)
+		if err != nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" {
+			t.Fatalf("first answer %v, %v; want 503 with Retry-After 1", res, err)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased {
+			t.Errorf("event %+v, want the key released", e)
+		}
+		target.Store(up) // the upstream is back
+		for i, want := range []string{"", "true"} {
+			res, body, err := postOnce(t, gw, key1)
+			if err != nil || res.StatusCode != http.StatusCreated || string(body) != `{"id":"ch_1"}` || res.Header.Get(ReplayedHeader) != want {
+				t.Fatalf("answer %d after the outage: %v %q, %v; want 201 (replayed %q)", i+1, res, body, err, want)
+			}
+		}
+		if n := payments.Load(); n != 1 || f.runs.Load() != 2 {
+			t.Fatalf("%d payments, %d gateway runs; want 1 and 2", n, f.runs.Load())
+		}
+	})
+
+	t.Run("the ErrorHandler of the docs answers 502 for an upstream that took the request; recorded", func(t *testing.T) {
+		var payments atomic.Int32
+		up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+			payments.Add(1) // paid, then the connection breaks before any answer
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close()
+		})
+		f, gw := gateway(t, func() *url.URL { return up }, gatewayErrorHandler)
+		for i, want := range []string{"", "true"} {
+			res, _, err := postOnce(t, gw, key1)
+			if err != nil || res.StatusCode != http.StatusBadGateway || res.Header.Get(ReplayedHeader) != want {
+				t.Fatalf("answer %d: %v, %v; want 502 (replayed %q)", i+1, res, err, want)
+			}
+		}
+		if n := payments.Load(); n != 1 || f.runs.Load() != 1 {
+			t.Fatalf("%d payments, %d gateway runs; want 1 and 1", n, f.runs.Load())
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -490,12 +492,15 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			}
 		})
 	}
-	t.Run("handler panic releases the key and panics on", func(t *testing.T) {
+	// A handler that panicked before it wrote a status began no response:
+	// the documented rule ("a panic releases") stands for it. After a
+	// status: TestMiddlewareAbortAfterAStatusNeverRunsTwice.
+	t.Run("handler panic before it wrote a status releases the key and panics on", func(t *testing.T) {
 		panics := true
 		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
 			if panics {
 				panics = false
-				io.WriteString(w, "partial")
+				w.Header().Set("Content-Type", "text/plain")
 				panic("boom")
 			}
 			w.WriteHeader(http.StatusCreated)
@@ -611,6 +616,130 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 		f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
 		if w := f.post(key1, `{}`); w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
 			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
+		}
+	})
+}
+
+// abortPost posts key1 to f, whose handler ends by panicking (or
+// runtime.Goexit), and fails t unless the panic that comes out is want
+// (nil: none, as after a Goexit).
+func abortPost(t *testing.T, f *fixture, want any) {
+	t.Helper()
+	done := make(chan any)
+	go func() {
+		exited := true
+		defer func() {
+			pv := recover()
+			if exited && pv == nil {
+				pv = "goexit"
+			}
+			done <- pv
+		}()
+		f.post(key1, `{}`)
+		exited = false
+	}()
+	if got := <-done; got != want {
+		t.Fatalf("the handler's request ended with %v, want %v", got, want)
+	}
+}
+
+// TestMiddlewareAbortAfterAStatusNeverRunsTwice pins issue 106: a handler
+// that wrote a status the table records and then aborted
+// (http.ErrAbortHandler, any panic, runtime.Goexit) may have acted, so
+// its key is never released. A complete response is recorded and
+// replayed; a cut one records the 503 outcome-unknown problem, replayed to
+// every retry. The panic goes on. A releasing status before the abort
+// still releases.
+func TestMiddlewareAbortAfterAStatusNeverRunsTwice(t *testing.T) {
+	cut := []struct {
+		name  string
+		abort func()
+		want  any
+	}{
+		{"http.ErrAbortHandler", func() { panic(http.ErrAbortHandler) }, http.ErrAbortHandler},
+		{"a panic", func() { panic("boom") }, "boom"},
+		{"runtime.Goexit", runtime.Goexit, "goexit"},
+	}
+	for _, c := range cut {
+		t.Run("a cut 201 then "+c.name+" records outcome unknown", func(t *testing.T) {
+			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":`) // less than its Content-Length
+				c.abort()
+			})
+			abortPost(t, f, c.want)
+			if e := f.obs.last(t); e.Outcome != observe.OutcomeProcessed {
+				t.Errorf("event %+v, want the key recorded", e)
+			}
+			if !strings.Contains(f.logs.String(), "level=ERROR") || !strings.Contains(f.logs.String(), "outcome unknown") || !strings.Contains(f.logs.String(), "status=201") {
+				t.Errorf("not logged at Error with the status: %s", f.logs)
+			}
+			for range 2 {
+				w := f.post(key1, `{}`)
+				p := problemOf(t, w, http.StatusServiceUnavailable)
+				if p["type"] != ProblemOutcomeUnknown || !strings.Contains(p["detail"].(string), "cut off") ||
+					w.Header().Get(ReplayedHeader) != "true" || w.Header().Get("Retry-After") != "" || w.Header().Get("Cache-Control") != "no-store" {
+					t.Fatalf("retry: %v %v", w.Header(), p)
+				}
+			}
+			if f.runs.Load() != 1 {
+				t.Fatalf("runs %d, want 1", f.runs.Load())
+			}
+		})
+	}
+	t.Run("a status without Content-Length then http.ErrAbortHandler records outcome unknown", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "all of it?")
+			panic(http.ErrAbortHandler)
+		})
+		abortPost(t, f, http.ErrAbortHandler)
+		if p := problemOf(t, f.post(key1, `{}`), http.StatusServiceUnavailable); p["type"] != ProblemOutcomeUnknown || f.runs.Load() != 1 {
+			t.Fatalf("retry %v after %d runs", p, f.runs.Load())
+		}
+	})
+	complete := []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"its Content-Length written in full", http.StatusCreated, `{"id":"ch_1"}`},
+		{"204", http.StatusNoContent, ""},
+	}
+	for _, c := range complete {
+		t.Run("a complete response, "+c.name+", then http.ErrAbortHandler is recorded", func(t *testing.T) {
+			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+				if c.body != "" {
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Content-Length", strconv.Itoa(len(c.body)))
+				}
+				w.WriteHeader(c.status)
+				io.WriteString(w, c.body)
+				panic(http.ErrAbortHandler)
+			})
+			abortPost(t, f, http.ErrAbortHandler)
+			w := f.post(key1, `{}`)
+			if w.Code != c.status || w.Body.String() != c.body || w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+				t.Fatalf("retry %d %q replayed %q after %d runs", w.Code, w.Body, w.Header().Get(ReplayedHeader), f.runs.Load())
+			}
+		})
+	}
+	t.Run("a releasing status then http.ErrAbortHandler releases the key", func(t *testing.T) {
+		var runs atomic.Int32
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				panic(http.ErrAbortHandler)
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+		abortPost(t, f, http.ErrAbortHandler)
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerPanic {
+			t.Errorf("event %+v", e)
+		}
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || runs.Load() != 2 {
+			t.Fatalf("retry %d after %d runs; want 201 from a second run", w.Code, runs.Load())
 		}
 	})
 }
