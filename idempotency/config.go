@@ -211,7 +211,8 @@ type Config struct {
 	// under a live lease wait for it, up to Wait, instead of getting 409
 	// at once: it polls the store with backoff (10 ms doubling to 250 ms)
 	// and answers the first request's recorded response as a replay, or,
-	// if the first request released the key (a retry status, a panic),
+	// if the first request released the key (a retry status, a panic
+	// before any status),
 	// takes the key and runs the handler itself, as the retry it is. A
 	// request with a different body is 422 at once; a client that leaves
 	// ends its wait. When Wait passes, the answer is the 409 of a busy

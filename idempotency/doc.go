@@ -125,7 +125,10 @@
 //	     released); or, of type [ProblemOutcomeUnknown], the commit's
 //	     outcome is unknown ([ErrOutcomeUnknown]: the handler's response
 //	     is not sent, the key is not released, and a retry with the same
-//	     key after Retry-After learns the outcome)
+//	     key after Retry-After learns the outcome); or, of that type too,
+//	     without Retry-After and replayed, the handler aborted after it
+//	     began its response (see below): the key answers so until it
+//	     expires
 //
 // and otherwise with the handler's own response (the first time) or the
 // recorded one with "Idempotent-Replayed: true" (every retry).
@@ -154,8 +157,15 @@
 //   - 408, 423, 425, 429 and 503 say the request was not processed: the
 //     key is released (so the retry runs the handler again) and the
 //     response is sent;
-//   - a handler that panics, or ends its goroutine with runtime.Goexit,
-//     releases the key (a panic goes on);
+//   - a handler that panics (with [http.ErrAbortHandler] too), or ends
+//     its goroutine with runtime.Goexit, before it wrote a status, or
+//     after it wrote one of the statuses above that release, releases the
+//     key; after it wrote a status that is recorded it may have acted, so
+//     the key is never released: a complete response (its Content-Length
+//     written in full, or 204 or 304) is recorded; any other was cut off,
+//     and the key is recorded with a 503 of type [ProblemOutcomeUnknown],
+//     replayed to every retry (logged at Error). The first client gets
+//     nothing: the panic goes on, and net/http breaks the connection;
 //   - a handler that returns without writing anything after its own
 //     context's deadline releases the key, and the client gets 503 with a
 //     Retry-After of [Config.RetryAfter] (never an empty 200 recorded);
@@ -186,8 +196,9 @@
 // # What a handler must do
 //
 // Every releasing outcome above lets a retry run the handler again. So a
-// handler may answer 408, 423, 425, 429 or 503, panic, or return without
-// a response after its deadline, only when its operation had no effect
+// handler may answer 408, 423, 425, 429 or 503, panic before it writes a
+// status, or return without a response after its deadline, only when its
+// operation had no effect
 // (or it undid it, or, with [Config.Transactional], its writes were all
 // in the transaction, which is then rolled back); once the operation
 // began, answer its result (2xx), a 4xx or a 500, which are recorded. A
