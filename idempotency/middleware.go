@@ -547,7 +547,7 @@ func (a *attempt) confirm(status int, result []byte) {
 	case notStored:
 		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)
 	case err != nil:
-		a.log(slog.LevelError, "idempotency: the response was sent but not recorded; the key runs again once its lease ends", 0, err)
+		a.log(slog.LevelError, "idempotency: the response was not recorded; the key runs again once its lease ends", 0, err)
 	}
 	if p.obs != nil {
 		if err == nil {
