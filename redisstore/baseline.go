@@ -224,9 +224,6 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	}
 	b, found, readable, _, err := s.loadBaseline(ctx, run)
 	switch {
-	case err != nil && isRefused(err):
-		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
-		return run, false, baseline{}, false, false, nil
 	case err != nil:
 		return "", false, baseline{}, false, false, err
 	case readable:
@@ -236,9 +233,6 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	}
 	v, err = s.call(ctx, "HLEN", s.serversKey())
 	switch {
-	case err != nil && isRefused(err):
-		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
-		return run, false, baseline{}, false, false, nil
 	case err != nil:
 		return "", false, baseline{}, false, false, err
 	}

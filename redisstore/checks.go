@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,10 @@ func (s *Store) ready(ctx context.Context) error {
 		return s.refusal()
 	}
 	err := s.checkServer(ctx)
-	if err == nil || errors.Is(err, ErrConfig) || s.refusal() != nil {
+	// A check that failed (a right refused mid-check included, which is
+	// ErrConfig too: see wrapErr) is tried again; one that found the
+	// server unfit left its refusal.
+	if err == nil || s.refusal() != nil {
 		s.lastCheck.Store(time.Now().UnixMilli())
 		s.checked.Store(true)
 	}
@@ -327,6 +331,11 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 			cond = err
 		}
 	}
+	// Rights: every command this store runs, before any of them (see
+	// rights.go). A user that lacks one leaves the server unchecked.
+	if c, err := s.checkRights(ctx, do); err != nil || c != nil {
+		return nil, c, err
+	}
 	// Identity: the run_id, and what was seen of it before.
 	run, persist, old, known, history, err := s.identify(ctx, do, m)
 	if err != nil {
@@ -346,10 +355,6 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	// link is down, or it is paused: it can still be promoted).
 	v, err := do("ROLE")
 	switch {
-	case err != nil && isRefused(err):
-		if !s.dur.on() && !s.opts.AllowAsyncReplicas {
-			setCond(refuse(ErrConfig, "cannot read ROLE to check for replicas; set Durability or AllowAsyncReplicas", fmt.Errorf("%w", err)))
-		}
 	case err != nil:
 		return nil, nil, s.wrapErr(ctx, err)
 	default:
@@ -365,7 +370,6 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		if replicas == 0 {
 			info, err := do("INFO", "replication")
 			switch {
-			case err != nil && isRefused(err):
 			case err != nil:
 				return nil, nil, s.wrapErr(ctx, err)
 			default:
@@ -407,20 +411,18 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 			}
 		}
 	}
-	// Eviction: the policy, and whether it can act (maxmemory set).
-	v, err = do("CONFIG", "GET", "maxmemory-policy")
+	// Eviction: the policy, and whether it can act (maxmemory set). No
+	// other read shows the policy: unread, it is the risk AllowEviction
+	// accepts.
+	policy, read, err := s.configGet(ctx, do, "maxmemory-policy")
 	switch {
-	case err != nil && isRefused(err):
-		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction: the store cannot refuse an evicting policy, and finds evictions only in evicted_keys")
 	case err != nil:
-		return nil, nil, s.wrapErr(ctx, err)
+		return nil, nil, err
+	case !read && s.opts.AllowEviction:
+		found.add(riskEviction)
+	case !read:
+		setCond(refuse(ErrConfig, whyPolicyUnread, nil))
 	default:
-		policy, ok := configValue(v, "maxmemory-policy")
-		if !ok {
-			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction: the store cannot refuse an evicting policy, and finds evictions only in evicted_keys")
-			break
-		}
-		s.warned.And(^uint32(warnPolicy))
 		next.evictable = false
 		if policy != "noeviction" {
 			v, err := do("CONFIG", "GET", "maxmemory")
@@ -446,16 +448,15 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		return nil, nil, err
 	}
 	if !countersOK {
-		s.warnOnce(warnCounters, "redisstore: cannot read INFO stats or commandstats; eviction, FLUSHALL, FLUSHDB and SWAPDB after Open cannot be detected")
+		setCond(refuse(ErrConfig, whyCountersUnread, nil))
 	} else {
-		s.warned.And(^uint32(warnCounters))
 		next.counters = now
 		if now.witness && now.resets > 0 {
 			s.warnOnce(warnResetStat, "redisstore: CONFIG RESETSTAT has run on this server (INFO commandstats): it zeroes the counters that show evictions and flushes; the store fences for each reset it sees, but a reset made while no store of this key space runs, on a server reset before, is seen only by its duration, or when the commands or ROLE calls after it are fewer than before (docs/fleet-reference.md); forbid it where the store runs (ACL -config|resetstat)")
 		}
 	}
 	// Persistence.
-	aof, fsyncAlways, read, c, err := s.checkPersistence(ctx, do)
+	p, c, err := s.checkPersistence(ctx, do)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -466,8 +467,11 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 			setCond(c)
 		}
 	}
-	if read {
-		next.aof, next.fsyncAlways = aof, fsyncAlways
+	if p.aofRead {
+		next.aof = p.aof
+	}
+	if p.fsyncRead {
+		next.fsyncAlways = p.fsyncAlways
 	}
 	// Fence markers (the client's one server).
 	master := masterKey(m)
@@ -491,7 +495,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		was = &old
 	}
 	ob := &observation{master: master, run: run, persist: persist, next: next,
-		aofAlways: read && aof && fsyncAlways, counted: countersOK}
+		aofAlways: p.fsyncRead && p.aof && p.fsyncAlways, counted: countersOK}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction, ownRole)
 	if len(ob.evidence) > 0 && known && persist {
@@ -537,11 +541,12 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 // not seen. A restart must bring back everything acknowledged (AOF with
 // appendfsync always, with or without Durability.LocalAOF: WAITAOF does
 // not prove the fsync under everysec, see below) or nothing (no AOF and no RDB snapshots: the markers are gone
-// too, and the shard is fenced). read is false when the settings cannot
-// be read (CONFIG GET refused: managed services); the store then runs and
-// says it could not check. Persistence weakened on a server that had it
-// is judged as evidence of loss (see judge), not here.
-func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error)) (aof, fsyncAlways, read bool, cond, err error) {
+// too, and the shard is fenced). Where CONFIG GET cannot read them
+// (refused, renamed away: managed services) they are judged from INFO
+// persistence ([persistenceFromInfo]). Persistence weakened on a server
+// that had it is judged as evidence of loss (see judge), not here.
+func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error)) (p persistence, cond, err error) {
+	var aof, fsyncAlways bool
 	// errUnread: CONFIG GET refused (managed services) or answered
 	// unexpectedly.
 	errUnread := errors.New("unread")
@@ -593,14 +598,50 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 		return errUnread
 	}()
 	if err == errUnread {
-		s.warnOnce(warnPersistence, "redisstore: cannot read the persistence settings (CONFIG GET refused or unexpected); make sure a restart cannot bring back older data: AOF with appendfsync always, or no persistence")
-		return false, false, false, nil, nil
+		v, err := do("INFO", "persistence")
+		if err != nil {
+			return persistence{}, nil, s.wrapErr(ctx, err)
+		}
+		p, cond := persistenceFromInfo(v)
+		return p, cond, nil
 	}
 	if err != nil {
-		return false, false, false, nil, err
+		return persistence{}, nil, err
 	}
-	s.warned.And(^uint32(warnPersistence))
-	return aof, fsyncAlways, true, cond, nil
+	return persistence{aof: aof, fsyncAlways: fsyncAlways, aofRead: true, fsyncRead: true}, cond, nil
+}
+
+// persistence is what a check read of a master's persistence: AOF on,
+// appendfsync always, and whether each was read.
+type persistence struct {
+	aof, fsyncAlways   bool
+	aofRead, fsyncRead bool
+}
+
+// persistenceFromInfo judges the persistence of a master whose settings
+// CONFIG GET cannot read, from INFO persistence: aof_enabled tells AOF,
+// which the baseline keeps (AOF switched off later is evidence of loss);
+// appendfsync and the save points show nowhere else. So the restart's
+// rollback is always refused (cond), unless AllowRollback: AOF whose
+// appendfsync cannot be read; RDB snapshots taken (rdb_saves, or one in
+// progress: a restart loads the newest); or neither yet, which a save
+// point not yet reached does not rule out. Redis 7 and Valkey 8 report
+// each field.
+func persistenceFromInfo(info any) (persistence, error) {
+	switch aof := infoValue(info, "aof_enabled"); aof {
+	case "1":
+		return persistence{aof: true, aofRead: true}, refuse(ErrConfig, "appendfsync cannot be read (CONFIG GET refused or renamed away; INFO persistence shows AOF on): unless it is always, a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; add +config|get to the user's ACL, or set AllowRollback", nil)
+	case "0":
+	default:
+		return persistence{}, refuse(ErrConfig, "the persistence settings cannot be read (CONFIG GET refused or renamed away, INFO persistence without aof_enabled): a restart could bring back older data unnoticed; add +config|get to the user's ACL, or set AllowRollback", nil)
+	}
+	p := persistence{aofRead: true, fsyncRead: true}
+	saves, _ := strconv.ParseInt(infoValue(info, "rdb_saves"), 10, 64)
+	if saves > 0 || infoValue(info, "rdb_bgsave_in_progress") == "1" {
+		return p, refuse(ErrConfig, "RDB snapshots without AOF (INFO persistence: rdb_saves): a restart loads a snapshot with the fence markers and without the later claims, so those IDs are accepted again; turn snapshots off (save \"\") and delete the dump, use AOF with appendfsync always, or AllowRollback",
+			fmt.Errorf("rdb_saves %d", saves))
+	}
+	return p, refuse(ErrConfig, "whether RDB snapshots are on cannot be read (CONFIG GET refused or renamed away; INFO persistence shows AOF off and no snapshot yet, which a save point not yet reached does not rule out): a restart could load a snapshot without the later claims; add +config|get to the user's ACL, or set AllowRollback", nil)
 }
 
 // masterKey names a master behind the client: its address when known
@@ -614,14 +655,16 @@ func masterKey(m doer) string {
 	return ""
 }
 
+// Refusals of a fact the checks cannot read.
+const (
+	whyPolicyUnread   = "maxmemory-policy cannot be read (CONFIG GET refused or renamed away, or answered unexpectedly), and nothing else shows it: an evicting policy would drop claims unnoticed; add +config|get to the user's ACL, or set AllowEviction"
+	whyCountersUnread = "the loss counters cannot be read (INFO stats evicted_keys and INFO commandstats answered unexpectedly): evictions, flushes and resets would go unseen"
+)
+
 // What warnOnce has warned about.
 const (
-	warnPersistence = 1 << iota
-	warnPolicy
-	warnRunID
-	warnCounters
+	warnRunID = 1 << iota
 	warnEvictedBefore
-	warnServersKey
 	warnResetStat // never cleared: once per Store
 )
 

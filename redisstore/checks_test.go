@@ -20,14 +20,15 @@ import (
 )
 
 // serverFunc answers the server checks with the given replies, keyed by
-// command name or, for CONFIG, by the whole command ("CONFIG GET save");
+// command name or, for CONFIG and INFO, by the whole command ("CONFIG GET
+// save", "INFO replication");
 // what is not there gets the default of answerChecks, and every other
 // command a first claim.
 func serverFunc(replies map[string]*redis.Cmd) clientFunc {
 	return func(ctx context.Context, args ...any) *redis.Cmd {
 		name, _ := args[0].(string)
-		if name == "CONFIG" {
-			if c, ok := replies[strings.TrimSpace(fmt.Sprintln(args...))]; ok { // "CONFIG GET save"
+		if name == "CONFIG" || name == "INFO" {
+			if c, ok := replies[strings.TrimSpace(fmt.Sprintln(args...))]; ok { // "CONFIG GET save", "INFO replication"
 				return c
 			}
 		}
@@ -70,7 +71,6 @@ func TestChecks(t *testing.T) {
 		{"replicas durability does not cover", replicasDurabilityDoesNotCoverAreRefused},
 		{"refusal ends with its condition", refusalForAConditionEndsWithIt},
 		{"missing marker checks at once", missingMarkerChecksTheServerAtOnce},
-		{"run under the documented ACL", checksRunUnderTheDocumentedACL},
 		{"idle store checks by itself", idleStoreChecksByItself},
 		{"close ends the watch", closeEndsTheWatch},
 		{"a dropped store's watch ends", droppedStoresWatchEnds},
@@ -190,8 +190,12 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 }
 
 func serverChecksRefuseWhatDoesNotFit(t *testing.T) {
-	noperm := errors.New("NOPERM this user has no permissions to run the 'role' command")
+	noperm := redisError("NOPERM this user has no permissions to run the 'role' command")
+	unknown := redisError("ERR unknown command 'CONFIG'")
 	now := time.Now()
+	rdb := map[string]*redis.Cmd{"CONFIG": reply(nil, unknown), "INFO persistence": reply("# Persistence\r\nrdb_saves:2\r\naof_enabled:0\r\n", nil)}
+	aofInfo := map[string]*redis.Cmd{"CONFIG": reply(nil, unknown), "INFO persistence": reply("# Persistence\r\nrdb_saves:0\r\naof_enabled:1\r\n", nil)}
+	both := Options{AllowEviction: true, AllowRollback: true}
 	tests := []struct {
 		name    string
 		replies map[string]*redis.Cmd
@@ -203,21 +207,35 @@ func serverChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"sentinel", map[string]*redis.Cmd{"ROLE": reply([]any{"sentinel", []any{}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas, async allowed", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{AllowAsyncReplicas: true}, nil},
-		{"replica away (backlog, offset)", map[string]*redis.Cmd{"INFO": reply("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:1234\r\nrepl_backlog_active:1\r\n", nil)}, Options{}, ErrConfig},
-		{"offset without a backlog (AOF on Redis 7.2, Valkey)", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
-		{"replica away, async allowed", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:1\r\n", nil)}, Options{AllowAsyncReplicas: true}, nil},
-		{"never had a replica", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
-		{"INFO forbidden", map[string]*redis.Cmd{"INFO": reply(nil, noperm)}, Options{}, nil},
+		{"replica away (backlog, offset)", map[string]*redis.Cmd{"INFO replication": reply("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:1234\r\nrepl_backlog_active:1\r\n", nil)}, Options{}, ErrConfig},
+		{"offset without a backlog (AOF on Redis 7.2, Valkey)", map[string]*redis.Cmd{"INFO replication": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
+		{"replica away, async allowed", map[string]*redis.Cmd{"INFO replication": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:1\r\n", nil)}, Options{AllowAsyncReplicas: true}, nil},
+		{"never had a replica", map[string]*redis.Cmd{"INFO replication": reply("role:master\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
+		// A right refused after the rights check passed (revoked since)
+		// is ErrConfig; the next check names the ACL line.
+		{"INFO forbidden", map[string]*redis.Cmd{"INFO": reply(nil, noperm)}, both, ErrConfig},
+		{"INFO stats without evicted_keys", map[string]*redis.Cmd{"INFO stats": reply("# Stats\r\n", nil)}, both, ErrConfig},
 		{"INFO fails", map[string]*redis.Cmd{"INFO": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"ROLE forbidden", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{}, ErrConfig},
-		{"ROLE forbidden, async allowed", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{AllowAsyncReplicas: true}, nil},
+		{"ROLE forbidden, async allowed", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{AllowAsyncReplicas: true}, ErrConfig},
 		{"ROLE odd", map[string]*redis.Cmd{"ROLE": reply("master", nil)}, Options{}, ErrUnavailable},
 		{"ROLE short", map[string]*redis.Cmd{"ROLE": reply([]any{"master"}, nil)}, Options{}, ErrUnavailable},
 		{"ROLE fails", map[string]*redis.Cmd{"ROLE": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
-		{"CONFIG forbidden", map[string]*redis.Cmd{"CONFIG": reply(nil, errors.New("ERR unknown command 'CONFIG'"))}, Options{}, nil},
-		{"CONFIG odd", map[string]*redis.Cmd{"CONFIG": reply(int64(1), nil)}, Options{}, nil},
+		// CONFIG renamed away or forbidden (managed services): the policy
+		// is the risk AllowEviction accepts; persistence is judged from
+		// INFO persistence, and what it cannot tell is the risk
+		// AllowRollback accepts.
+		{"CONFIG renamed away", map[string]*redis.Cmd{"CONFIG": reply(nil, unknown)}, Options{}, ErrConfig},
+		{"CONFIG renamed away, eviction allowed", map[string]*redis.Cmd{"CONFIG": reply(nil, unknown)}, Options{AllowEviction: true}, ErrConfig},
+		{"CONFIG renamed away, both allowed", map[string]*redis.Cmd{"CONFIG": reply(nil, unknown)}, both, nil},
+		{"CONFIG forbidden, both allowed", map[string]*redis.Cmd{"CONFIG": reply(nil, noperm)}, both, nil},
+		{"CONFIG renamed away, RDB saves in INFO", rdb, Options{AllowEviction: true}, ErrConfig},
+		{"CONFIG renamed away, RDB saves in INFO, both allowed", rdb, both, nil},
+		{"CONFIG renamed away, AOF in INFO", aofInfo, Options{AllowEviction: true}, ErrConfig},
+		{"CONFIG renamed away, INFO persistence odd", map[string]*redis.Cmd{"CONFIG": reply(nil, unknown), "INFO persistence": reply("# Persistence\r\n", nil)}, Options{AllowEviction: true}, ErrConfig},
+		{"CONFIG odd", map[string]*redis.Cmd{"CONFIG": reply(int64(1), nil)}, Options{}, ErrConfig},
 		{"RESP3 map, evicting", map[string]*redis.Cmd{"CONFIG": reply(map[any]any{"maxmemory-policy": "allkeys-lru"}, nil)}, Options{}, ErrConfig},
-		{"RESP3 map, noeviction", map[string]*redis.Cmd{"CONFIG": reply(map[any]any{"maxmemory-policy": "noeviction"}, nil)}, Options{}, nil},
+		{"RESP3 map, noeviction", map[string]*redis.Cmd{"CONFIG": reply(map[any]any{"maxmemory-policy": "noeviction"}, nil)}, Options{AllowRollback: true}, nil},
 		{"CONFIG fails", map[string]*redis.Cmd{"CONFIG": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"RDB snapshots", map[string]*redis.Cmd{"CONFIG GET save": reply([]any{"save", "3600 1 300 100"}, nil)}, Options{}, ErrConfig},
 		{"RDB snapshots, rollback allowed", map[string]*redis.Cmd{"CONFIG GET save": reply([]any{"save", "3600 1"}, nil)}, Options{AllowRollback: true}, nil},
@@ -226,10 +244,17 @@ func serverChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"AOF everysec, rollback allowed", aof("everysec"), Options{AllowRollback: true}, nil},
 		{"AOF always", aof("always"), Options{}, nil},
 		{"AOF always, RDB snapshots too (AOF is what a restart loads)", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "yes"}, nil), "CONFIG GET appendfsync": reply([]any{"appendfsync", "always"}, nil), "CONFIG GET save": reply([]any{"save", "3600 1"}, nil)}, Options{}, nil},
-		{"appendonly odd", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "maybe"}, nil)}, Options{}, nil},
-		{"save forbidden", map[string]*redis.Cmd{"CONFIG GET save": reply(nil, noperm)}, Options{}, nil},
+		{"appendonly odd", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "maybe"}, nil)}, Options{}, ErrConfig},
+		{"save forbidden", map[string]*redis.Cmd{"CONFIG GET save": reply(nil, noperm)}, Options{}, ErrConfig},
 		{"save fails", map[string]*redis.Cmd{"CONFIG GET save": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"appendfsync fails", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "yes"}, nil), "CONFIG GET appendfsync": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
+		// The rights check (rights.go): its own refusals.
+		{"EVAL forbidden", map[string]*redis.Cmd{"EVAL": reply(nil, redisError("NOPERM this user has no permissions to run the 'eval' command"))}, Options{}, ErrConfig},
+		{"EVAL renamed away", map[string]*redis.Cmd{"EVAL": reply(nil, redisError("ERR unknown command 'EVAL'"))}, Options{}, ErrConfig},
+		{"Redis 6.2 (no redis.acl_check_cmd)", map[string]*redis.Cmd{"EVAL": reply(int64(-1), nil)}, Options{}, ErrConfig},
+		{"a right missing", map[string]*redis.Cmd{"EVAL": reply([]any{int64(3)}, nil)}, Options{}, ErrConfig},
+		{"a command renamed away", map[string]*redis.Cmd{"EVAL": reply([]any{int64(-3)}, nil)}, Options{}, ErrConfig},
+		{"rights check odd", map[string]*redis.Cmd{"EVAL": reply([]any{int64(999)}, nil)}, Options{}, ErrUnavailable},
 		{"TIME odd", map[string]*redis.Cmd{"TIME": reply([]any{"x", "y"}, nil)}, Options{}, ErrUnavailable},
 		{"TIME short", map[string]*redis.Cmd{"TIME": reply([]any{"1"}, nil)}, Options{}, ErrUnavailable},
 		{"TIME fails", map[string]*redis.Cmd{"TIME": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
@@ -249,6 +274,12 @@ func serverChecksRefuseWhatDoesNotFit(t *testing.T) {
 		})
 	}
 }
+
+// redisError is an error reply of the server, as go-redis returns one.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
 
 func ackedRefusesTooFewAcknowledgements(t *testing.T) {
 	d := durability{Durability: Durability{Replicas: 2, LocalAOF: true, ReplicaAOF: 1}}
@@ -711,74 +742,6 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	}
 	if !lossNoted(t, s) {
 		t.Fatal("no loss entry in the ledger")
-	}
-}
-
-// Under the ACL docs/fleet-reference.md documents (no hash commands, no EXISTS, no
-// CONFIG), on a real redis-server, the store opens and serves claims,
-// leases and records, keeping what it saw of the server in memory only;
-// with the hash commands and EXISTS allowed too, it keeps its baselines
-// in <prefix>servers. A record's confirmation without +rename is refused
-// naming the ACL.
-func checksRunUnderTheDocumentedACL(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	tests := []struct {
-		name  string
-		extra []string
-		kept  bool
-	}{
-		{"documented", nil, false},
-		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true},
-		{"with CONFIG GET", []string{"+config|get"}, false},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			admin := srv.client()
-			user := fmt.Sprint("fleet", i)
-			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+mget", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "+rename", "+pexpireat", "~acl:*"}, anySlice(tt.extra)...)
-			must(t, admin.Do(ctx, rules...).Err())
-			c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: user, Password: "pw"})
-			t.Cleanup(func() { c.Close() })
-			// Provisioning is the operator's deploy step, under its own user
-			// (ctoken-store provision); the fleet's user opens and claims.
-			op := provisioned(t, admin, Options{Prefix: "acl:", Logger: quietLogger()})
-			// What the operator's checks kept of the server is not the
-			// fleet's: drop it, so the count below is the fleet user's.
-			must(t, admin.Del(ctx, op.serversKey()).Err())
-			s := closing(t, mustOpen(t, c, Options{Prefix: "acl:", Logger: quietLogger()}))
-			wantClaim(t, s, "x", time.Now().Add(time.Minute), true)
-			recheckNow(t, s)
-			wantClaim(t, s, "y", time.Now().Add(time.Minute), true)
-			// A webhook delivery's lease steps: their scripts read the
-			// marker and the entry with MGET.
-			l := acquireLease(t, s, "d", time.Minute, replay.LeaseAcquired)
-			must(t, s.RenewLease(ctx, "d", l.Token, time.Minute))
-			must(t, s.ConfirmLease(ctx, "d", l.Token, time.Now().Add(time.Minute)))
-			// An idempotency record is written and replayed: the confirm
-			// script's RENAME and PEXPIREAT run under the caller's ACL.
-			r := acquireRecord(t, s, "k", []byte("fp"), replay.LeaseAcquired)
-			must(t, s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")))
-			if got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp")); err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
-				t.Fatalf("replay under the ACL = %+v, %v", got, err)
-			}
-			n, err := admin.HLen(ctx, s.serversKey()).Result()
-			must(t, err)
-			if kept := n > 0; kept != tt.kept {
-				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
-			}
-			// Without +rename the confirm fails closed, and says why: the
-			// ACL, not a staged record that expired.
-			must(t, admin.Do(ctx, "ACL", "SETUSER", user, "-rename").Err())
-			r = acquireRecord(t, s, "k2", []byte("fp"), replay.LeaseAcquired)
-			err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
-			if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
-				!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
-				t.Fatalf("ConfirmRecord without +rename = %v; want ErrUnavailable naming the ACL", err)
-			}
-		})
 	}
 }
 

@@ -436,6 +436,13 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: unexpected nil reply", ErrUnavailable)
 	}
+	if isServerError(err) && isRefused(err) {
+		// A command the user may not run (or renamed away): a fix for
+		// the operator, not a retry. The checks verify every right
+		// (rights.go), so this is a right revoked since the last one,
+		// whose next check names the ACL line.
+		return refuse(ErrConfig, whyRefusedCommand, fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
 	ctxErr := ctx.Err()
 	if dl, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(dl) {
 		// The socket's deadline (the context's) can pass an instant before

@@ -67,7 +67,10 @@ var (
 	// them (found by [Open], by the first call of a Store from [New], or by
 	// a later check, refused for as long as it does not fit):
 	// replicas without a durability setting, an eviction policy that can
-	// drop claims, WAITAOF on a server older than Redis 7.2; or a key space
+	// drop claims, WAITAOF on a server older than Redis 7.2, a user that
+	// may not run a command the store needs (its Reason names the ACL
+	// rules to add; such an error from a call matches [ErrUnavailable]
+	// too), a fact the checks cannot read; or a key space
 	// with no shard marker (never provisioned, or lost; see
 	// [Store.Provision]). It is [replay.ErrConfig].
 	ErrConfig = replay.ErrConfig
@@ -169,4 +172,6 @@ const (
 	whyHorizon       = "until beyond the store's horizon"
 	whyLeaseLong     = "lease longer than the store's horizon"
 	whyPastRedis     = "until not in the future by Redis's clock"
+	// whyRefusedCommand matches ErrConfig and ErrUnavailable.
+	whyRefusedCommand = "the Redis user may not run a command the store needs (NOPERM), or it is renamed away: add the right to the user's ACL (the store's next check names the exact line; docs/fleet-reference.md, \"The fleet's ACL\")"
 )

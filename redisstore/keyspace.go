@@ -719,7 +719,8 @@ func (s *Store) lossEvidence(ctx context.Context, m doer, why string) error {
 	return nil
 }
 
-// globEscape escapes the characters SCAN's MATCH treats specially.
+// globEscape escapes the characters SCAN's MATCH and ACL key patterns treat
+// specially.
 func globEscape(p string) string {
 	var b strings.Builder
 	for _, r := range p {

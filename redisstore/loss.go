@@ -201,8 +201,8 @@ func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, err
 	}
 	v, err := do(args...)
 	switch {
-	case err != nil && (strings.Contains(err.Error(), "CROSSSLOT") || isRefused(err)):
-		return -1, nil // a Cluster behind a client of another type, or EXISTS refused
+	case err != nil && strings.Contains(err.Error(), "CROSSSLOT"):
+		return -1, nil // a Cluster behind a client of another type
 	case err != nil:
 		return -1, s.wrapErr(ctx, err)
 	}
@@ -233,10 +233,7 @@ func (s *Store) livedBefore(ctx context.Context, markers int) (bool, error) {
 		}
 	}
 	v, err := s.call(ctx, "LLEN", s.ledgerKey())
-	switch {
-	case err != nil && isRefused(err):
-		return false, nil
-	case err != nil:
+	if err != nil {
 		return false, err
 	}
 	n, _ := v.(int64)

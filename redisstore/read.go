@@ -16,9 +16,8 @@ var _ replay.Reader = (*Store)(nil)
 // that finds a done entry sends them (record.go). The script only reads
 // (MGET, GET, PTTL, TIME): a script without flags is refused by a Redis at
 // maxmemory (noeviction) only when it calls a write command, so it
-// answers on a full Redis, on Redis 6.2 as on 7; EVAL_RO and the
-// no-writes flag would say so to the server, but need Redis 7, and the
-// store supports 6.2. A script rather than plain reads, so that the marker,
+// answers on a full Redis; EVAL_RO and the no-writes flag would say so
+// to the server, but a user's ACL would then need EVAL_RO too. A script rather than plain reads, so that the marker,
 // the entry and its remaining time are read at one instant of Redis's
 // clock, the clock whose expiry decides a lapsed lease for every step (a
 // lapsed entry is gone for GET), and on the marker's own server (a

@@ -21,8 +21,12 @@
 // the script that ends the lease records the response in a side key of
 // the entry's hash slot, under the entry's fence, expiry and Durability
 // wait; the response's bytes travel in plain SET and GET commands, never
-// through Lua ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
-// replicated by their effects); the tests run against Redis 7.0.
+// through Lua ([Store.AcquireRecord]). It needs Redis 7.0 or newer, or
+// Valkey (PXAT, scripts replicated by their effects, and
+// redis.acl_check_cmd, with which every check verifies that the store's
+// user may run each command it sends: a missing right is [ErrConfig]
+// naming the ACL rules to add, docs/fleet-reference.md "The fleet's ACL");
+// the tests run against Redis 7.0 and Valkey 8.
 //
 // Each one-time token, single-use state and webhook delivery is accepted at
 // most once through any single fault of the store:
@@ -91,8 +95,8 @@
 //     steps are refused the same way until a check has read it. Left: a reset
 //     followed by more commands than the server had run until the last
 //     check, found by the check's other witnesses (see
-//     [Options.RecheckInterval]); a *redis.Ring, or a server that refuses
-//     INFO, where the script compares nothing.
+//     [Options.RecheckInterval]); a *redis.Ring, where the script
+//     compares nothing (a user that may not run INFO is refused).
 //   - A failover or restart (a new run_id behind the client) is checked
 //     as Open checks a server: refused ([ErrConfig]) while it does not fit
 //     the Options, served once it does, and fenced only for loss it shows
@@ -277,9 +281,10 @@ type Options struct {
 	// of loss and fences the key space (see RecheckInterval), and every
 	// step that can take a free ID is refused from the first eviction
 	// until that fence (see the package doc); with it, evictions are the
-	// accepted risk and fence nothing. A Redis that refuses CONFIG GET
-	// or INFO (managed services) cannot be checked: the store runs, and
-	// logs that it could not check. The check still runs
+	// accepted risk and fence nothing. A policy the store cannot read
+	// (CONFIG GET forbidden or renamed away, as on managed services: no
+	// other read shows it) is this same risk: refused without
+	// AllowEviction, accepted and reported with it. The check still runs
 	// with AllowEviction: when the risk is present it is logged (one Warn
 	// line per appearance) and reported as [replay.EventRiskAccepted].
 	AllowEviction bool
@@ -290,9 +295,12 @@ type Options struct {
 	// Durability.LocalAOF (a machine crash loses the last second). Such a restart keeps the
 	// fence markers and drops the newest claims, so those IDs are accepted
 	// again unseen (TestRollbackAcceptsTwiceWhenAllowed shows it). Without
-	// it such a store refuses to run ([ErrConfig]). A Redis that refuses
-	// CONFIG GET cannot be checked: the store runs, and logs that it
-	// could not check. The check still runs with AllowRollback: when the
+	// it such a store refuses to run ([ErrConfig]). Where CONFIG GET is
+	// forbidden or renamed away (managed services), INFO persistence is
+	// read instead: it shows AOF on or off and RDB snapshots taken, never
+	// appendfsync or the save points, so it cannot show a restart safe and
+	// such a server is this same risk: refused without AllowRollback. The
+	// check still runs with AllowRollback: when the
 	// risk is present it is logged (one Warn line per appearance) and
 	// reported as [replay.EventRiskAccepted]. Persistence weakened on a server
 	// the store saw is fenced even with AllowRollback (see
@@ -328,11 +336,12 @@ type Options struct {
 	// Otherwise this interval is the window: claims answered between the
 	// change and the check are not covered, and it can only be shortened,
 	// not closed, by a lower value. For eviction it is left only where
-	// the scripts cannot read the counters (INFO refused, a *redis.Ring:
-	// an entry evicted by a volatile-* policy and claimed again inside it
-	// is accepted twice).
-	// Each recheck is a few commands on every master (ROLE, INFO server,
-	// stats and commandstats, CONFIG GET, TIME, one EXISTS), also while
+	// the scripts cannot read the counters (a *redis.Ring: an entry
+	// evicted by a volatile-* policy and claimed again inside it is
+	// accepted twice); a user that may not run INFO is refused.
+	// Each recheck is a few commands on every master (the rights check's
+	// EVAL, ROLE, INFO server, stats and commandstats, CONFIG GET, TIME,
+	// one EXISTS), also while
 	// the store is idle. Zero means DefaultRecheckInterval (1 s); negative,
 	// or under a millisecond, is refused.
 	//

@@ -187,6 +187,8 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 					return f(ctx, args...)
 				}
 				cmd.SetVal("# Commandstats\r\ncmdstat_get:calls=1,usec=1\r\n")
+			case "persistence": // read where CONFIG GET cannot be
+				cmd.SetVal("# Persistence\r\nrdb_saves:0\r\naof_enabled:0\r\n")
 			default:
 				return f(ctx, args...)
 			}
@@ -200,12 +202,16 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 			default:
 				cmd.SetVal("O")
 			}
-		case "EVAL": // the lifetime record (lifetime.go): recorded as asked
-			if src, _ := args[1].(string); src != lifetimeScript {
+		case "EVAL": // the lifetime record (lifetime.go): recorded as asked; every right there
+			switch src, _ := args[1].(string); src {
+			case lifetimeScript:
+				want, _ := args[4].(int64)
+				cmd.SetVal(want)
+			case rightsScript:
+				cmd.SetVal([]any{})
+			default:
 				return f(ctx, args...)
 			}
-			want, _ := args[4].(int64)
-			cmd.SetVal(want)
 		case "EXISTS": // the checks' count of the markers: all there
 			if len(args) != Shards+1 {
 				return f(ctx, args...)

@@ -52,6 +52,13 @@ type Status struct {
 	Ledger []LedgerEntry
 	// Servers is what each master shows now, one entry per master.
 	Servers []ServerStatus
+	// Refusal is the Reason [Open] refuses with, as the user Status runs
+	// as, for a command this store's Options need that the user may not
+	// run (it names the ACL rules to add; see docs/fleet-reference.md,
+	// "The fleet's ACL"), whatever the markers say; empty when the user
+	// may run every one. Status run as the applications' own user tells
+	// whether they can serve.
+	Refusal string
 }
 
 // ServerStatus is what one master shows now: its identity and what tells
@@ -81,8 +88,9 @@ type ServerStatus struct {
 }
 
 // Status reads the shard markers, the ledger and what every master shows
-// now. It writes nothing and runs no server check, so it answers also for
-// a store that refuses. ctx bounds it (one minute when ctx has no
+// now, and whether its user may run every command the store needs
+// (Refusal). It writes nothing and runs no other server check, so it
+// answers also for a store that refuses. ctx bounds it (one minute when ctx has no
 // deadline).
 func (s *Store) Status(ctx context.Context) (Status, error) {
 	ctx, cancel := adminDeadline(ctx)
@@ -115,6 +123,13 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 			return st, err
 		}
 		st.Servers = append(st.Servers, ss)
+		cond, err := s.checkRights(ctx, doOn(ctx, m))
+		if err != nil {
+			return st, err
+		}
+		if cond != nil && st.Refusal == "" {
+			st.Refusal = Reason(cond)
+		}
 	}
 	return st, nil
 }

@@ -40,7 +40,10 @@
 // life. status
 // prints what the store knows: shards open, fenced (until when) and
 // missing, the key space's ledger, and each master's identity,
-// persistence, eviction settings and loss counters. reopen opens every
+// persistence, eviction settings and loss counters; its verdict is
+// REFUSED when the user it runs as lacks a right the applications' Open
+// verifies (run it as the applications' user, -url redis://user@host, to
+// judge theirs), whatever the shards say. reopen opens every
 // fenced or missing shard at once (redisstore.Store.Reopen): IDs claimed
 // before the loss and not yet expired are accepted again, so it needs
 // -accepted-by (who) and -reason (why), which go into the ledger.
@@ -393,6 +396,8 @@ func horizonLine(st redisstore.Status) string {
 // verdict says what applications do with the key space and the next step.
 func verdict(st redisstore.Status, now time.Time) string {
 	switch {
+	case st.Refusal != "":
+		return "REFUSED: Open refuses the user this command runs as, whatever the shards say (run status as the applications' user to judge theirs): " + st.Refusal
 	case st.Open == redisstore.Shards:
 		return "serving"
 	case historyUnknown(st) && st.Lifetime == 0 && st.Horizon == 0:

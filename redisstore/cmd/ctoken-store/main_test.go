@@ -397,3 +397,38 @@ func TestPasswordIsNeverPrinted(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// status judges the rights of the user it runs as exactly as Open does: a
+// user without one (here +hget, which the server baselines need) is
+// REFUSED with the rule to add, not "serving", though every shard is
+// open; reopen refuses it the same way; once the right is given, status
+// says serving and Open serves.
+func TestStatusAgreesWithOpenOnAMissingRight(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	admin := srv.client()
+	code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new")
+	wantOutput(t, "provision", code, 0, stdout, "provisioned, 64 of 64")
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "+@all", "-hget", "~*").Err())
+	fleet := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "fleet", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { fleet.Close() })
+	opts := redisstore.Options{Prefix: "pay:", Logger: quiet()}
+	if _, err := redisstore.Open(ctx, fleet, opts); !errors.Is(err, redisstore.ErrConfig) || !strings.Contains(redisstore.Reason(err), "+hget") {
+		t.Fatalf("Open as a user without +hget = %v; want ErrConfig naming +hget", err)
+	}
+	t.Setenv(passwordEnv, "pw")
+	url := "redis://fleet@" + srv.addr + "/0"
+	code, stdout, _ = ctokenStore("status", "-url", url, "-prefix", "pay:")
+	wantOutput(t, "status as the fleet's user", code, 0, stdout, "64 open, 0 fenced, 0 missing", "verdict  REFUSED", "+hget")
+	if strings.Contains(stdout, "verdict  serving") {
+		t.Fatalf("status says serving while Open refuses:\n%s", stdout)
+	}
+	code, _, stderr := ctokenStore("reopen", "-url", url, "-prefix", "pay:", "-accepted-by", "a", "-reason", "r")
+	wantOutput(t, "reopen as the fleet's user", code, 1, stderr, "+hget")
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "fleet", "+hget").Err())
+	code, stdout, _ = ctokenStore("status", "-url", url, "-prefix", "pay:")
+	wantOutput(t, "status once the right is given", code, 0, stdout, "verdict  serving")
+	s, err := redisstore.Open(ctx, fleet, opts)
+	must(t, err)
+	s.Close()
+}
