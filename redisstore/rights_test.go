@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -275,4 +276,34 @@ func TestOpenJudgesUnreadFactsWithoutConfig(t *testing.T) {
 		provisioned(t, srv.client(), Options{Prefix: prefix, Logger: quietLogger(), AllowEviction: true, AllowRollback: true})
 		open(t, srv, Options{AllowEviction: true}, "appendfsync cannot be read", "AllowRollback")
 	})
+}
+
+// A right revoked while the store serves (here +hget, which the checks
+// need to read the server baselines) is found by the next check: every
+// call refuses with ErrConfig naming the rule, with one Error line,
+// instead of failing NOPERM for good; given back, the next check serves
+// again. Real server.
+func TestRevokedRightRefusesUntilGivenBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const prefix = "revoke:"
+	srv := newServer(t)
+	admin := srv.client()
+	c := aclUser(t, srv, admin, "fleet", documentedACL(t, prefix, admin))
+	provisioned(t, admin, Options{Prefix: prefix, Logger: quietLogger()})
+	var logs syncBuffer
+	s := closing(t, mustOpen(t, c, Options{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(&logs, nil)), RecheckInterval: time.Hour}))
+	wantClaim(t, s, "a", time.Now().Add(time.Minute), true)
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "fleet", "-hget").Err())
+	recheckNow(t, s)
+	err := wantRefused(t, s, "b", time.Now().Add(time.Minute), ErrConfig)
+	if !strings.Contains(Reason(err), "+hget ") {
+		t.Fatalf("refusal %q; want it to name +hget", Reason(err))
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "+hget") {
+		t.Fatalf("no Error line naming +hget:\n%s", logs.String())
+	}
+	must(t, admin.Do(ctx, "ACL", "SETUSER", "fleet", "+hget").Err())
+	recheckNow(t, s)
+	wantClaim(t, s, "b", time.Now().Add(time.Minute), true)
 }
