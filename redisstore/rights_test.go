@@ -39,7 +39,7 @@ func documentedACL(t *testing.T, prefix string, c *redis.Client) []string {
 			rules[i] = "~" + prefix + "*"
 		}
 	}
-	if !strings.Contains(para, "`+waitaof` on a server that knows it") {
+	if !strings.Contains(strings.Join(strings.Fields(para), " "), "`+waitaof` on a server that knows it") {
 		t.Fatal(`"The fleet's ACL" does not add +waitaof where the server knows it`)
 	}
 	if c != nil {
