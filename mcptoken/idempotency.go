@@ -410,6 +410,8 @@ func (i *Idempotency) logFailure(ctx context.Context, tool string, err error) {
 		msg = "the tool failed after it began: its failure is recorded, and every retry under its key gets it without a run"
 	case errors.As(err, &f) && f.Err != nil:
 		msg = "the tool failed: its transaction rolled back and its key released; a retry runs it"
+	case errors.As(err, new(*stoppedError)):
+		msg = "the server ended the tool's context and the tool returned that end: nothing recorded and its key released; a retry runs it"
 	case errors.Is(err, ErrNoEffect):
 		msg = "the tool had no effect: nothing recorded and its key released; a retry runs it"
 	default:

@@ -131,6 +131,47 @@ func (l keptLease) run(ctx context.Context) (held time.Time) {
 	}
 }
 
+// errServerEnded is what every cause of a context ctoken ends itself
+// matches: a lease or hold it could not keep, a time limit of its own, a
+// drain. The caller's cancellation (a client's tasks/cancel) never does.
+var errServerEnded = errors.New("mcptoken: the server ended the tool's context")
+
+// serverCause is the cause of a context ctoken ends itself for why: it
+// matches errServerEnded and why.
+func serverCause(why error) error { return fmt.Errorf("%w: %w", errServerEnded, why) }
+
+// stoppedByServer reports whether err, the error of work whose context is
+// ctx, is that context's end, caused by ctoken itself: the work honoured
+// an end it did not ask for, which is never its failure.
+func stoppedByServer(ctx context.Context, err error) bool {
+	cause := context.Cause(ctx)
+	if err == nil || cause == nil || !errors.Is(cause, errServerEnded) {
+		return false
+	}
+	return errors.Is(err, ctx.Err()) || errors.Is(err, cause)
+}
+
+// stoppedError is the error of a tool that returned the end of a context
+// ctoken ended itself (with cause): nothing is recorded and the key is
+// released, and, as for [ErrNoEffect] (which it matches), the client is
+// told to retry under the same key, which runs the tool.
+type stoppedError struct{ err, cause error }
+
+func (e *stoppedError) Error() string {
+	return e.cause.Error() + "; the tool returned that end: nothing recorded, the key released: " + e.err.Error()
+}
+
+// Unwrap returns ErrNoEffect, the cause, and the tool's own error, never
+// a [*Failure] it was wrapped in: it is not recorded.
+func (e *stoppedError) Unwrap() []error {
+	err := e.err
+	var f *Failure
+	if errors.As(err, &f) && f.Err != nil {
+		err = f.Err
+	}
+	return []error{ErrNoEffect, e.cause, err}
+}
+
 // detachedKey marks a context made by detach.
 type detachedKey struct{}
 

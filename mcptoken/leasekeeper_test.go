@@ -263,7 +263,7 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 		}
 	})
 
-	t.Run("a tool that acted, then met its lost lease, is not run again", func(t *testing.T) {
+	t.Run("a tool that acted, then failed after its lost lease, is not run again", func(t *testing.T) {
 		store := &stalledRenewals{MemoryStore: replay.NewMemoryStore(100), now: time.Now(), stall: true}
 		store.Now = store.clock // the store keeps the lease: its clock stands still
 		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
@@ -273,7 +273,9 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 		_, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, func(ctx context.Context) (*toolResult, error) {
 			effects.Add(1) // the charge went through
 			<-ctx.Done()   // then the receipt's step met the lost lease
-			return nil, fmt.Errorf("sending the receipt: %w", ctx.Err())
+			// A tool that may have acted says so with its own error,
+			// not the context's end, which records nothing.
+			return nil, errors.New("charged, but the receipt was not sent")
 		})
 		if err == nil {
 			t.Fatal("the first call succeeded; want its failure")
@@ -287,6 +289,106 @@ func TestIdempotentLeaseKeptWhateverItsTiming(t *testing.T) {
 		})
 		if n := effects.Load(); n != 1 {
 			t.Fatalf("one key, %d effects", n)
+		}
+	})
+}
+
+// A context that ctoken ended itself (a lease it could not keep, a time
+// limit of its own, a round's lost hold), and a tool that returned that
+// end, as it is or wrapped: nothing is recorded and the key is released,
+// so the retry runs the tool, never a replayed failure. The caller's own
+// cancellation (a round's or a task's, which reaches the tool) is the
+// tool's failure, recorded as ever.
+func TestToolStoppedByServerRecordsNothing(t *testing.T) {
+	rules := testRules(func(*toolResult) bool { return false })
+	// tool is the first run of a tool that honours its context: it
+	// returns the context's end, wrapped as a database driver wraps it;
+	// the runs after it act once each.
+	tool := func(effects *atomic.Int32) func(ctx context.Context) (*toolResult, error) {
+		var runs atomic.Int32
+		return func(ctx context.Context) (*toolResult, error) {
+			if runs.Add(1) == 1 {
+				<-ctx.Done()
+				return nil, fmt.Errorf("insert: %w", ctx.Err())
+			}
+			return &toolResult{N: int(effects.Add(1))}, nil
+		}
+	}
+
+	t.Run("a lease the store ends", func(t *testing.T) {
+		store := &countedRenewals{MemoryStore: replay.NewMemoryStore(100), lose: true}
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store, c.Lease = store, 300*time.Millisecond })
+		var effects atomic.Int32
+		run := tool(&effects)
+		args := []byte(`{"key":"k-lost"}`)
+		_, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, run)
+		if !errors.Is(err, ErrNoEffect) || !errors.Is(err, errCallLeaseLost) {
+			t.Fatalf("the stopped call: %v; want ErrNoEffect (retry under the key) and the lost lease", err)
+		}
+		if d, ok := RetryAfter(err); !ok || d <= 0 {
+			t.Fatalf("RetryAfter = %v, %v; want a hint", d, ok)
+		}
+		store.lose = false
+		if res, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, run); err != nil || res.N != 1 || effects.Load() != 1 {
+			t.Fatalf("the retry: %+v, %v, %d effects; want the tool run once", res, err, effects.Load())
+		}
+	})
+
+	t.Run("the call's time runs out", func(t *testing.T) {
+		// Not renewed (Window barely over Lease): the tool has three
+		// quarters of the Lease.
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Lease, c.Window = time.Second, time.Second+time.Millisecond })
+		var effects atomic.Int32
+		run := tool(&effects)
+		args := []byte(`{"key":"k-late"}`)
+		if _, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, run); !errors.Is(err, ErrNoEffect) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the stopped call: %v; want ErrNoEffect", err)
+		}
+		if res, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, run); err != nil || res.N != 1 {
+			t.Fatalf("the retry: %+v, %v; want the tool run once", res, err)
+		}
+	})
+
+	t.Run("a round's lost hold", func(t *testing.T) {
+		roundStore := &stalledRenewals{MemoryStore: replay.NewMemoryStore(0), now: time.Now()}
+		roundStore.Now = roundStore.clock
+		s, _ := retryStates(t, roundStore, StatesConfig{})
+		s.hold = 600 * time.Millisecond
+		i := testIdempotency(t, &bytes.Buffer{}, nil)
+		var effects atomic.Int32
+		run := tool(&effects)
+		args := []byte(`{"key":"k-round"}`)
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Answer(context.Background(), "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+			go func() { <-time.After(50 * time.Millisecond); roundStore.step(20 * time.Second) }() // the round's hold ends in its store
+			_, err := rules.Call(ctx, i, "alice", "deploy", args, nil, run)
+			return nil, err
+		})
+		if !errors.Is(err, ErrRoundInterrupted) || !errors.Is(err, ErrNoEffect) {
+			t.Fatalf("the round: %v; want its lost hold, nothing recorded under the call's key", err)
+		}
+		// The call started over (round one again) under the same key.
+		if res, err := rules.Call(context.Background(), i, "alice", "deploy", args, nil, run); err != nil || res.N != 1 {
+			t.Fatalf("the call started over: %+v, %v; want the tool run once", res, err)
+		}
+	})
+
+	t.Run("the caller's cancel is the tool's failure", func(t *testing.T) {
+		i := testIdempotency(t, &bytes.Buffer{}, nil)
+		parent, cancel := context.WithCancel(detach(context.Background())) // a round's or a task's
+		var effects atomic.Int32
+		run := tool(&effects)
+		args := []byte(`{"key":"k-caller"}`)
+		go cancel()
+		_, err := rules.Call(parent, i, "alice", "pay", args, nil, run)
+		if errors.Is(err, ErrNoEffect) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the cancelled call: %v; want the tool's own failure", err)
+		}
+		if _, err := rules.Call(context.Background(), i, "alice", "pay", args, nil, run); err == nil || effects.Load() != 0 {
+			t.Fatalf("the retry: %v, %d effects; want the recorded failure", err, effects.Load())
 		}
 	})
 }

@@ -208,12 +208,12 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 	if e.tx != nil || e.renew == nil {
 		// The lease is not renewed: a transaction holds it (or the store
 		// cannot renew), and the tool ends at three quarters of it.
-		hctx, cancel := context.WithDeadline(detach(ctx), start.Add(e.lease/4*3))
+		hctx, cancel := context.WithDeadlineCause(detach(ctx), start.Add(e.lease/4*3), errCallTimeUp)
 		defer cancel()
 		if e.tx != nil {
-			return e.runWork(ctx, hctx, id, token, fp, start, held, run)
+			return e.runWork(ctx, hctx, id, token, fp, start, held, stoppable(run))
 		}
-		return e.settle(ctx, id, token, fp, func() time.Time { return start }, func() ([]byte, error) { return run(hctx) })
+		return e.settle(ctx, id, token, fp, func() time.Time { return start }, func() ([]byte, error) { return stoppable(run)(hctx) })
 	}
 	// The lease is renewed while the tool runs; the tool's context is
 	// cancelled once it cannot be kept, before another call can take the
@@ -224,7 +224,7 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 	if late := start.Add(e.lease / 4 * 3); end.Before(late) {
 		end = late
 	}
-	hctx, cancel := context.WithDeadline(detach(ctx), end)
+	hctx, cancel := context.WithDeadlineCause(detach(ctx), end, errCallTimeUp)
 	defer cancel()
 	hctx, lose := context.WithCancelCause(hctx)
 	defer lose(nil)
@@ -248,12 +248,29 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 		e.release(ctx, id, token, "the tool's context ended before it began")
 		return nil, fmt.Errorf("%w: the tool's context ended before it began: %w", errEngineStore, err)
 	}
-	return e.settle(ctx, id, token, fp, stop, func() ([]byte, error) { return run(hctx) })
+	return e.settle(ctx, id, token, fp, stop, func() ([]byte, error) { return stoppable(run)(hctx) })
 }
 
-// errCallLeaseLost is the cause of a tool's context cancelled because its
-// call's lease could not be kept.
-var errCallLeaseLost = errors.New("mcptoken: the call's lease could not be kept")
+// Causes of a tool's context that ctoken ended: its call's lease could not
+// be kept, or its time (as Lease and Window bound it) ran out.
+var (
+	errCallLeaseLost = serverCause(errors.New("the call's lease could not be kept"))
+	errCallTimeUp    = serverCause(errors.New("the call's time ran out"))
+)
+
+// stoppable returns run, whose error is a [*stoppedError] when it is the
+// end of a context ctoken ended itself (a lease or hold lost, a time
+// limit, a drain): never recorded as the tool's failure, the key
+// released.
+func stoppable(run runFunc) runFunc {
+	return func(ctx context.Context) ([]byte, error) {
+		res, err := run(ctx)
+		if stoppedByServer(ctx, err) {
+			return nil, &stoppedError{err: err, cause: context.Cause(ctx)}
+		}
+		return res, err
+	}
+}
 
 // settle runs the work with run and settles the ID under the lease token
 // holds: the result (or a [*Failure]) recorded, or the ID released. held

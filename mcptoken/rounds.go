@@ -143,7 +143,7 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 //     with the process, and after a restart runs the round again).
 //   - in a store that renews leases ([replay.Renewer]), a round whose hold
 //     is lost (its renewals stalled, or refused by the store) has its
-//     context cancelled, with [ErrRoundInterrupted] as its cause, before a
+//     context cancelled, with a cause matching [ErrRoundInterrupted], before a
 //     store whose clock runs at this process's rate can end the hold;
 //     a store whose clock steps forward can end it first, which is why
 //     [CodeRoundInterrupted] tells the client that the effect may still
@@ -335,7 +335,7 @@ func (s *States) releaseRound(ctx context.Context, id, token string) {
 
 // run runs round with the opened state, detached from ctx's cancellation
 // and ending before the state's lease does, or, in a store that renews
-// leases, once its hold is lost (context.Cause is then
+// leases, once its hold is lost (context.Cause then matches
 // [ErrRoundInterrupted]). A round that panics may have had effects, as a
 // failed one: its lease is ended without a result (a retry is told 1026,
 // not busy until the state expires), logged at Error, and the panic goes
@@ -362,7 +362,7 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	// retry is answered with. It ends before the lease does, with time
 	// left to record, and when its hold is lost: a retry may then be told
 	// that it was interrupted, and it must not act after that.
-	rctx, cancel := context.WithDeadline(detach(ctx), o.Until.Add(-confirmTimeout))
+	rctx, cancel := context.WithDeadlineCause(detach(ctx), o.Until.Add(-confirmTimeout), errRoundTimeUp)
 	defer cancel()
 	if s.renewer != nil {
 		// The hold is renewed while the round runs (leasekeeper.go) and
@@ -376,7 +376,7 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 		defer kcancel()
 		stop := keep(kctx, keptLease{renewer: s.renewer, id: o.ID, token: token, hold: s.hold, held: acquiredAt, end: o.Until,
 			lost: func(err error) {
-				lost(ErrRoundInterrupted)
+				lost(errRoundHoldLost)
 				why := "no renewal reached the store in time"
 				if errors.Is(err, replay.ErrLeaseLost) {
 					why = "the store ended it"
@@ -396,6 +396,13 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	panicked = false
 	return res, err
 }
+
+// Causes of a round's context that ctoken ended: its hold was lost
+// (matching [ErrRoundInterrupted]), or its state's time ran out.
+var (
+	errRoundHoldLost = serverCause(ErrRoundInterrupted)
+	errRoundTimeUp   = serverCause(errors.New("the round's request state is about to expire"))
+)
 
 // roundFingerprint is what a round's record is bound to: SHA-256 of a
 // domain label and the length-prefixed caller, target, hex fingerprint of

@@ -51,10 +51,12 @@ const msgTaskDrained = "the server shut down before the task finished"
 var (
 	// errTaskCancelled is the cause of a task's cancel (tasks/cancel).
 	errTaskCancelled = errors.New("mcptoken: the task was cancelled")
-	// errTaskDrained is the cause of a task cancelled by Shutdown.
-	errTaskDrained = errors.New("mcptoken: " + msgTaskDrained)
-	// errLeaseGone is the cause of a task whose lease was lost.
-	errLeaseGone = errors.New("mcptoken: the task's lease was lost")
+	// errTaskDrained is the cause of a task cancelled by Shutdown, which
+	// ctoken ended itself (an idempotent call inside records nothing).
+	errTaskDrained = serverCause(errors.New(msgTaskDrained))
+	// errLeaseGone is the cause of a task whose lease was lost, which
+	// ctoken ended itself.
+	errLeaseGone = serverCause(errors.New("the task's lease was lost"))
 	// errTasksClosed reports a task not created after Shutdown.
 	errTasksClosed = errors.New("mcptoken: Tasks is shut down")
 )
