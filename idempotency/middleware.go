@@ -327,7 +327,17 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 // the handler returns, and store calls that code the handler started may
 // still be running then; they must see that cancellation at once.
 func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(a.r.Context()), a.start.Add(a.p.lease/4*3))
+	return context.WithDeadlineCause(context.WithoutCancel(a.r.Context()), a.start.Add(a.p.lease/4*3), errHandlerDeadline)
+}
+
+// errHandlerDeadline is the cause of a handler's context that the
+// middleware's own deadline ended.
+var errHandlerDeadline = errors.New("idempotency: the handler's deadline (three quarters of Lease) passed")
+
+// pastDeadline reports whether the middleware's own deadline has ended
+// ctx, a handler's context.
+func pastDeadline(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errHandlerDeadline)
 }
 
 // handlerRequest is the request the handler gets: a's request with ctx,
@@ -385,7 +395,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		return
 	}
 	r2 := a.handlerRequest(ctx, body)
-	b := &bufferWriter{a: a, w: w}
+	b := &bufferWriter{a: a, w: w, ctx: ctx}
 	defer func() {
 		// A handler that panics (http.ErrAbortHandler too), or ends its
 		// goroutine with runtime.Goexit, did not return: its key is
@@ -410,14 +420,18 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		a.release(errReleasedRetry)
 		return
 	}
-	if b.status == 0 {
+	if b.status == 0 || b.stopped && b.status >= 500 {
 		// The client leaving does not count: the handler's context does
 		// not end with the client's request, so a handler that wrote
-		// nothing decided so, unless its own deadline passed.
-		if ctx.Err() != nil {
+		// nothing decided so, unless its own deadline passed; and a
+		// server error it began after that deadline is the deadline's,
+		// the middleware's own end, never recorded as the operation's
+		// failure (as mcptoken records no tool's error that is its
+		// context's end).
+		if pastDeadline(ctx) {
 			// The handler gave up at its deadline (three quarters of the
-			// lease) without a response: not an empty 200 to store.
-			a.log(slog.LevelWarn, "idempotency: the handler returned without a response after its deadline; key released, answered 503", http.StatusServiceUnavailable, errReleasedLate)
+			// lease): not an empty 200, nor its 5xx, to store.
+			a.log(slog.LevelWarn, "idempotency: the handler returned without a response, or with a 5xx begun after its deadline; key released, answered 503", http.StatusServiceUnavailable, errReleasedLate)
 			a.release(errReleasedLate)
 			// Headers that describe the handler's body do not describe
 			// the problem; the rest (an outer middleware's) stay.
@@ -429,6 +443,8 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 			writeProblem(w, http.StatusServiceUnavailable, p.problems.body(errReleasedLate), p.retryAfter)
 			return
 		}
+	}
+	if b.status == 0 {
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
 	if notProcessed(b.status) {
@@ -658,7 +674,9 @@ func (bodyReader) Close() error { return nil }
 type bufferWriter struct {
 	a       *attempt
 	w       http.ResponseWriter
+	ctx     context.Context // the handler's
 	status  int
+	stopped bool // the status was set after the middleware's deadline ended ctx
 	late    http.Header // what Header returns once the status is set
 	buf     respBuffer
 	through bool // over the cap: written straight to w
@@ -694,6 +712,7 @@ func (b *bufferWriter) WriteHeader(code int) {
 		return
 	}
 	b.status = code
+	b.stopped = b.ctx != nil && pastDeadline(b.ctx)
 }
 
 // Write buffers p, or streams it once the response is over the cap. As

@@ -607,6 +607,39 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			t.Fatalf("retry %d replayed %q runs %d: the key was not released", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
 		}
 	})
+	t.Run("a 5xx begun after the handler's deadline is 503 and releases the key", func(t *testing.T) {
+		var late atomic.Bool
+		f := newFixture(t, Config{Lease: 100 * time.Millisecond, RetryAfter: 2 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+			if !late.Load() {
+				<-r.Context().Done() // honours its deadline, as a handler answering ctx.Err() does
+				http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+		w := f.post(key1, `{}`)
+		problemOf(t, w, http.StatusServiceUnavailable)
+		if w.Header().Get("Retry-After") != "2" || strings.Contains(w.Body.String(), "deadline exceeded") {
+			t.Fatalf("answered %v %q", w.Header(), w.Body)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerDeadline {
+			t.Errorf("event %+v", e)
+		}
+		late.Store(true)
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" || f.runs.Load() != 2 {
+			t.Fatalf("retry %d replayed %q runs %d: the key was not released", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+	})
+	t.Run("a 5xx begun before the handler's deadline is recorded", func(t *testing.T) {
+		f := newFixture(t, Config{Lease: 100 * time.Millisecond}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError) // the operation's own failure
+			<-r.Context().Done()
+		})
+		f.post(key1, `{}`)
+		if w := f.post(key1, `{}`); w.Code != http.StatusInternalServerError || w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+			t.Fatalf("retry %d replayed %q runs %d", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+	})
 	t.Run("client gone after the handler wrote its response is recorded", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {

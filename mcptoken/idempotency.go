@@ -128,8 +128,13 @@ var (
 	// retry the same call with the same key after a hint ([CodeInProgress],
 	// [RetryAfter]), and that retry runs the tool. Any other error of a
 	// tool that began is recorded and replayed: return this one only when
-	// nothing happened; ctoken never infers it, not even from the
-	// context's error (a tool may act, then meet its context's end). A
+	// nothing happened. ctoken infers it from one error only: the end of
+	// a context ctoken ended itself (the call's lease could not be kept,
+	// its time ran out, the round or task that runs it lost its hold or
+	// was drained), returned by the tool as it is or wrapped
+	// (ctx.Err(), context.Cause(ctx)); a tool that may have acted before
+	// it met that end returns an error of its own instead, recorded. The
+	// caller's cancel (a task's tasks/cancel) is never ctoken's. A
 	// task tool's task fails with nothing kept, and the next call under
 	// its key runs it again.
 	ErrNoEffect = errors.New("mcptoken: the tool had no effect")
