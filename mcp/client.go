@@ -90,6 +90,11 @@ const msgStoreUnavailable = "idempotency store unavailable: retry later"
 // connection refused; the server's 404 for a lost session) when no
 // earlier attempt may have reached the server.
 //
+// A tool's failure the server recorded ([ToolFailed], 1030) ends the call
+// at once with an error matching [mcptoken.ErrToolFailed] that wraps the
+// server's: every call under the key gets it again, without a run; check
+// the tool's effect, and call under a new key only to run it again.
+//
 // Once an attempt may have reached the server, the call ends with a
 // result or with an error matching [ErrOutcomeUnknown], whatever the
 // later attempts met (a 4xx, a -32602, a closed session, the budget
@@ -274,6 +279,8 @@ func refusal(we *jsonrpc.Error) verdict {
 	}
 	hint := time.Duration(max(d.RetryAfterMs, 0)) * time.Millisecond
 	switch {
+	case d.Code == ToolFailed:
+		return verdict{Reached: true, Recorded: true}
 	case we.Code == jsonrpc.CodeInternalError && (d.Code == InProgress || d.Code == OutcomeUnknown),
 		we.Code == jsonrpc.CodeInvalidParams && d.Code == StateBusy:
 		return verdict{Retry: true, Reached: true, Hint: hint}

@@ -336,7 +336,7 @@ func TestCallTool(t *testing.T) {
 		}
 	})
 
-	t.Run("a tool that failed after it acted does not run again", func(t *testing.T) {
+	t.Run("a tool that failed after it acted does not run again, and its recorded failure is what the caller is told", func(t *testing.T) {
 		d := &deployTool{}
 		url, _ := serveDropping(t, idemDeployServer(t, d, false), nil, func(n int) dropMode {
 			if n == 1 {
@@ -344,15 +344,20 @@ func TestCallTool(t *testing.T) {
 			}
 			return passThrough
 		})
-		_, err := CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{})
-		key := wantOutcomeUnknown(t, err)
-		var we *jsonrpc.Error
-		if !errors.As(err, &we) || we.Message != "deploy crashed" {
-			t.Fatalf("%v; want the recorded failure", err)
-		}
-		_, err = CallTool(ctx, clientFor(t, url, nil, nil), deployParams("crash"), CallOptions{Key: key})
-		if !errors.As(err, &we) || we.Message != "deploy crashed" || d.deploys.Load() != 1 {
-			t.Fatalf("%v; %d deploys", err, d.deploys.Load())
+		params := deployParams("crash")
+		params.Meta = mcp.Meta{mcptoken.MetaIdempotencyKey: "k-crash"}
+		for call := 1; call <= 2; call++ {
+			// The first call's answer is lost, and its retry gets the
+			// recorded failure; a second call under the key gets it too.
+			_, err := CallTool(ctx, clientFor(t, url, nil, nil), params, CallOptions{})
+			var we *jsonrpc.Error
+			if !errors.Is(err, mcptoken.ErrToolFailed) || errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &we) ||
+				we.Message != "deploy crashed" || we.Code != jsonrpc.CodeInternalError || d.deploys.Load() != 1 {
+				t.Fatalf("call %d: %v; %d deploys; want the recorded failure, one deploy", call, err, d.deploys.Load())
+			}
+			if _, ok := RetryKey(err); ok {
+				t.Fatalf("call %d: a key to call again with, for a failure every call under it gets", call)
+			}
 		}
 	})
 

@@ -33,6 +33,11 @@ const (
 	// it (never under a new key) to get the result, or have it run if
 	// nothing was kept.
 	OutcomeUnknown = mcptoken.CodeOutcomeUnknown
+	// ToolFailed (1030) is in the data of the error of a tool that began
+	// and failed, which [Idempotency.Wrap] recorded and sends to the
+	// first call and every retry: [CallTool] ends with it, matching
+	// [mcptoken.ErrToolFailed].
+	ToolFailed = mcptoken.CodeToolFailed
 )
 
 // Idempotency makes the tool handlers it wraps idempotent: see [NewIdempotency].
@@ -64,7 +69,12 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // not begin, and one matching [mcptoken.ErrNoEffect] that it had no
 // effect: neither is recorded, and the second is sent as -32603 with data
 // {"ctokenCode":1025,"retryAfterMs":N}, which [CallTool] retries under the
-// same key. Any other error is recorded and sent again to every retry.
+// same key; so is an error that is the end of a context ctoken ended (see
+// [mcptoken.ErrNoEffect]). Any other error is recorded, and sent as
+// recorded to the first call and every retry: -32603 with data
+// {"ctokenCode":1030} ([ToolFailed]; a *jsonrpc.Error keeps its code, and
+// its data when it has some), which [CallTool] returns matching
+// [mcptoken.ErrToolFailed].
 //
 // Refusals, which run nothing and consume nothing: a missing (unless
 // NonIdempotentWithoutKey) or malformed key is -32602; a key used with
@@ -90,7 +100,7 @@ var toolRules = mcptoken.ToolRules[mcp.CallToolResult]{
 	Failure:    failure,
 	NoResult:   &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"},
 	NeedsInput: needsInput,
-	Replay:     replayFailure,
+	Replay:     replayMarked,
 	Refused:    func(err error) (*mcp.CallToolResult, error) { return nil, idempotencyError(err) },
 }
 
@@ -202,6 +212,24 @@ func replayFailure(b []byte) error {
 	return errors.New(rec.Message)
 }
 
+// replayMarked is replayFailure for [Idempotency.Wrap], marked as the
+// tool's recorded failure: an error of another type than jsonrpc.Error
+// (which go-sdk would send with code 0) is -32603 with data
+// {"ctokenCode":1030}, and a JSON-RPC error without data gets that data;
+// one whose data is the tool's own is sent as it is, unmarked.
+func replayMarked(b []byte) error {
+	err := replayFailure(b)
+	we, ok := err.(*jsonrpc.Error)
+	switch {
+	case !ok:
+		we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+	case len(we.Data) > 0:
+		return we
+	}
+	we.Data, _ = json.Marshal(idempotencyData{Code: ToolFailed})
+	return we
+}
+
 // idempotencyData is the data member of an idempotent tool's refusal.
 type idempotencyData struct {
 	Code         int   `json:"ctokenCode"`
@@ -210,7 +238,7 @@ type idempotencyData struct {
 
 // Messages of refusals that say what happened and what to do.
 const (
-	msgNoEffect    = "the tool had no effect and nothing was recorded: retry it with the same idempotency key after retryAfterMs"
+	msgNoEffect    = "nothing was recorded and the key is free (the tool had no effect, or returned the end of a context the server ended): retry it with the same idempotency key after retryAfterMs"
 	msgKeyReused   = "idempotency key reused with other arguments: this call did not run, but the first call under this key may have: retry with its arguments to get its result; a new key is for a new operation only"
 	msgNotRecorded = "this call completed, but its result cannot be sent again (too large to record, or recorded under a key this server no longer has): the tool does not run again; do not call again under a new key, check its effect"
 )

@@ -142,6 +142,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
 		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
+		{"a recorded failure is sent as recorded, the first time too", idempotencyRecordedFailureIsSentAsRecorded},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -818,4 +819,52 @@ func FuzzReplayFailure(f *testing.F) {
 			t.Fatalf("replayed data %q; want %q, byte for byte", we.Data, data)
 		}
 	})
+}
+
+// A tool's recorded failure reaches the first call in the very bytes its
+// retries get, marked 1030; so does a result that cannot be replayed (a
+// number outside float64), refused before it is sent, saying so.
+func idempotencyRecordedFailureIsSentAsRecorded(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "pay", Version: "v0"}, nil)
+	keyOnly := json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}`)
+	s.AddTool(&mcp.Tool{Name: "fail", InputSchema: keyOnly}, idem.Wrap(func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return nil, errors.New("card \xff declined") // not UTF-8
+	}))
+	s.AddTool(&mcp.Tool{Name: "huge", InputSchema: keyOnly}, idem.Wrap(func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{}, StructuredContent: json.RawMessage(`{"n":1e400}`)}, nil
+	}))
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
+	defer srv.Close()
+	post := func(tool string) []byte {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"key":"k1"},"_meta":{"test/caller":"alice"}}}`
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return b
+	}
+	for _, c := range []struct{ tool, says string }{
+		{"fail", "card \ufffd declined"},
+		{"huge", "its result cannot be sent"},
+	} {
+		t.Run(c.tool, func(t *testing.T) {
+			runs.Store(0)
+			first, again := post(c.tool), post(c.tool)
+			if !bytes.Equal(first, again) || !bytes.Contains(first, []byte(`"ctokenCode":1030`)) || !bytes.Contains(first, []byte(c.says)) || runs.Load() != 1 {
+				t.Fatalf("first %s\nretry %s\n%d runs; want the same recorded failure, one run", first, again, runs.Load())
+			}
+		})
+	}
 }

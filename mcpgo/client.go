@@ -103,6 +103,12 @@ const defaultCallElapsed = 30 * time.Second
 // -32601, -32602; an HTTP 4xx; a connection refused; the server's 404 for
 // a lost session) when no earlier attempt may have reached the server.
 //
+// A tool's failure the server recorded (a -32603 whose text ends
+// " (ctokenCode 1030)", [ToolFailed]) ends the call at once with an error
+// matching [mcptoken.ErrToolFailed] that wraps the server's: every call
+// under the key gets it again, without a run; check the tool's effect,
+// and call under a new key only to run it again.
+//
 // Once an attempt may have reached the server, the call ends with a
 // result or with a nil result and an error matching [ErrOutcomeUnknown],
 // whatever the later attempts met (a 4xx, a tool error result with a
@@ -255,6 +261,10 @@ func classify(err error) verdict {
 				return verdict{Retry: true, Reached: true, Hint: hint}
 			}
 			switch msg := sdkInternalMessage(err); {
+			case strings.HasSuffix(msg, recordedSuffix):
+				// The tool's failure, recorded: every call under the
+				// key gets it.
+				return verdict{Reached: true, Recorded: true}
 			case msg == ErrIdempotencyStore.Error():
 				return verdict{Retry: true, Reached: true}
 			case msg == ErrNoCaller.Error(), msg == ErrStoreUnavailable.Error(), refusedState(msg):

@@ -564,13 +564,13 @@ func TestCallTool(t *testing.T) {
 		if err != nil || TokenCode(res) != KeyReused {
 			t.Fatalf("key reused: %+v, %v", res, err)
 		}
-		// mcp-go sends a handler's error as -32603, which cannot prove
-		// that the tool did not run.
+		// mcp-go sends a handler's error as -32603; Wrap ends its text
+		// with 1030, which says it is the tool's recorded failure.
 		_, err = CallTool(ctx, c, deployRequest(""), CallOptions{})
-		if !errors.Is(err, mcp.ErrInternalError) || !strings.HasSuffix(err.Error(), "internal error: no service") {
-			t.Fatalf("handler error: %v", err)
+		if !errors.Is(err, mcp.ErrInternalError) || !strings.HasSuffix(err.Error(), "internal error: no service (ctokenCode 1030)") ||
+			!errors.Is(err, mcptoken.ErrToolFailed) || errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("handler error: %v; want the recorded failure", err)
 		}
-		wantOutcomeUnknown(t, err)
 		res, err = CallTool(ctx, c, deployRequest("fail"), CallOptions{})
 		if err != nil || !res.IsError || resultText(t, res) != "deploy failed" {
 			t.Fatalf("tool error result: %+v, %v", res, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/ctoken/ctoken/mcptoken"
@@ -30,6 +31,12 @@ const (
 	// has an unknown outcome; _meta also holds [MetaRetryAfterMs]: retry
 	// the same call with the same key after it, never under a new key.
 	OutcomeUnknown = mcptoken.CodeOutcomeUnknown
+	// ToolFailed (1030) ends the message of the -32603 error of a tool
+	// that began and failed, which [Idempotency.Wrap] recorded and sends
+	// to the first call and every retry, as " (ctokenCode 1030)": mcp-go
+	// sends a handler's error by its text alone. [CallTool] ends with it,
+	// matching [mcptoken.ErrToolFailed].
+	ToolFailed = mcptoken.CodeToolFailed
 )
 
 // MetaRetryAfterMs is the _meta member of an [InProgress] or
@@ -67,11 +74,14 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // argument named by KeyArgument and/or from _meta
 // [mcptoken.MetaIdempotencyKey]. An error from h is returned as it is
 // (mcp-go sends it as -32603): one that matches mcp.ErrInvalidParams says
-// the tool did not begin; any other is recorded and sent again, by its
-// text, to every retry, except one matching [mcptoken.ErrNoEffect]: the
-// tool had no effect, nothing is recorded, and the client gets a tool
-// error result with _meta ctokenCode [InProgress] and [MetaRetryAfterMs],
-// which [CallTool] retries under the same key. A handler that answers its
+// the tool did not begin; any other is recorded and sent, by its text
+// ended with " (ctokenCode 1030)" ([ToolFailed]), to the first call and
+// every retry alike, which [CallTool] returns matching
+// [mcptoken.ErrToolFailed]; except one matching [mcptoken.ErrNoEffect]
+// (and the end of a context ctoken ended, which matches it): nothing is
+// recorded, and the client gets a tool error result with _meta ctokenCode
+// [InProgress] and [MetaRetryAfterMs], which [CallTool] retries under the
+// same key. A handler that answers its
 // failures with mcp.NewToolResultError returns such an error instead for
 // a failure before any effect: a tool error result is a result, recorded.
 //
@@ -116,9 +126,12 @@ var toolRules = mcptoken.ToolRules[mcp.CallToolResult]{
 	Failure:    failure,
 	NoResult:   errors.New("tool returned no result"),
 	NeedsInput: func(res *mcp.CallToolResult) bool { return len(res.InputRequests) > 0 || res.NeedsInput() },
-	Replay:     func(record []byte) error { return errors.New(string(record)) },
+	Replay:     func(record []byte) error { return errors.New(string(record) + recordedSuffix) },
 	Refused:    idempotencyResult,
 }
+
+// recordedSuffix ends the text of a recorded failure as sent.
+var recordedSuffix = " (" + MetaTokenCode + " " + strconv.Itoa(ToolFailed) + ")"
 
 // failure returns what a handler's error is to the engine: one that
 // matches mcp.ErrInvalidParams (a validation failure: the tool did not
@@ -143,7 +156,7 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: KeyReused})
 		return res, nil
 	case errors.Is(err, mcptoken.ErrNoEffect):
-		return retryLater(err, "the tool had no effect and nothing was recorded: retry it with the same idempotency key after retryAfterMs (ctokenCode 1025)"), nil
+		return retryLater(err, "nothing was recorded and the key is free (the tool had no effect, or returned the end of a context the server ended): retry it with the same idempotency key after retryAfterMs (ctokenCode 1025)"), nil
 	case errors.Is(err, mcptoken.ErrInProgress):
 		return retryLater(err, "a call with this idempotency key is in progress: retry it with the same key after retryAfterMs (ctokenCode 1025)"), nil
 	case errors.Is(err, mcptoken.ErrOutcomeUnknown):

@@ -32,6 +32,12 @@ const (
 	// 1027 and 1029 are request-state codes; an interrupted round is
 	// [CodeRoundInterrupted], never this code.
 	CodeOutcomeUnknown = 1028
+	// CodeToolFailed tells a client that the error it got is its tool's
+	// failure, recorded under the call's key: the tool began and failed,
+	// and every call under the key gets the same error without a run
+	// ([ErrToolFailed]). Do not retry under the key; check the effect,
+	// and call under a new key only to run the tool again.
+	CodeToolFailed = 1030
 )
 
 // MetaIdempotencyKey is the _meta member of a tools/call that may carry the
@@ -138,6 +144,14 @@ var (
 	// task tool's task fails with nothing kept, and the next call under
 	// its key runs it again.
 	ErrNoEffect = errors.New("mcptoken: the tool had no effect")
+	// ErrToolFailed reports, to a client ([CallWithRetries], the SDK
+	// modules' CallTool), an error its server sent as its tool's recorded
+	// failure ([CodeToolFailed]): the tool began and failed, and the
+	// server replays that failure to every call under the key for its
+	// Window, without running the tool. The error wraps the server's.
+	// Calling again under the key gets it again; check what the tool
+	// did, and call under a new key only to run it again.
+	ErrToolFailed = errors.New("mcptoken: the tool failed after it began, and its failure is recorded under the idempotency key: every call under that key gets it again without a run; check its effect, and call under a new key only to run it again")
 )
 
 // RetryAfter returns the retry hint of an [ErrInProgress],
@@ -328,6 +342,8 @@ type RunFunc func(ctx context.Context) ([]byte, error)
 type Failure struct {
 	Record []byte
 	Err    error
+
+	recorded bool // the engine recorded Record (or replayed it)
 }
 
 // Error returns Err's text, or a fixed text for a replayed Failure.
@@ -411,9 +427,9 @@ func (i *Idempotency) logFailure(ctx context.Context, tool string, err error) {
 	var f *Failure
 	var msg string
 	switch {
-	case errors.As(err, &f) && f.Err != nil && i.e.tx == nil:
+	case errors.As(err, &f) && f.Err != nil && f.recorded:
 		msg = "the tool failed after it began: its failure is recorded, and every retry under its key gets it without a run"
-	case errors.As(err, &f) && f.Err != nil:
+	case errors.As(err, &f) && f.Err != nil && i.e.tx != nil:
 		msg = "the tool failed: its transaction rolled back and its key released; a retry runs it"
 	case errors.As(err, new(*stoppedError)):
 		msg = "the server ended the tool's context and the tool returned that end: nothing recorded and its key released; a retry runs it"

@@ -163,7 +163,7 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 				return nil, false, errNoResult
 			}
 			if len(res) > 0 && res[0] == failurePrefix {
-				return nil, true, &Failure{Record: res[1:]}
+				return nil, true, &Failure{Record: res[1:], recorded: true}
 			}
 			return res, true, nil
 		case replay.LeaseBusy:
@@ -303,6 +303,8 @@ func (e *engine) settle(ctx context.Context, id, token string, fp []byte, held f
 			e.logf(ctx, slog.LevelError, "the work failed after it began and its failure was not recorded; the call runs again once its lease ends", cerr)
 		case !stored:
 			e.logf(ctx, slog.LevelError, "the work failed after it began and its failure was too large to record: recorded as done without it; its retries are refused", nil)
+		default:
+			f.recorded = true
 		}
 		return nil, err
 	}

@@ -33,6 +33,10 @@ type RetryVerdict struct {
 	Reached bool          // the request may have reached the server: only an answer that says the tool did not run is false
 	Closed  bool          // the session can carry no other attempt
 	Hint    time.Duration // the server's retry hint; 0: back off
+	// Recorded: the server answered with its tool's recorded failure
+	// ([CodeToolFailed]), which settles the call: it ends with an error
+	// matching [ErrToolFailed], whatever earlier attempts met.
+	Recorded bool
 }
 
 // CallWithRetries makes attempts of one tool call under key until attempt
@@ -46,7 +50,8 @@ type RetryVerdict struct {
 // attempt, a closed session, the budget or the context ending. Before
 // that, an error not worth another attempt is returned as it is (and so,
 // always, is a task's own end: a [*TaskFailure] whose effect is known, or
-// [ErrTaskCancelled]), and an
+// [ErrTaskCancelled]; and a failure the server recorded, Recorded, which
+// is wrapped to match [ErrToolFailed]), and an
 // end of the budget or of the context is an error that matches the
 // context's error, if it ended the call, and the last attempt's error.
 // name begins every text ("ctokenmcp"), which never holds the key. A
@@ -72,6 +77,9 @@ func CallWithRetries[T any](ctx context.Context, name string, outcome error, key
 		}
 		c.unknown = c.unknown || v.Reached
 		switch {
+		case v.Recorded:
+			// What every call under the key gets: the server knows it.
+			return zero, fmt.Errorf("%w: %w", ErrToolFailed, err)
 		case v.Closed:
 			return zero, c.end("the session closed", nil)
 		case !v.Retry && (!c.unknown || settledByTask(err)):

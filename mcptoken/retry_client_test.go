@@ -205,3 +205,21 @@ func TestCallWithRetriesEndsWithTheTask(t *testing.T) {
 		})
 	}
 }
+
+// A failure the server recorded settles the call, whatever an earlier
+// attempt met: the caller is told it is the tool's recorded failure, never
+// that the outcome is unknown, and gets no key to call again with.
+func TestCallWithRetriesEndsWithTheRecordedFailure(t *testing.T) {
+	served := errors.New("-32603 deploy crashed (ctokenCode 1030)")
+	made := 0
+	_, err := CallWithRetries(context.Background(), "test", errRetryOutcome, "k-rec", 5, time.Minute, func() (string, RetryVerdict, error) {
+		made++
+		if made == 1 {
+			return "", RetryVerdict{Retry: true, Reached: true, Hint: time.Nanosecond}, errors.New("502")
+		}
+		return "", RetryVerdict{Reached: true, Recorded: true}, served
+	})
+	if _, ok := RetryKey(err); ok || made != 2 || !errors.Is(err, ErrToolFailed) || !errors.Is(err, served) || errors.Is(err, errRetryOutcome) {
+		t.Fatalf("err = %v after %d attempts; want the recorded failure, no key", err, made)
+	}
+}

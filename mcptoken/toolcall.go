@@ -26,8 +26,10 @@ type ToolRules[R any] struct {
 	// recorded, so that the round that completes the call is the one
 	// recorded and replayed.
 	NeedsInput func(*R) bool
-	// Replay returns the error a retry of a failed call is sent, from
-	// the Record its [*Failure] holds.
+	// Replay returns the error a recorded failure is sent, from the
+	// Record its [*Failure] holds: to every retry, and to the first call
+	// too, so that each gets the same bytes. It should mark the error as
+	// recorded ([CodeToolFailed]) where its SDK lets it.
 	Replay func(record []byte) error
 	// Refused returns what the handler returns for any other error of
 	// Idempotency.Call: a refusal, a store failure, [ErrNotRecorded], a
@@ -44,12 +46,16 @@ var errInputRequired = errors.New("mcptoken: input required: not recorded")
 // [Idempotency.Call] says (args and metaKey as it takes them), and returns
 // what the SDK's handler returns. A result is recorded as its JSON, and
 // the first call and every retry get it decoded from those bytes, so the
-// client sees the same result each time; a record that does not decode
-// is [ErrNotRecorded] to a retry, and the first call gets its own result.
-// The Err of a handler's [*Failure] is returned as it is to the first
-// call.
+// client sees the same result each time; a result whose JSON does not
+// decode back (a number outside float64, say) is never sent: it is
+// recorded as the tool's failure, saying so, since the tool ran. A record
+// that does not decode (one an older version wrote) is [ErrNotRecorded]
+// to a retry. A handler's failure that was recorded is sent as Replay
+// makes it from its Record, to the first call as to every retry; one that
+// was not (its record failed, or a Transactional call rolled back) is
+// sent to the first call as the handler returned it.
 func (r ToolRules[R]) Call(ctx context.Context, i *Idempotency, caller, tool string, args []byte, metaKey any, run func(context.Context) (*R, error)) (*R, error) {
-	var first *R
+	var first, decoded *R
 	b, err := i.Call(ctx, caller, tool, args, metaKey, func(hctx context.Context) ([]byte, error) {
 		res, err := run(hctx)
 		if err == nil && res == nil {
@@ -65,25 +71,40 @@ func (r ToolRules[R]) Call(ctx context.Context, i *Idempotency, caller, tool str
 		if r.NeedsInput(res) {
 			return nil, errInputRequired
 		}
-		return json.Marshal(res)
+		b, err := json.Marshal(res)
+		if err == nil {
+			decoded = new(R)
+			err = json.Unmarshal(b, decoded)
+		}
+		if err != nil {
+			// The tool ran: record what its retries will be told.
+			return nil, r.Failure(fmt.Errorf("%w: %w", errUnreplayable, err))
+		}
+		return b, nil
 	})
 	var f *Failure
 	switch {
 	case errors.Is(err, errInputRequired):
 		return first, nil
+	case errors.As(err, &f) && f.recorded:
+		return nil, r.Replay(f.Record) // the first call, as every retry
 	case errors.As(err, &f) && f.Err != nil:
-		return nil, f.Err // the first call's own failure
+		return nil, f.Err // the first call's own failure, not recorded
 	case errors.As(err, &f):
 		return nil, r.Replay(f.Record)
 	case err != nil:
 		return r.Refused(err)
 	}
+	if decoded != nil {
+		return decoded, nil // the first call
+	}
 	var out R
 	if err := json.Unmarshal(b, &out); err != nil {
-		if first != nil {
-			return first, nil // the first call: its own result
-		}
 		return r.Refused(fmt.Errorf("%w: the recorded result does not decode", ErrNotRecorded))
 	}
 	return &out, nil
 }
+
+// errUnreplayable is the failure recorded for a tool whose result cannot
+// be sent as recorded.
+var errUnreplayable = errors.New("the tool ran, but its result cannot be sent: its JSON does not decode back into a result (a number outside float64, say); it is not run again under this key: check its effect")

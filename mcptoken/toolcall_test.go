@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/ctoken/ctoken"
@@ -59,9 +60,9 @@ func TestToolRules(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"replay the decoded first result", toolRulesReplayTheDecodedFirstResult},
-		{"record a failure and release a call that did not begin", toolRulesRecordAFailure},
+		{"send a recorded failure as recorded, first call too; release a call that did not begin", toolRulesRecordAFailure},
 		{"do not record a result that asks for input", toolRulesDoNotRecordInput},
-		{"refuse a retry whose record does not decode", toolRulesRefuseAnUndecodableRecord},
+		{"record a result that does not decode back as the tool's failure, never sent", toolRulesRecordAnUndecodableResultAsFailure},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -92,8 +93,8 @@ func toolRulesRecordAFailure(t *testing.T) {
 	runs := 0
 	fail := errors.New("card declined")
 	res, err := rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, func(context.Context) (*toolResult, error) { runs++; return nil, fail })
-	if res != nil || err != fail {
-		t.Fatalf("first call = %v, %v; want the handler's own error", res, err)
+	if res != nil || err == nil || err.Error() != "replayed card declined" {
+		t.Fatalf("first call = %v, %v; want the failure as recorded", res, err)
 	}
 	_, err = rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, func(context.Context) (*toolResult, error) { runs++; return &toolResult{}, nil })
 	if err == nil || err.Error() != "replayed card declined" || runs != 1 {
@@ -101,8 +102,8 @@ func toolRulesRecordAFailure(t *testing.T) {
 	}
 	// A handler with neither result nor error fails with NoResult, recorded.
 	_, err = rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k2"}`), nil, func(context.Context) (*toolResult, error) { return nil, nil })
-	if err == nil || err.Error() != "no result" {
-		t.Fatalf("nil result: %v; want NoResult", err)
+	if err == nil || err.Error() != "replayed no result" {
+		t.Fatalf("nil result: %v; want NoResult, as recorded", err)
 	}
 	if _, err = rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k2"}`), nil, nil); err == nil || err.Error() != "replayed no result" {
 		t.Fatalf("retry of a nil result: %v; want NoResult replayed", err)
@@ -133,22 +134,17 @@ func toolRulesDoNotRecordInput(t *testing.T) {
 	}
 }
 
-func toolRulesRefuseAnUndecodableRecord(t *testing.T) {
+func toolRulesRecordAnUndecodableResultAsFailure(t *testing.T) {
 	i := testIdempotency(t, new(bytes.Buffer), nil)
 	rules := testRules(func(*undecodable) bool { return false })
 	n := 0
 	run := func(context.Context) (*undecodable, error) { n++; return &undecodable{N: 7}, nil }
-	res, err := rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, run)
-	if err != nil || res == nil || res.N != 7 {
-		t.Fatalf("first call = %+v, %v; want its own result", res, err)
-	}
-	res, err = rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, run)
-	var sent *errSent
-	if res != nil || !errors.As(err, &sent) || n != 1 {
-		t.Fatalf("retry = %+v, %v after %d runs; want Refused, one run", res, err, n)
-	}
-	if want := "refused: " + ErrNotRecorded.Error() + ": the recorded result does not decode"; err.Error() != want {
-		t.Fatalf("retry: %q; want %q", err, want)
+	want := "replayed " + errUnreplayable.Error()
+	for call := 1; call <= 2; call++ {
+		res, err := rules.Call(context.Background(), i, "alice", "pay", []byte(`{"key":"k1"}`), nil, run)
+		if res != nil || err == nil || !strings.HasPrefix(err.Error(), want) || n != 1 {
+			t.Fatalf("call %d = %+v, %v after %d runs; want the recorded failure %q, one run", call, res, err, n, want)
+		}
 	}
 }
 
