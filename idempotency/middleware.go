@@ -676,7 +676,7 @@ type bufferWriter struct {
 	w       http.ResponseWriter
 	ctx     context.Context // the handler's
 	status  int
-	stopped bool // the status was set after the middleware's deadline ended ctx
+	stopped bool        // the status was set after the middleware's deadline ended ctx
 	late    http.Header // what Header returns once the status is set
 	buf     respBuffer
 	through bool // over the cap: written straight to w

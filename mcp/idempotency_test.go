@@ -143,6 +143,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
 		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
 		{"a recorded failure is sent as recorded, the first time too", idempotencyRecordedFailureIsSentAsRecorded},
+		{"ErrNoEffect in round two frees the round for its resend", idempotencyNoEffectInRoundTwoFreesTheRound},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -866,5 +867,56 @@ func idempotencyRecordedFailureIsSentAsRecorded(t *testing.T) {
 				t.Fatalf("first %s\nretry %s\n%d runs; want the same recorded failure, one run", first, again, runs.Load())
 			}
 		})
+	}
+}
+
+// A tool with no effect in round two (its database refused) frees that
+// round: CallTool's resend of round two, with the same state and answers,
+// runs it again, so the user is not asked twice and the call acts once.
+func idempotencyNoEffectInRoundTwoFreesTheRound(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	idem, err := NewIdempotency(IdempotencyOptions{
+		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true},
+		Caller:            FixedCaller("alice"), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	db := &flakyDB{}
+	deploy := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			asked.Add(1)
+			return &mcp.CallToolResult{InputRequests: question("confirm"), RequestState: "confirm"}, nil
+		}
+		n, err := db.pay()
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("deployed (deploy %d)", n)}}}, nil
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "deploy", InputSchema: map[string]any{"type": "object"}}, idem.Wrap(deploy))
+	o := StateOptions{Caller: FixedCaller("alice"), AnswerRetries: true, Logger: slog.New(slog.DiscardHandler)}
+	if err := SecureRequestState(s, retryCodec(t, f, replay.NewMemoryStore(0)), &o); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, s, manual)
+	ctx := context.Background()
+	round1 := &mcp.CallToolParams{Name: "deploy", Arguments: map[string]any{}, Meta: mcp.Meta{mcptoken.MetaIdempotencyKey: "dep-1"}}
+	first, err := cs.CallTool(ctx, round1)
+	if err != nil || first.RequestState == "" {
+		t.Fatalf("round one: %v, %+v", err, first)
+	}
+	round2 := *round1
+	round2.RequestState, round2.InputResponses = first.RequestState, answers("confirm")
+	res, err := CallTool(ctx, cs, &round2, CallOptions{})
+	if err != nil || resultText(t, res) != "deployed (deploy 1)" || db.runs.Load() != 2 || db.effects.Load() != 1 || asked.Load() != 1 {
+		t.Fatalf("round two: %v, %+v; %d runs, %d effects, asked %d times; want the deploy, asked once", err, res, db.runs.Load(), db.effects.Load(), asked.Load())
+	}
+	// Its answer, lost, is the recorded round's.
+	again, err := cs.CallTool(ctx, &round2)
+	if err != nil || resultText(t, again) != "deployed (deploy 1)" || db.effects.Load() != 1 {
+		t.Fatalf("round two again: %v, %+v; %d effects", err, again, db.effects.Load())
 	}
 }

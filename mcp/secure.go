@@ -283,9 +283,18 @@ func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request
 		if r, ok := res.(*mcp.CallToolResult); ok && r != nil && err == nil {
 			ranErr = r.GetError()
 		}
+		if retrySaysNothingRan(err) {
+			err = &roundNoEffect{err}
+		}
 		return res, err
 	}, toolResultOf)
-	if err != nil {
+	var ne *roundNoEffect
+	switch {
+	case errors.As(err, &ne):
+		return nil, ne.err // the round is freed: its resend runs it again
+	case errors.Is(err, mcptoken.ErrNoEffect):
+		return nil, retryLater(err, msgNoEffect) // the round stopped by ctoken
+	case err != nil:
 		return nil, err
 	}
 	if ranErr != nil && res.IsError {
@@ -293,6 +302,26 @@ func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request
 		res.SetError(ranErr)
 	}
 	return res, nil
+}
+
+// roundNoEffect is the error of a round whose idempotent tool did not run
+// or had no effect (1025): it matches mcptoken.ErrNoEffect, so that
+// [mcptoken.States.Answer] frees the round for its resend, and is sent as
+// the error it holds.
+type roundNoEffect struct{ err error }
+
+func (r *roundNoEffect) Error() string   { return r.err.Error() }
+func (r *roundNoEffect) Unwrap() []error { return []error{mcptoken.ErrNoEffect, r.err} }
+
+// retrySaysNothingRan reports whether err is the 1025 (InProgress) of an
+// idempotent tool: it had no effect, or its key's call is still running.
+func retrySaysNothingRan(err error) bool {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInternalError || len(we.Data) == 0 {
+		return false
+	}
+	var d idempotencyData
+	return json.Unmarshal(we.Data, &d) == nil && d.Code == InProgress
 }
 
 // toolResultOf decodes the JSON of a tool result so that the SDK encodes

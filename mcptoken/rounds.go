@@ -99,6 +99,25 @@ var interruptedRecord = []byte("\x00ctoken: round interrupted")
 // a holder that stopped without recording it.
 func startedID(id string) string { return id + ".started" }
 
+// A round that had no effect ([ErrNoEffect]) is run again by its state's
+// next presentation, at most maxRoundRuns runs in all: each run n claims
+// its own started mark (startedMark), and a run that had no effect claims
+// freedMark before it releases the round, so that the next presentation
+// tells it from a run whose holder stopped.
+const maxRoundRuns = 16
+
+// startedMark is the started mark of run n of a round (n from 0; run 0's
+// is startedID, as before reruns existed).
+func startedMark(id string, n int) string {
+	if n == 0 {
+		return startedID(id)
+	}
+	return fmt.Sprintf("%s.started.%d", id, n)
+}
+
+// freedMark is the mark run n of a round claims when it had no effect.
+func freedMark(id string, n int) string { return fmt.Sprintf("%s.freed.%d", id, n) }
+
 // AnswersRetries reports whether s answers the retry of a round with its
 // recorded result ([StatesConfig].AnswerRetries).
 func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
@@ -135,6 +154,11 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 //     refused by the store for its budget), is recorded done without a
 //     result: the retry gets [CodeStateUsed], as a single-use state is
 //     refused today, but never "invalid";
+//   - except a round whose error matches [ErrNoEffect] (an idempotent
+//     tool's, or the end of a context ctoken ended: see ErrNoEffect):
+//     nothing happened, so it is released, and the same presentation runs
+//     it again, with the answers the client already gave (at most 16 runs
+//     of one state; the last is recorded as any error is);
 //   - a round that panicked is recorded done without a result, as one
 //     that returned an error, and the panic goes on to the caller;
 //   - a round whose server stopped before recording (a crash) is never run
@@ -249,12 +273,20 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	default:
 		return nil, s.refuse(ctx, method, name, fmt.Errorf("replay store answered lease state %v", rec.State))
 	}
+	run := 0 // the round's run, from 0 (reruns follow runs with no effect)
 	if s.renewer != nil {
-		if err := s.start(ctx, method, name, o, rec.Token, fp, seal); err != nil {
+		if run, err = s.start(ctx, method, name, o, rec.Token, fp, seal); err != nil {
 			return nil, err
 		}
 	}
 	res, runErr := s.run(ctx, method, name, o, rec.Token, acquiredAt, round)
+	if errors.Is(runErr, ErrNoEffect) && s.free(ctx, o, rec.Token, run) {
+		// Nothing happened: the same presentation runs the round again,
+		// with the answers the client already gave.
+		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: the round had no effect; released for the same request to run it again",
+			NameAttr(method, name))
+		return nil, runErr
+	}
 	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 	defer cancel()
 	if runErr != nil {
@@ -286,19 +318,32 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 }
 
 // start claims the mark that the round of o began, before it runs, in a
-// store that renews leases. A mark already claimed means that the round
-// began under a holder whose hold has ended without a record: that holder
-// stopped, and whether the round acted is unknown. The round is then
-// recorded as interrupted (every later presentation is told so) and not
-// run; the error returned is the Integration's refusal.
-func (s *States) start(ctx context.Context, method, name string, o stateclaim.Opened, token string, fp []byte, seal *recordSealer) error {
-	first, err := s.claims.Claim(ctx, startedID(o.ID), o.Until)
-	if err != nil {
-		s.releaseRound(ctx, o.ID, token)
-		return s.refuse(ctx, method, name, err)
-	}
-	if first {
-		return nil
+// store that renews leases, and returns the run's number. A mark already
+// claimed means that the round began before: under a holder that freed it
+// (it had no effect: its freed mark is claimed), and the next run's mark
+// is tried, or under a holder whose hold has ended without a record: that
+// holder stopped, and whether the round acted is unknown. The round is
+// then recorded as interrupted (every later presentation is told so) and
+// not run; the error returned is the Integration's refusal.
+func (s *States) start(ctx context.Context, method, name string, o stateclaim.Opened, token string, fp []byte, seal *recordSealer) (int, error) {
+	for n := 0; n < maxRoundRuns; n++ {
+		first, err := s.claims.Claim(ctx, startedMark(o.ID, n), o.Until)
+		if err == nil && first {
+			return n, nil
+		}
+		var stopped bool
+		if err == nil {
+			// Claimed first here: its holder never freed the run, and
+			// now never can.
+			stopped, err = s.claims.Claim(ctx, freedMark(o.ID, n), o.Until)
+		}
+		if err != nil {
+			s.releaseRound(ctx, o.ID, token)
+			return 0, s.refuse(ctx, method, name, err)
+		}
+		if stopped {
+			break
+		}
 	}
 	s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: its round began under a server that stopped before recording its result; whether it acted is unknown: not run again, and every presentation is told so",
 		NameAttr(method, name))
@@ -312,7 +357,33 @@ func (s *States) start(ctx context.Context, method, name string, o stateclaim.Op
 		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording an interrupted round failed; the next presentation judges it again",
 			NameAttr(method, name), slog.String("error", err.Error()))
 	}
-	return s.refuse(ctx, method, name, ErrRoundInterrupted)
+	return 0, s.refuse(ctx, method, name, ErrRoundInterrupted)
+}
+
+// free releases the round of o, run n, that had no effect, for the
+// state's next presentation to run it again, and reports whether it did:
+// not for the last run a state may have, nor when its freed mark cannot be
+// claimed (the store failed, or a presentation found the hold ended and
+// judged the round interrupted).
+func (s *States) free(ctx context.Context, o stateclaim.Opened, token string, n int) bool {
+	if s.renewer != nil {
+		if n+1 >= maxRoundRuns {
+			return false
+		}
+		first, err := s.claims.Claim(ctx, freedMark(o.ID, n), o.Until)
+		if err != nil || !first {
+			return false
+		}
+	}
+	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
+	defer cancel()
+	if err := s.recorder.ReleaseLease(cctx, o.ID, token); err != nil {
+		// Freed all the same once the hold ends: with the freed mark
+		// claimed, the next presentation runs the round again.
+		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: releasing a round that had no effect failed; it runs again once its hold ends",
+			slog.String("error", err.Error()))
+	}
+	return true
 }
 
 // unrecorded says what follows for a state whose round ran but was not
@@ -394,6 +465,11 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	}
 	res, err := round(rctx, o.State)
 	panicked = false
+	if stoppedByServer(rctx, err) {
+		// The end ctoken gave it (its hold lost, its time up), not its
+		// failure: nothing happened, as for ErrNoEffect.
+		return nil, &stoppedError{err: err, cause: context.Cause(rctx)}
+	}
 	return res, err
 }
 

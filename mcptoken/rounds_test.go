@@ -75,6 +75,7 @@ func TestAnswer(t *testing.T) {
 		{"round longer than its hold stays busy", answerRoundLongerThanItsHoldStaysBusy},
 		{"round whose renewals stall is cancelled while still held", answerRoundWhoseRenewalsStallIsCancelledWhileStillHeld},
 		{"round whose store clock steps forward is cancelled", answerRoundWhoseStoreClockStepsForwardIsCancelled},
+		{"round with no effect is freed for its resend", answerRoundWithNoEffectIsFreedForItsResend},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -1494,4 +1495,88 @@ func answerRoundWhoseStoreClockStepsForwardIsCancelled(t *testing.T) {
 	if !strings.Contains(log.String(), "hold was lost while it ran (the store ended it)") {
 		t.Fatalf("log %q", log.String())
 	}
+}
+
+// A round whose work says it had no effect (ErrNoEffect) is not used up:
+// the same presentation runs it again, up to maxRoundRuns runs, and a
+// rerun whose server stops is told interrupted as a first run is.
+func answerRoundWithNoEffectIsFreedForItsResend(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	flaky := func(fails int32, runs *atomic.Int32) func(context.Context, string) ([]byte, error) {
+		return func(context.Context, string) ([]byte, error) {
+			if runs.Add(1) <= fails {
+				return nil, fmt.Errorf("%w: connection refused", ErrNoEffect)
+			}
+			return []byte(`{"deployed":true}`), nil
+		}
+	}
+	t.Run("rerun until it acts, then answered from its record", func(t *testing.T) {
+		s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		round := flaky(2, &runs)
+		for i := 1; i <= 2; i++ {
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); !errors.Is(err, ErrNoEffect) {
+				t.Fatalf("presentation %d: %v; want ErrNoEffect", i, err)
+			}
+		}
+		for i := 3; i <= 4; i++ {
+			if res, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil || string(res) != `{"deployed":true}` || runs.Load() != 3 {
+				t.Fatalf("presentation %d: %s, %v after %d runs; want the result of run 3", i, res, err, runs.Load())
+			}
+		}
+	})
+	t.Run("at most maxRoundRuns runs", func(t *testing.T) {
+		s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		round := flaky(1000, &runs)
+		for range maxRoundRuns {
+			s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round)
+		}
+		if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); refusalCode(err) != CodeStateUsed || runs.Load() != maxRoundRuns {
+			t.Fatalf("after %d runs: %v; want code 1026", runs.Load(), err)
+		}
+	})
+	t.Run("a rerun whose server stopped is interrupted", func(t *testing.T) {
+		store := &holderStore{MemoryStore: replay.NewMemoryStore(0)}
+		s, _ := retryStates(t, store, StatesConfig{})
+		s.hold = 150 * time.Millisecond // the real clock's: short for the test
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		round := flaky(1, &runs)
+		if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); !errors.Is(err, ErrNoEffect) {
+			t.Fatalf("the first run: %v; want ErrNoEffect", err)
+		}
+		store.mu.Lock()
+		store.holder = "" // the rerun's holder is the one that stops
+		store.mu.Unlock()
+		if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+			store.stop.Store(true)
+			return round(ctx, state)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second) // a failsafe: the hold ends in 150 ms
+		for {
+			_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round)
+			if refusalCode(err) != CodeStateBusy || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if refusalCode(err) != CodeRoundInterrupted || runs.Load() != 2 {
+			t.Fatalf("%v after %d runs; want code 1029 after 2", err, runs.Load())
+		}
+	})
 }
