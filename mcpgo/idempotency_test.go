@@ -126,6 +126,7 @@ func TestIdempotentTools(t *testing.T) {
 		{"a tool with no effect frees its key", idempotencyNoEffectFreesTheKey},
 		{"a store outage records nothing and is ridden out", idempotencyStoreOutageRecordsNothing},
 		{"a round's lost hold cancels the idempotent tool it runs", idempotencyRoundLostHoldCancelsTheTool},
+		{"ErrNoEffect in round two frees the round for its resend", idempotencyNoEffectInRoundTwoFreesTheRound},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -629,5 +630,67 @@ func idempotencyRecordsTheFinalRound(t *testing.T) {
 	b2, _ := json.Marshal(again)
 	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || e.asked.Load() != 1 {
 		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), e.asked.Load())
+	}
+}
+
+// idempotencyNoEffectInRoundTwoFreesTheRound: a tool with no effect in
+// round two (1025) is not recorded as the round's result: the resend of
+// round two, with the same state and answers, runs it again, without
+// asking the user again, and acts once.
+func idempotencyNoEffectInRoundTwoFreesTheRound(t *testing.T) {
+	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
+	quiet := slog.New(slog.DiscardHandler)
+	states, err := NewStates(f.codec, &StateOptions{Caller: ContextCaller, AnswerRetries: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyFromMeta: true}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked, rounds2, deploys atomic.Int32
+	deploy := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			asked.Add(1)
+			return server.NewInputRequestBuilder("confirm").Elicit("ok", mcp.ElicitationParams{Message: "deploy?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if rounds2.Add(1) == 1 {
+			return nil, fmt.Errorf("%w: connection refused", mcptoken.ErrNoEffect)
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("deploy %d", deploys.Add(1))), nil
+	}
+	s := server.NewMCPServer("deploy", "v0", SecureRequestState(states), server.WithToolCapabilities(false), server.WithElicitation())
+	s.AddTool(mcp.NewTool("deploy"), idem.Wrap(deploy))
+	call := func(params map[string]any) map[string]any {
+		params["name"], params["arguments"] = "deploy", map[string]any{}
+		params["_meta"] = map[string]any{mcptoken.MetaIdempotencyKey: "dep-1", mcp.MetaKeyProtocolVersion: "2026-07-28",
+			mcp.MetaKeyClientInfo: map[string]any{"name": "c", "version": "v0"}, mcp.MetaKeyClientCapabilities: map[string]any{"elicitation": map[string]any{}}}
+		req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+		out, _ := json.Marshal(s.HandleMessage(WithCaller(context.Background(), "alice"), req))
+		var resp struct {
+			Result map[string]any `json:"result"`
+		}
+		if err := json.Unmarshal(out, &resp); err != nil || resp.Result == nil {
+			t.Fatalf("response %s", out)
+		}
+		return resp.Result
+	}
+	round1 := call(map[string]any{})
+	state, _ := round1["requestState"].(string)
+	if state == "" {
+		t.Fatalf("round one: %v", round1)
+	}
+	round2 := func() map[string]any {
+		return call(map[string]any{"requestState": state, "inputResponses": map[string]any{"ok": map[string]any{"action": "accept", "content": map[string]any{"ok": true}}}})
+	}
+	first := round2()
+	if meta, _ := first["_meta"].(map[string]any); meta == nil || meta[MetaTokenCode] != float64(InProgress) {
+		t.Fatalf("round two: %v; want the tool's 1025", first)
+	}
+	for i := range 2 {
+		res := round2()
+		if b, _ := json.Marshal(res["content"]); !strings.Contains(string(b), "deploy 1") || deploys.Load() != 1 || asked.Load() != 1 {
+			t.Fatalf("round two resent (%d): %v; %d deploys, asked %d times; want deploy 1, asked once", i, res, deploys.Load(), asked.Load())
+		}
 	}
 }

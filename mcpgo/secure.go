@@ -212,15 +212,39 @@ func (st *States) answerRetry(ctx context.Context, req mcp.CallToolRequest, args
 	if err != nil {
 		return nil, err
 	}
-	return mcptoken.AnswerJSON(ctx, st.core, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) (any, error) {
+	res, err := mcptoken.AnswerJSON(ctx, st.core, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) (any, error) {
 		req.Params.RequestState = plain
 		res, err := st.runTool(ctx, req, args, next)
 		if err == nil && res == nil {
 			err = errors.New("ctokenmcpgo: the tool handler returned no result")
 		}
+		if err == nil && TokenCode(res) == InProgress {
+			// An idempotent tool that had no effect, or whose key's call
+			// still runs: the round is freed for its resend, not
+			// recorded.
+			return nil, &roundNoEffect{res}
+		}
 		return res, err
 	}, toolResultOf)
+	var ne *roundNoEffect
+	switch {
+	case errors.As(err, &ne):
+		return ne.res, nil
+	case errors.Is(err, mcptoken.ErrNoEffect):
+		return retryLater(err, "nothing was recorded and the key is free (the server stopped the round): retry it with the same idempotency key after retryAfterMs (ctokenCode 1025)"), nil
+	}
+	return res, err
 }
+
+// roundNoEffect is the error of a round answered with an [InProgress]
+// result: it matches mcptoken.ErrNoEffect, so that
+// [mcptoken.States.Answer] frees the round for its resend, which gets res.
+type roundNoEffect struct{ res *mcp.CallToolResult }
+
+func (r *roundNoEffect) Error() string {
+	return "ctokenmcpgo: the round's tool did not run (ctokenCode 1025)"
+}
+func (r *roundNoEffect) Unwrap() error { return mcptoken.ErrNoEffect }
 
 // toolResultOf decodes the JSON of a tool result so that mcp-go encodes it
 // again to the same bytes (mcp-go keeps structuredContent as the JSON text
