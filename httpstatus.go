@@ -13,6 +13,14 @@ import "errors"
 //     another endpoint's, or the request's filter changed) and
 //     [ErrArgsInvalid] (arguments that cannot be fingerprinted): 400 (Bad
 //     Request). Retrying with the same cursor cannot succeed.
+//   - [ErrOpaqueStateTooLarge] (at issue: the state, for a keyset cursor
+//     the sort key of the page's last row, encodes over
+//     [CursorIssuer.StateBudget]): 422 (Unprocessable Content). The same
+//     request fails the same way every time, so it is no 5xx a client
+//     would retry in vain: the listing cannot continue from that row, and
+//     the client asks for the page again with another page size, so that
+//     it ends on another row. The server's fix is a bounded sort key
+//     (docs/cursors.md, "A sort key of text").
 //   - Any other error (a key misconfiguration, a cursor too large to issue):
 //     500 (Internal Server Error): the server's fault, not the client's.
 //
@@ -27,6 +35,8 @@ func CursorHTTPStatus(err error) int {
 		return 410
 	case errors.Is(err, ErrCursorInvalid), errors.Is(err, ErrArgsInvalid):
 		return 400
+	case errors.Is(err, ErrOpaqueStateTooLarge):
+		return 422
 	}
 	return 500
 }

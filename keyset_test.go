@@ -210,7 +210,7 @@ func TestCursorHTTPStatusMapsErrors(t *testing.T) {
 		{"keyset state of another type", errCursorStateType, 400},
 		{"no key", errCursorNoKey, 500},
 		{"cursor too large to issue", errCursorLarge, 500},
-		{"state too large to issue", errCursorStateLarge, 500},
+		{"state too large to issue (a sort key the client can page around)", errCursorStateLarge, 422},
 		{"no tool", errCursorNoTool, 500},
 		{"any other error", errors.New("database down"), 500},
 	} {

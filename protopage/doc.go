@@ -51,9 +51,11 @@
 // server session: "start over") and [ErrRequestChanged] (other fields, or
 // another caller's or another method's token, or a forged one whose body
 // still decodes: the MAC binds all three and the token carries none, so
-// which it is cannot be known) are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
-// Internal. Their text is fixed and is what the client is told; the reason
-// goes to the [Config.Logger] only.
+// which it is cannot be known) are InvalidArgument; [ErrNoCaller] is
+// Unauthenticated; [ErrKeyTooLarge] (the page's last sort key is over
+// [Pager.StateBudget]: the client asks again with another page_size) is
+// FailedPrecondition; [ErrServer] is Internal. Their text is fixed and is
+// what the client is told; the reason goes to the [Config.Logger] only.
 //
 // # The request fingerprint
 //

@@ -354,9 +354,13 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // page's (method, caller, request fingerprint) and carrying state, at most
 // ctoken.MaxOpaqueStateBytes: the keyset state the next page resumes from.
 // Put it in the response's next_page_token; on the last page, leave that
-// empty instead. A state over [Pager.StateBudget] is refused here, the
-// handler's fault: [ErrServer], also matching ctoken.ErrOpaqueStateTooLarge.
-// The caller's identity never is (it costs a token no byte: the MAC covers it).
+// empty instead. A state over [Pager.StateBudget] is refused here with
+// [ErrKeyTooLarge], also matching ctoken.ErrOpaqueStateTooLarge: the
+// listing cannot continue from this item, and the same request would be
+// refused the same way, so the client is told to ask for another
+// page_size; a handler whose sort key holds text bounds it
+// (docs/pagination.md). The caller's identity never costs a byte of the
+// budget (the MAC covers it).
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
 		return "", errNoPage
@@ -366,7 +370,11 @@ func (pg *Page) Next(state []byte) (string, error) {
 	}
 	token, err := pg.p.issuer.Issue(ctoken.CursorPayload{CursorScope: pg.scope, Page: pg.index + 1, State: state})
 	if err != nil {
-		return "", pg.p.refuse(context.Background(), pg.method, ErrServer, err)
+		kind := ErrServer
+		if errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+			kind = ErrKeyTooLarge
+		}
+		return "", pg.p.refuse(context.Background(), pg.method, kind, err)
 	}
 	return token, nil
 }

@@ -255,14 +255,31 @@ func TestStartRefusesServerFaults(t *testing.T) {
 	}
 }
 
-func TestNextRefusesStateTooLargeForAToken(t *testing.T) {
+// TestNextRefusesAKeyTooLargeForATokenAsTheClientsToActOn: a sort key over
+// the budget is ErrKeyTooLarge, whose fixed text tells the client what it
+// can do (another page_size), never ErrServer (a fault a client retries in
+// vain); the operator learns it at Error, with the reason.
+func TestNextRefusesAKeyTooLargeForATokenAsTheClientsToActOn(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
 	page, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := page.Next(make([]byte, ctoken.MaxOpaqueStateBytes+1)); !errors.Is(err, protopage.ErrServer) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
-		t.Fatalf("Next with oversize state: %v", err)
+	before := len(f.Log.String())
+	long := &librarypb.BookKey{Title: strings.Repeat("é", 130), Id: "b001"} // 260 bytes of title
+	_, err = page.NextMessage(long)
+	if !errors.Is(err, protopage.ErrKeyTooLarge) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) || errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("NextMessage with a key over the budget: %v, want ErrKeyTooLarge (and ctoken.ErrOpaqueStateTooLarge), not ErrServer", err)
+	}
+	if err.Error() != protopage.ErrKeyTooLarge.Error() || !strings.Contains(err.Error(), "another page_size") {
+		t.Fatalf("text %q, want ErrKeyTooLarge's, which names what the client can do", err)
+	}
+	if logged := f.Log.String()[before:]; !strings.Contains(logged, "level=ERROR") || !strings.Contains(logged, `reason="state over MaxOpaqueStateBytes"`) {
+		t.Fatalf("log %q, want an Error record with the reason", logged)
+	}
+	// The page ends on another item: the listing goes on.
+	if _, err := page.NextMessage(&librarypb.BookKey{Title: "Solaris", Id: "b002"}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -435,8 +452,8 @@ func TestPageTokenBudgetIsTheStateCapForAnyCaller(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, err = page.Next(make([]byte, f.Pager.StateBudget()+1))
-				if !errors.Is(err, protopage.ErrServer) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
-					t.Fatalf("Next over the budget = %v, want ErrServer and ctoken.ErrOpaqueStateTooLarge", err)
+				if !errors.Is(err, protopage.ErrKeyTooLarge) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+					t.Fatalf("Next over the budget = %v, want ErrKeyTooLarge and ctoken.ErrOpaqueStateTooLarge", err)
 				}
 				token, err := page.Next(bytes.Repeat([]byte{1}, f.Pager.StateBudget()))
 				if err != nil {

@@ -150,8 +150,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse answers a refused cursor with ctoken.CursorHTTPStatus: 410 to
-// start over, 400 for an invalid cursor. The reason goes to the server's
-// log only.
+// start over, 400 for an invalid cursor, 422 when the next cursor cannot
+// carry the page's last sort key (not with this store's int64 IDs; a key
+// of text is bounded as docs/cursors.md shows). The reason goes to the
+// server's log only.
 func (s *Server) refuse(w http.ResponseWriter, err error) {
 	status := ctoken.CursorHTTPStatus(err)
 	s.Log.Warn("cursor refused", "instance", s.Name, "status", status, "reason", ctoken.Reason(err).String())
@@ -160,6 +162,8 @@ func (s *Server) refuse(w http.ResponseWriter, err error) {
 		problem(w, status, "the cursor has expired: start over from the first page, without a cursor")
 	case http.StatusBadRequest:
 		problem(w, status, "invalid cursor: do not retry it")
+	case http.StatusUnprocessableEntity:
+		problem(w, status, "no cursor can be issued after this page: it ends on an item whose sort key is too long for a cursor; ask for it again with another limit, so that it ends on another item")
 	default:
 		problem(w, status, "internal error")
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -221,5 +224,31 @@ func TestStartFleetRefusesABadKeyFile(t *testing.T) {
 		if !errors.Is(err, want) || f != nil {
 			t.Errorf("%s: %v, want %v", filepath.Base(path), err, want)
 		}
+	}
+}
+
+// TestRefuseAnswersASortKeyTooLongWith422AndWhatToDo: a next cursor that
+// cannot carry the page's last sort key (here a 250-byte name, the key of a
+// listing by name) is no 500 a client retries in vain, but 422 with a
+// detail that says what happened and what the client can do.
+func TestRefuseAnswersASortKeyTooLongWith422AndWhatToDo(t *testing.T) {
+	in := startOne(t)
+	type nameKey struct {
+		Name string
+		ID   int64
+	}
+	_, err := ctoken.IssueKeyset(in.Issuer, ctoken.CursorScope{ToolID: listItems, CallerID: "u"}, nameKey{Name: strings.Repeat("n", 250), ID: 7})
+	if !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+		t.Fatalf("IssueKeyset of a 250-byte name: %v, want ErrOpaqueStateTooLarge", err)
+	}
+	w := httptest.NewRecorder()
+	in.refuse(w, err)
+	var body struct {
+		Status int
+		Detail string
+	}
+	if w.Code != http.StatusUnprocessableEntity || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Status != w.Code ||
+		!strings.HasPrefix(body.Detail, "no cursor can be issued after this page") || !strings.Contains(body.Detail, "another limit") {
+		t.Fatalf("refuse: %d %s, want 422 saying what happened, then what to do", w.Code, w.Body)
 	}
 }

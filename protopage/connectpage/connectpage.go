@@ -17,14 +17,15 @@
 // token verifies whichever protocol carried it, and the caller) in the
 // context and maps the errors:
 //
-//	protopage.ErrTokenInvalid    connect.CodeInvalidArgument  "page_token is invalid"
-//	protopage.ErrTokenExpired    connect.CodeInvalidArgument  "page_token has expired: start over …"
-//	protopage.ErrRequestChanged  connect.CodeInvalidArgument  "page_token was issued for a request with other fields: …"
-//	protopage.ErrNoCaller        connect.CodeUnauthenticated  "the request has no authenticated caller"
-//	protopage.ErrServer          connect.CodeInternal         "internal error"
+//	protopage.ErrTokenInvalid    connect.CodeInvalidArgument     "page_token is invalid"
+//	protopage.ErrTokenExpired    connect.CodeInvalidArgument     "page_token has expired: start over …"
+//	protopage.ErrRequestChanged  connect.CodeInvalidArgument     "page_token does not match this request: …"
+//	protopage.ErrNoCaller        connect.CodeUnauthenticated     "the request has no authenticated caller"
+//	protopage.ErrKeyTooLarge     connect.CodeFailedPrecondition  "page_token cannot be issued: … another page_size …"
+//	protopage.ErrServer          connect.CodeInternal            "internal error"
 //
 // Over plain HTTP (the Connect protocol, a POST with a JSON body, as curl
-// sends it) these are HTTP 400, 401 and 500 with a JSON body
+// sends it) these are HTTP 400, 401, 400 and 500 with a JSON body
 // {"code":"invalid_argument","message":"…"}. The message is the error's
 // fixed text whatever the handler wrapped around it: the reason a token was
 // refused goes to the Pager's logger only. Any other error passes through
@@ -90,6 +91,8 @@ func Error(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, protopage.ErrRequestChanged)
 	case errors.Is(err, protopage.ErrNoCaller):
 		return connect.NewError(connect.CodeUnauthenticated, protopage.ErrNoCaller)
+	case errors.Is(err, protopage.ErrKeyTooLarge):
+		return connect.NewError(connect.CodeFailedPrecondition, protopage.ErrKeyTooLarge)
 	case errors.Is(err, protopage.ErrServer):
 		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 	}

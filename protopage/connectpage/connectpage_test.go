@@ -310,6 +310,7 @@ func TestErrorMapsEveryKindWhateverTheWrapping(t *testing.T) {
 		{fmt.Errorf("listing shelves/a: %w", protopage.ErrTokenExpired), connect.CodeInvalidArgument, protopage.ErrTokenExpired.Error()},
 		{fmt.Errorf("x: %w", protopage.ErrRequestChanged), connect.CodeInvalidArgument, protopage.ErrRequestChanged.Error()},
 		{protopage.ErrNoCaller, connect.CodeUnauthenticated, protopage.ErrNoCaller.Error()},
+		{fmt.Errorf("listing: %w", protopage.ErrKeyTooLarge), connect.CodeFailedPrecondition, protopage.ErrKeyTooLarge.Error()},
 		{fmt.Errorf("secret detail: %w", protopage.ErrServer), connect.CodeInternal, "internal error"},
 	} {
 		var ce *connect.Error

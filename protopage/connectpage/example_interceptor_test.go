@@ -141,5 +141,5 @@ func ExampleNewInterceptor() {
 	// The Dispossessed
 	// Solaris
 	// The Lathe of Heaven
-	// 400 {"code":"invalid_argument","message":"page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token"}
+	// 400 {"code":"invalid_argument","message":"page_token does not match this request: it was issued for other fields, another caller or another method, or altered; repeat the request it was issued for (only page_size and skip may change), or start over without a page_token"}
 }

@@ -139,8 +139,8 @@ func ExampleUnaryServerInterceptor() {
 	// The Dispossessed
 	// Solaris
 	// --
-	// level=INFO msg="protopage: page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token" method=/ctoken.protopage.example.v1.LibraryService/ListBooks reason="forged or wrong scope (tool, caller or arguments)"
-	// InvalidArgument page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token
+	// level=INFO msg="protopage: page_token does not match this request: it was issued for other fields, another caller or another method, or altered; repeat the request it was issued for (only page_size and skip may change), or start over without a page_token" method=/ctoken.protopage.example.v1.LibraryService/ListBooks reason="forged or wrong scope (tool, caller or arguments)"
+	// InvalidArgument page_token does not match this request: it was issued for other fields, another caller or another method, or altered; repeat the request it was issued for (only page_size and skip may change), or start over without a page_token
 	// The Lathe of Heaven
 	// Kindred
 	// --

@@ -13,11 +13,12 @@
 // errors as they are; the interceptor puts the [protopage.Call] (the full
 // method name and the caller) in the context and maps the errors:
 //
-//	protopage.ErrTokenInvalid    codes.InvalidArgument  "page_token is invalid"
-//	protopage.ErrTokenExpired    codes.InvalidArgument  "page_token has expired: start over …"
-//	protopage.ErrRequestChanged  codes.InvalidArgument  "page_token was issued for a request with other fields: …"
-//	protopage.ErrNoCaller        codes.Unauthenticated  "the request has no authenticated caller"
-//	protopage.ErrServer          codes.Internal         "internal error"
+//	protopage.ErrTokenInvalid    codes.InvalidArgument       "page_token is invalid"
+//	protopage.ErrTokenExpired    codes.InvalidArgument       "page_token has expired: start over …"
+//	protopage.ErrRequestChanged  codes.InvalidArgument       "page_token does not match this request: …"
+//	protopage.ErrNoCaller        codes.Unauthenticated       "the request has no authenticated caller"
+//	protopage.ErrKeyTooLarge     codes.FailedPrecondition    "page_token cannot be issued: … another page_size …"
+//	protopage.ErrServer          codes.Internal              "internal error"
 //
 // The status message is the error's fixed text (for ErrServer, "internal
 // error"), whatever the handler wrapped around it: the reason a token was
@@ -75,6 +76,8 @@ func Status(err error) error {
 		return status.Error(codes.InvalidArgument, protopage.ErrRequestChanged.Error())
 	case errors.Is(err, protopage.ErrNoCaller):
 		return status.Error(codes.Unauthenticated, protopage.ErrNoCaller.Error())
+	case errors.Is(err, protopage.ErrKeyTooLarge):
+		return status.Error(codes.FailedPrecondition, protopage.ErrKeyTooLarge.Error())
 	case errors.Is(err, protopage.ErrServer):
 		return status.Error(codes.Internal, "internal error")
 	}

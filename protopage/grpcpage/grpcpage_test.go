@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/ctoken/ctoken"
@@ -193,6 +194,7 @@ func TestStatusMapsEveryKindWhateverTheWrapping(t *testing.T) {
 		{fmt.Errorf("listing shelves/a: %w", protopage.ErrTokenExpired), codes.InvalidArgument, protopage.ErrTokenExpired.Error()},
 		{fmt.Errorf("x: %w", protopage.ErrRequestChanged), codes.InvalidArgument, protopage.ErrRequestChanged.Error()},
 		{protopage.ErrNoCaller, codes.Unauthenticated, protopage.ErrNoCaller.Error()},
+		{fmt.Errorf("listing: %w", protopage.ErrKeyTooLarge), codes.FailedPrecondition, protopage.ErrKeyTooLarge.Error()},
 		{fmt.Errorf("secret detail: %w", protopage.ErrServer), codes.Internal, "internal error"},
 	} {
 		st, _ := status.FromError(grpcpage.Status(tc.err))
@@ -208,5 +210,50 @@ func TestStatusMapsEveryKindWhateverTheWrapping(t *testing.T) {
 func TestUnaryServerInterceptorRefusesNilCaller(t *testing.T) {
 	if i, err := grpcpage.UnaryServerInterceptor(nil); i != nil || !errors.Is(err, ctoken.ErrConfig) {
 		t.Fatalf("nil caller: %v", err)
+	}
+}
+
+// TestGRPCAnswersAKeyTooLargeWithFailedPreconditionThatAnotherPageSizePasses:
+// a page that would end on a book whose sort key is over the state budget
+// (a 250-byte title, as the handler puts the whole title in the key) is
+// FailedPrecondition with the fixed text naming what the client can do,
+// every time it is asked; the same request with another page_size ends on
+// another book, and the listing completes, every book once.
+func TestGRPCAnswersAKeyTooLargeWithFailedPreconditionThatAnotherPageSizePasses(t *testing.T) {
+	f := pagetest.New(t, protopage.Config{})
+	books := shelf.Books(12)
+	books[2].Title = "A " + strings.Repeat("long title ", 23)[:248] // first in title order, on shelves/a
+	client := start(t, f.Pager, books)
+	req := &librarypb.ListBooksRequest{Parent: "shelves/a", PageSize: 1}
+	for range 2 { // the same request, the same answer: no retry helps
+		before := len(f.Log.String())
+		resp, err := client.ListBooks(as("alice"), req)
+		st, _ := status.FromError(err)
+		if resp != nil || st.Code() != codes.FailedPrecondition {
+			t.Fatalf("a page ending on the long title: %v, %v; want FailedPrecondition", resp, err)
+		}
+		pagetest.CheckRefusal(t, st.Message(), protopage.ErrKeyTooLarge, f.Log.String()[before:], "", "alice")
+	}
+	want := shelf.Sorted(books, req)
+	var got []*librarypb.Book
+	req.PageSize = 2 // the page ends on the book after it
+	for {
+		resp, err := client.ListBooks(as("alice"), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.Books...)
+		if resp.NextPageToken == "" {
+			break
+		}
+		req.PageToken = resp.NextPageToken
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d books, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("book %d: %v, want %v", i, got[i], want[i])
+		}
 	}
 }
