@@ -7,8 +7,11 @@ package ctoken
 
 // IssueKeyset issues a cursor for the page that starts after the sort key
 // after, bound to scope: [IssueState] with no page number. after is encoded
-// as deterministic CBOR and, with the scope, must fit [MaxOpaqueStateBytes]
-// ([ErrOpaqueStateTooLarge]) and [MaxCursorBytes] ([ErrCursorTooLarge]).
+// as deterministic CBOR and must fit [MaxOpaqueStateBytes]
+// ([ErrOpaqueStateTooLarge], which [CursorHTTPStatus] answers with 422) and
+// [MaxCursorBytes] ([ErrCursorTooLarge]). A key that holds text a user
+// wrote has no length of its own: docs/cursors.md ("A sort key of text")
+// bounds it so that every key fits and paging stays exact.
 //
 // scope.ToolID names the operation or endpoint the cursor belongs to (for
 // an HTTP API, say "GET /v1/items"), scope.CallerID the authenticated

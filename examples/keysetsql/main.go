@@ -454,7 +454,7 @@ func run(ctx context.Context, out io.Writer, logger *slog.Logger) error {
 		return err
 	}
 	defer store.DB.Close()
-	for i := range 300 {
+	for i := range 100 {
 		if _, err := store.Insert(ctx, "a", LongTitle(i, 1024)); err != nil {
 			return err
 		}

@@ -229,7 +229,7 @@ func TestRunListsBothTransports(t *testing.T) {
 	if err := run(t.Context(), &out, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	if want := "HTTP: 300 books of 1 KiB titles on 43 pages\ngRPC: 300 books of 1 KiB titles on 43 pages\n"; out.String() != want {
+	if want := "HTTP: 100 books of 1 KiB titles on 15 pages\ngRPC: 100 books of 1 KiB titles on 15 pages\n"; out.String() != want {
 		t.Fatalf("run printed %q, want %q", out.String(), want)
 	}
 }
