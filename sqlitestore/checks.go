@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,10 +161,16 @@ type guard struct {
 	wal     atomic.Pointer[os.FileInfo]
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // a loss: only Rearm and a new Store lift it
+	// filed: a checkpoint copied New's first commit into the database
+	// file; until then every call refuses (fileMarker). fileTarget is the
+	// WAL's length in frames at the first try.
+	filed      atomic.Bool
+	fileTarget int
 
-	mu        sync.Mutex // persist
+	mu        sync.Mutex // persist, recordLoss
 	persisted sidecar
 	logged    string
+	log       *slog.Logger
 }
 
 func (g *guard) refused() error {
@@ -176,14 +183,35 @@ func (g *guard) refused() error {
 // refuse makes every call return err, which it returns naming the command
 // that lifts a loss; a loss is never lifted by a check.
 func (g *guard) refuse(err error) error {
-	err = g.place.lift(err)
+	lifted := g.place.lift(err)
 	if errors.Is(err, ErrForgotten) {
-		g.sticky.Store(true)
+		if !g.sticky.Swap(true) {
+			g.recordLoss(err)
+		}
 	} else if g.sticky.Load() {
-		return err
+		return lifted
 	}
-	g.refusal.Store(&err)
-	return err
+	g.refusal.Store(&lifted)
+	return lifted
+}
+
+// recordLoss makes a loss the running store found durable: the sidecar
+// records it (Lost), so every New and ctoken-sqlite status refuse until
+// Rearm, whatever the file says by then (judgeFiles). A sidecar of
+// another incarnation (re-armed meanwhile) is left as it is.
+func (g *guard) recordLoss(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	file := sidecarFile(g.place.path, g.place.table)
+	old, ok, rerr := readSidecar(file)
+	if rerr != nil || !ok || old.Incarnation != g.incarnation || g.incarnation == "" || old.Lost != "" {
+		return
+	}
+	old.Seq = max(old.Seq, g.seq.Load())
+	old.Lost = time.Now().UTC().Format(time.RFC3339) + ": " + strings.TrimPrefix(err.Error(), ErrForgotten.Error()+": ")
+	if werr := writeSidecar(file, old, true); werr != nil {
+		g.log.Error("sqlitestore: recording the loss in the sidecar failed: the next New judges the files as they are", "path", file, "err", werr)
+	}
 }
 
 func (g *guard) clear() {
@@ -198,6 +226,10 @@ type sidecar struct {
 	Seq         int64  `json:"seq"`
 	Boot        string `json:"boot,omitempty"`   // while a store runs with synchronous=NORMAL
 	Repair      string `json:"repair,omitempty"` // while a repair is unfinished
+	Lost        string `json:"lost,omitempty"`   // a loss a running store found: when, and what
+	// Filed: the database file itself holds the table's marker at a
+	// sequence above 0 (a checkpoint copied a store's first commit).
+	Filed bool `json:"filed,omitempty"`
 }
 
 // bootID is the kernel's boot id (Linux), "" where there is none.
@@ -242,6 +274,8 @@ func writeSidecar(file string, c sidecar, force bool) error {
 			c.Seq = max(c.Seq, old.Seq)
 			c.Boot = cmp.Or(c.Boot, old.Boot)
 			c.Repair = cmp.Or(c.Repair, old.Repair)
+			c.Lost = cmp.Or(c.Lost, old.Lost)
+			c.Filed = c.Filed || old.Filed
 			if c == old {
 				return nil
 			}
@@ -340,9 +374,48 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	}
 	g.saw(seq)
 	g.refusal.Store(nil)
+	g.fileTarget, g.persisted.Filed = -1, side.Filed
+	g.filed.Store(side.Filed)
+	if err := s.fileMarker(q); err != nil {
+		if isIOError(err) {
+			return false, unavailable(ctx, err)
+		}
+		g.refusal.Store(&err) // the checker tries again
+	}
 	g.persist(s)
 	s.relinkWAL()
 	return haveSide && side.Repair != "", nil
+}
+
+// fileMarker makes the database file itself record that a store ran on
+// its table before the store answers a call. In WAL mode New's first
+// write, the marker's advance, is in the WAL alone until a checkpoint
+// copies it: the file copied alone (cp replay.db other/), or a crash and
+// then its WAL deleted, would read as a table no store ran on and be
+// served. So unless the sidecar says a checkpoint did (Filed), New
+// checkpoints (PASSIVE) on its connection, and until a checkpoint has
+// copied every frame up to New's commit (the WAL's length at the first
+// try; a WAL shorter since was restarted, which only a whole checkpoint
+// allows) every call refuses and each check tries again. SQLite syncs the
+// database file before it counts a frame copied. The sidecar records it.
+func (s *Store) fileMarker(q querier) error {
+	g := &s.guard
+	if !s.wal || g.filed.Load() {
+		g.filed.Store(true)
+		return nil
+	}
+	var busy, log, done int
+	if err := q.queryRow(`PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done); err != nil {
+		return fmt.Errorf("%w: the checkpoint that records in the database file that a store ran on it: %w", ErrUnavailable, err)
+	}
+	if g.fileTarget < 0 {
+		g.fileTarget = log
+	}
+	if busy == 0 && (done >= g.fileTarget || log < g.fileTarget) {
+		g.filed.Store(true)
+		return nil
+	}
+	return fmt.Errorf("%w: the database file does not record yet that a store ran on it: a reader holds back the checkpoint that copies the store's first commit into it (%d of the WAL's %d frames copied); the store serves once a check's checkpoint copies it", ErrUnavailable, done, log)
 }
 
 // judgeFiles is New's judgement, before its first write, of the table in
@@ -355,6 +428,10 @@ func judgeFiles(ctx context.Context, q querier, p place, boot string, now int64,
 	side, haveSide, err = readSidecar(sidecarFile(p.path, p.table))
 	if err != nil {
 		return side, false, "", 0, err
+	}
+	if err := lostRefusal(p.path, side); err != nil {
+		// Before any read of the file, which may be another's by now.
+		return side, haveSide, "", 0, err
 	}
 	inc, _, seq, err = (&Store{table: p.table}).marker(q)
 	refuse := func(format string, args ...any) error {
@@ -381,6 +458,28 @@ func judgeFiles(ctx context.Context, q querier, p place, boot string, now int64,
 		err = judgeWALLinks(q, p.path, p.table, inc, seq, now, remove)
 	}
 	return side, haveSide, inc, seq, err
+}
+
+// checkTable reads the table and its index whole (PRAGMA quick_check),
+// for Rearm: a malformed table is not re-armed.
+func checkTable(q querier, p place) error {
+	var first string
+	if err := q.queryRow(`PRAGMA main.quick_check(` + unquote(p.table) + `)`).Scan(&first); err != nil {
+		return malformed(err, p.path, p.table)
+	}
+	if first != "ok" {
+		return malformed(fmt.Errorf("PRAGMA quick_check finds the table %s malformed: %s", unquote(p.table), first), p.path, p.table)
+	}
+	return nil
+}
+
+// lostRefusal is the refusal of a loss a running store found (side.Lost,
+// recorded by guard.recordLoss), nil without one.
+func lostRefusal(path string, side sidecar) error {
+	if side.Lost == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: a store running on %s found a loss, recorded in its sidecar, at %s; stop every program on the file; if the loss is the database file deleted or replaced, delete %s-wal and %s-shm (the replaced file's: SQLite would apply that WAL to this file); rearm refuses a table SQLite finds malformed: then put a good copy in its place", ErrForgotten, path, side.Lost, path, path)
 }
 
 // noSidecar says why a table a store ran on, at sequence seq, without
@@ -475,14 +574,14 @@ func (f fenced) RetryAt() time.Time { return f.end }
 func (g *guard) persist(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
+	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load(), Filed: g.filed.Load()}
 	if s.normal {
 		c.Boot = s.boot
 	}
 	if s.repairing.Load() {
 		c.Repair = cmp.Or(s.boot, "unknown")
 	}
-	if c.Seq <= g.persisted.Seq && c.Boot == g.persisted.Boot && c.Repair == g.persisted.Repair || g.sticky.Load() || g.incarnation == "" {
+	if c.Seq <= g.persisted.Seq && c.Boot == g.persisted.Boot && c.Repair == g.persisted.Repair && c.Filed == g.persisted.Filed || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
 	if err := writeSidecar(sidecarFile(s.path, s.table), c, false); err != nil {
@@ -497,12 +596,12 @@ func (g *guard) clearMarks(s *Store, keepBoot bool, what string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	file := sidecarFile(s.path, s.table)
-	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
+	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load(), Filed: g.filed.Load()}
 	if keepBoot {
 		c.Boot = s.boot
 	}
 	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
-		c.Seq = max(c.Seq, old.Seq)
+		c.Seq, c.Lost, c.Filed = max(c.Seq, old.Seq), old.Lost, c.Filed || old.Filed
 	}
 	if err := writeSidecar(file, c, true); err != nil {
 		s.log.Warn("sqlitestore: "+what+": updating the sidecar failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
@@ -516,6 +615,13 @@ func (g *guard) clearMarks(s *Store, keepBoot bool, what string) {
 func (g *guard) settle(s *Store) {
 	normal := s.normal && s.boot != ""
 	if !s.wal && !normal || g.sticky.Load() || g.incarnation == "" || s.repairing.Load() {
+		return
+	}
+	// A pool's connection opened since the file was replaced would copy
+	// the WAL of the file the store ran on into the new one: no
+	// checkpoint then, and the loss recorded (guard.refuse).
+	if err := s.checkFiles(); err != nil {
+		g.refuse(err)
 		return
 	}
 	ctx, cancel := s.bound(context.Background())
@@ -565,7 +671,7 @@ func (s *Store) check(parent context.Context) {
 	s.lookForWritebackFailure()
 	ctx, cancel := s.bound(parent)
 	defer cancel()
-	err := s.checkOnce(ctx)
+	err := malformed(s.checkOnce(ctx), s.path, s.table)
 	if parent.Err() != nil {
 		return
 	}
@@ -593,14 +699,23 @@ func (s *Store) check(parent context.Context) {
 	}
 }
 
-func (s *Store) checkOnce(ctx context.Context) error {
-	// The files first: reads may fail once they are gone.
+// checkFiles reports a loss when the database file at the path, or its
+// WAL, is no longer the one the store opened.
+func (s *Store) checkFiles() error {
 	info, err := os.Stat(s.path)
 	if err != nil || !os.SameFile(info, s.guard.info) {
 		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
 	}
 	if s.guard.walGone(s.path) {
 		return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while the store ran (the commits in it are gone)", ErrForgotten, s.path)
+	}
+	return nil
+}
+
+func (s *Store) checkOnce(ctx context.Context) error {
+	// The files first: reads may fail once they are gone.
+	if err := s.checkFiles(); err != nil {
+		return err
 	}
 	s.relinkWAL()
 	conn, err := s.db.Conn(ctx)
@@ -635,6 +750,10 @@ func (s *Store) checkOnce(ctx context.Context) error {
 		return unavailable(ctx, err)
 	} else if n != 0 {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
+	}
+	if err := s.fileMarker(connQuerier{ctx, conn}); err != nil {
+		s.sawIOError(err)
+		return err
 	}
 	return nil
 }

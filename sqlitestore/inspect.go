@@ -175,5 +175,11 @@ func describe(q querier, f string, p place, inc string, seq, now int64) string {
 	if c.Repair != "" {
 		s += "; a repair after an I/O error unfinished since boot " + c.Repair
 	}
+	if c.Lost != "" {
+		s += "; a loss a running store found, at " + c.Lost
+	}
+	if c.Filed {
+		s += "; the database file records that a store ran on it"
+	}
 	return s
 }

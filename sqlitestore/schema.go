@@ -88,6 +88,8 @@ func Migrate(ctx context.Context, db *sql.DB, table string) error {
 // Rearm makes the table serve again after a loss ([ErrForgotten]), keeping
 // its rows; it refuses every claim for fence, at least the stores' Horizon
 // if the lost claims matter. Running stores refuse until rebuilt by [New].
+// It refuses a table SQLite finds malformed (PRAGMA quick_check), with
+// ErrForgotten naming the fix.
 func Rearm(ctx context.Context, db *sql.DB, table string, fence time.Duration) error {
 	if fence < 0 {
 		return fmt.Errorf("%w: negative fence", ErrConfig)
@@ -137,7 +139,13 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	inc, _, seq, err := s.marker(q)
 	missing := errors.Is(err, errNoTable)
 	if err != nil && !missing && !(rearm && errors.Is(err, ErrForgotten)) {
-		return unavailable(ctx, err)
+		return unavailable(ctx, malformed(err, set.path, t))
+	}
+	if rearm && !missing {
+		// A malformed table would fail the calls New then serves.
+		if err := checkTable(q, place{set.path, t, fence}); err != nil {
+			return unavailable(ctx, err)
+		}
 	}
 	var stmts []string
 	switch {
@@ -152,6 +160,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 				fmt.Sprintf(`INSERT INTO %s (key, state, token, until, seq) VALUES (%s, 'm', '%s', %d, %d)`, t, markerKey, inc, until, max(seq, side.Seq)+1),
 			}
 		}
+	case !rearm && lostRefusal(set.path, side) != nil:
+		return lostRefusal(set.path, side)
 	case missing && haveSide:
 		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced)", ErrForgotten, unquote(t), set.path)
 	case missing:

@@ -232,7 +232,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	s.boot = bootID()
 	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
-	s.guard.place = place{s.path, s.table, s.horizon}
+	s.guard.place, s.guard.log = place{s.path, s.table, s.horizon}, s.log
 	// Held before the first write: a failed write-back is seen only by a
 	// descriptor open before it (heldfile.go).
 	if s.file, err = openHeld(s.path); err != nil {

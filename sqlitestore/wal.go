@@ -292,13 +292,28 @@ func lacking(q querier, tables []string, rows []storeRowOf) (int, error) {
 	return len(rows) - held, nil
 }
 
-// malformed refuses what a checkpoint cut short leaves once the WAL is deleted.
+// malformed refuses a file SQLite finds malformed: what a checkpoint cut
+// short leaves once the WAL is deleted, or a file given another's WAL.
 func malformed(err error, path, table string) error {
-	if err == nil || errors.Is(err, ErrForgotten) || !strings.Contains(err.Error(), "malformed") {
+	if !isMalformed(err) {
 		return err
 	}
 	path = cmp.Or(path, "NAME")
-	return fmt.Errorf("%w: SQLite finds the database file malformed (%v): if its WAL was deleted after a crash, stop every program on the file and rename the WAL the store kept, %s*, to %s-wal; else restore a backup and re-arm it with the command at the end of this message", ErrForgotten, err, walLinkPrefix(path, table), path)
+	return fmt.Errorf("%w: SQLite finds the database file malformed (%v): stop every program on the file; if its WAL was deleted after a crash, rename the WAL the store kept, %s*, to %s-wal; if the file was replaced while a program had it open, delete %s-wal and %s-shm (the replaced file's); else put a good copy in its place; then re-arm it with the command at the end of this message", ErrForgotten, err, walLinkPrefix(path, table), path, path, path)
+}
+
+// isMalformed reports an error of SQLite's that finds the file malformed.
+func isMalformed(err error) bool {
+	return err != nil && !errors.Is(err, ErrForgotten) && strings.Contains(err.Error(), "malformed")
+}
+
+// sawMalformed turns a write that finds the file malformed into a loss,
+// refused until Rearm and recorded (guard.refuse); other errors pass.
+func (s *Store) sawMalformed(err error) error {
+	if !isMalformed(err) {
+		return err
+	}
+	return s.guard.refuse(malformed(err, s.path, s.table))
 }
 
 func removeWALLinks(path, table string) error {

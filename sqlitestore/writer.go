@@ -222,7 +222,10 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	if err := s.repairErr(); err != nil {
 		return err
 	}
-	defer func() { s.sawIOError(err) }()
+	defer func() {
+		s.sawIOError(err)
+		err = s.sawMalformed(err)
+	}()
 	wc, level, err := s.writerConn(ctx)
 	if err != nil {
 		return err

@@ -112,8 +112,10 @@ func TestLoss(t *testing.T) {
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
 		{"moved, copied or renamed without its sidecar", withoutItsSidecar},
+		{"the file alone, a new deployment killed before its first checkpoint", firstCheckpointInterval},
 		{"WAL links after a crash", walLinksAfterACrash},
 		{"lost while running", lostWhileRunning},
+		{"an older copy renamed over the running database, then a clean stop", renamedOverThenStopped},
 		{"the application's VACUUM, drops and deletes while running", appVacuumWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
@@ -301,6 +303,90 @@ func deletedWhileStopped(t *testing.T) {
 	})
 }
 
+// mvGlob moves (cp: copies) the files path* into dir, as mv or cp
+// replay.db* other/ does, and returns the database's path there.
+func mvGlob(t *testing.T, path, dir string, cp bool) string {
+	t.Helper()
+	files, err := filepath.Glob(path + "*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s*: nothing matches (%v)", path, err)
+	}
+	for _, f := range files {
+		to := filepath.Join(dir, filepath.Base(f))
+		if cp {
+			writeFile(t, to, readFile(t, f))
+		} else if err := os.Rename(f, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, filepath.Base(path))
+}
+
+// firstCheckpointInterval: a new deployment's store is killed before a
+// checkpoint of its own (every 500 commits) or a Close put its commits in
+// the database file, and the file is then taken alone: copied (cp
+// replay.db other/), or moved with the glob and its WAL deleted. New put
+// its marker's advance in the file before it answered a call, so New on
+// the file alone refuses with ErrForgotten naming ctoken-sqlite rearm,
+// and accepts none of the IDs acknowledged before the kill.
+func firstCheckpointInterval(t *testing.T) {
+	ways := []struct {
+		name string
+		act  func(t *testing.T, path string) string // the path opened after
+	}{
+		{"cp replay.db other/", func(t *testing.T, path string) string {
+			to := filepath.Join(plainTempDir(t), filepath.Base(path))
+			writeFile(t, to, readFile(t, path))
+			return to
+		}},
+		{"mv replay.db* other/, then rm other/replay.db-wal", func(t *testing.T, path string) string {
+			to := mvGlob(t, path, plainTempDir(t), false)
+			removeFiles(t, to+"-wal")
+			return to
+		}},
+	}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, w := range ways {
+			t.Run(w.name, func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killJobAfter(t, faultJob{Mode: "claim", DB: path, New: "c-"}, 50)
+				to := w.act(t, path)
+				db := d.Open(t, to)
+				wantForgotten(t, db, sqlitestore.Options{SweepInterval: -1}, tally, "New on "+to, "ctoken-sqlite rearm -db "+to)
+			})
+		}
+		t.Run("a reader holds the checkpoint back", func(t *testing.T) {
+			// A read transaction older than New's commit: New's
+			// checkpoint cannot copy it, so the store refuses, and
+			// serves once the reader ended and a check's checkpoint did.
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			reader := heldConn(t, db)
+			mustExec(t, ctx, reader, `BEGIN`)
+			var n int
+			must(t, reader.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay`).Scan(&n))
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond})
+			until := time.Now().Add(time.Hour)
+			first, err := s.Claim(ctx, "a-0", until)
+			if first || !errors.Is(err, sqlitestore.ErrUnavailable) || errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "does not record yet that a store ran on it") {
+				t.Fatalf("Claim while a reader holds New's checkpoint back = %v, %v; want ErrUnavailable naming the file's record", first, err)
+			}
+			mustExec(t, ctx, reader, `ROLLBACK`)
+			for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				if first, err = s.Claim(ctx, "a-0", until); err == nil || time.Now().After(end) {
+					break
+				}
+			}
+			if !first || err != nil {
+				t.Fatalf("Claim a minute after the reader ended = %v, %v; want first", first, err)
+			}
+			to := filepath.Join(plainTempDir(t), "replay.db")
+			writeFile(t, to, readFile(t, path))
+			wantForgotten(t, d.Open(t, to), sqlitestore.Options{SweepInterval: -1}, nil, "New on the file copied alone", "ctoken-sqlite rearm")
+		})
+	})
+}
+
 // withoutItsSidecar: a database a store ran on (its marker's sequence
 // advanced) found without its sidecar, or beside the sidecar of another
 // database, has a history no one can judge: moved, copied or renamed
@@ -311,22 +397,6 @@ func deletedWhileStopped(t *testing.T) {
 // migration) is served without one, and a store that restarts is served.
 func withoutItsSidecar(t *testing.T) {
 	ctx := context.Background()
-	mvGlob := func(t *testing.T, path, dir string, cp bool) string {
-		t.Helper()
-		files, err := filepath.Glob(path + "*")
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s*: nothing matches (%v)", path, err)
-		}
-		for _, f := range files {
-			to := filepath.Join(dir, filepath.Base(f))
-			if cp {
-				writeFile(t, to, readFile(t, f))
-			} else if err := os.Rename(f, to); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return filepath.Join(dir, filepath.Base(path))
-	}
 	ways := []struct {
 		name string
 		act  func(t *testing.T, d Driver, path string) string // the path opened after
@@ -697,7 +767,14 @@ func walLinksAfterACrash(t *testing.T) {
 // returns what it acknowledged, one claim at least.
 func killAfter(t *testing.T, path string, n int) *faultTally {
 	t.Helper()
-	p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+	return killJobAfter(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true}, n)
+}
+
+// killJobAfter runs a claim child on job until it printed n lines,
+// SIGKILLs it and returns what it acknowledged, one claim at least.
+func killJobAfter(t *testing.T, job faultJob, n int) *faultTally {
+	t.Helper()
+	p := startFault(t, job)
 	if !p.waitFor(t, fmt.Sprint(n, " lines"), func(lines []string) bool { return len(lines) >= n }) {
 		t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
 	}
@@ -843,6 +920,86 @@ func lostWhileRunning(t *testing.T) {
 					}
 				})
 			}
+		}
+	})
+}
+
+// renamedOverThenStopped: an older copy is renamed over the database
+// while a store runs, and the application stops cleanly (Close, then the
+// pool's close). Whether a check found it first or Close did, the store
+// copies no WAL into the new file and records the loss in the sidecar:
+// New refuses naming it and ctoken-sqlite rearm, and Inspect (status)
+// returns that very refusal. The pool's close copies the old file's WAL
+// into the copy; Rearm refuses the table SQLite then finds malformed,
+// naming the good copy to put in place; with one in place and the -wal
+// and -shm deleted, as the refusal says, Rearm works and no ID claimed
+// before is accepted.
+func renamedOverThenStopped(t *testing.T) {
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, found := range []string{"by a check", "by Close"} {
+			t.Run(found, func(t *testing.T) {
+				ctx := context.Background()
+				db, path := openMigrated(t, d)
+				opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour}
+				if found == "by a check" {
+					opts.RecheckInterval = 20 * time.Millisecond
+				}
+				s := mustStore(t, db, opts)
+				dir := filepath.Dir(path)
+				older, good := filepath.Join(dir, "older.db"), filepath.Join(dir, "good.db")
+				snapshot(t, db, older)
+				snapshot(t, db, good)
+				until := time.Now().Add(time.Hour)
+				// Past a checkpoint of the store's (every 500 commits):
+				// the old file holds pages the copy lacks.
+				before := idList("before-", 1200)
+				claimAll(t, s, before, until)
+				must(t, os.Rename(older, path))
+				if found == "by a check" {
+					for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+						if _, err := s.Claim(ctx, "x", until); errors.Is(err, sqlitestore.ErrForgotten) {
+							break
+						} else if time.Now().After(end) {
+							t.Fatalf("Claim a minute after the file was replaced = %v; want ErrForgotten", err)
+						}
+					}
+				}
+				s.Close()
+				must(t, db.Close())
+				if _, err := os.Stat(path + "-wal"); err != nil {
+					t.Fatalf("the old file's WAL is gone after the stop (%v): the test needs it beside the copy", err)
+				}
+
+				db = d.Open(t, path)
+				names := []string{"found a loss, recorded in its sidecar", "was deleted or replaced while the store ran", "delete " + path + "-wal", "ctoken-sqlite rearm -db " + path}
+				err := wantForgotten(t, db, opts, nil, "New after the stop", names...)
+				st, ierr := sqlitestore.Inspect(ctx, db, opts)
+				if ierr != nil || st.Refusal == nil || st.Refusal.Error() != err.Error() {
+					t.Fatalf("Inspect = %v, %v; want New's refusal %q", st.Refusal, ierr, err)
+				}
+				must(t, db.Close()) // its last connection copies the old WAL into the copy
+				db = d.Open(t, path)
+				var ok string
+				must(t, db.QueryRow(`PRAGMA quick_check`).Scan(&ok))
+				if ok == "ok" {
+					t.Fatal("the copy with the old file's WAL is not malformed: the test needs it to be")
+				}
+				wantForgotten(t, db, opts, nil, "New on the malformed file", names...)
+				if err := sqlitestore.Rearm(ctx, db, "", time.Hour); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "malformed") || !strings.Contains(err.Error(), "put a good copy in its place") {
+					t.Fatalf("Rearm on the malformed file = %v; want ErrForgotten naming a good copy", err)
+				}
+				must(t, db.Close())
+				restoreCopy(t, path, good)
+				db = d.Open(t, path)
+				must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
+				s = mustStore(t, db, opts)
+				everyCallRefuses(t, s, "before-0", sqlitestore.ErrUnavailable)
+				for _, id := range before {
+					if first, _ := s.Claim(ctx, id, until); first {
+						t.Fatalf("Claim(%s) after the rearm was first", id)
+					}
+				}
+			})
 		}
 	})
 }

@@ -380,3 +380,60 @@ func TestInspectRefusesAnInMemoryDatabase(t *testing.T) {
 		t.Fatalf("Inspect of :memory: = %v; want ErrConfig", err)
 	}
 }
+
+// TestARunningStoresRefusalSurvivesARestart: an older copy renamed over
+// the database while the application runs makes its store refuse; after
+// a clean stop New refuses with the loss the store recorded, status
+// prints that very refusal, and with the -wal and -shm deleted as it
+// says, the printed command lifts it: New serves, fenced.
+func TestARunningStoresRefusalSurvivesARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	claims(t, path, "a")
+	copyFile(t, path, path+".older")
+	db := openApp(t, path)
+	refusing := make(chan struct{}, 1)
+	opts := sqlitestore.Options{Logger: discardLogger(), RecheckInterval: 10 * time.Millisecond, Observer: func(e replay.Event) {
+		if e.Kind == replay.EventRefusing {
+			select {
+			case refusing <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	s, err := sqlitestore.New(t.Context(), db, opts)
+	must(t, err)
+	if first, err := s.Claim(t.Context(), "b", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("Claim(b) = %v, %v; want first", first, err)
+	}
+	must(t, os.Rename(path+".older", path))
+	<-refusing
+	s.Close()
+	must(t, db.Close())
+
+	db = openApp(t, path)
+	_, err = sqlitestore.New(t.Context(), db, sqlitestore.Options{Logger: discardLogger()})
+	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "found a loss, recorded in its sidecar") || !strings.Contains(err.Error(), "was deleted or replaced while the store ran") {
+		t.Fatalf("New after the stop = %v; want ErrForgotten naming the loss the store found", err)
+	}
+	must(t, db.Close())
+	code, out, _ := runCmd("status", "-db", path)
+	if code != 1 || !strings.Contains(out, "New       refuses: "+err.Error()+"\n") || !strings.Contains(out, "a loss a running store found, at ") {
+		t.Fatalf("status = %d:\n%s\nwant 1 and New's refusal %q", code, out, err)
+	}
+	for _, f := range []string{path + "-wal", path + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	args := command(t, err)
+	if code, out, errOut := runCmd(args[1:]...); code != 0 || !strings.Contains(out, "re-armed") {
+		t.Fatalf("%q = %d:\n%s%s\nwant 0 and re-armed", args, code, out, errOut)
+	}
+	s, err = start(t, openApp(t, path))
+	if err != nil {
+		t.Fatalf("after rearm, the application's start = %v; want it to serve", err)
+	}
+	if first, err := s.Claim(t.Context(), "b", time.Now().Add(time.Minute)); first {
+		t.Fatalf("Claim(b) after rearm = %v, %v; want refused (fenced)", first, err)
+	}
+}
