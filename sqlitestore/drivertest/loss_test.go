@@ -328,7 +328,10 @@ func mvGlob(t *testing.T, path, dir string, cp bool) string {
 // replay.db other/), or moved with the glob and its WAL deleted. New put
 // its marker's advance in the file before it answered a call, so New on
 // the file alone refuses with ErrForgotten naming ctoken-sqlite rearm,
-// and accepts none of the IDs acknowledged before the kill.
+// and accepts none of the IDs acknowledged before the kill. A reader
+// older than New's commit makes the store refuse (ErrUnavailable) until
+// a check's checkpoint copies it; once one did, the sidecar says so and
+// a restart beside a reader serves at once.
 func firstCheckpointInterval(t *testing.T) {
 	ways := []struct {
 		name string
@@ -383,6 +386,16 @@ func firstCheckpointInterval(t *testing.T) {
 			to := filepath.Join(plainTempDir(t), "replay.db")
 			writeFile(t, to, readFile(t, path))
 			wantForgotten(t, d.Open(t, to), sqlitestore.Options{SweepInterval: -1}, nil, "New on the file copied alone", "ctoken-sqlite rearm")
+			// The sidecar records that the file holds it: a restart
+			// beside a reader serves at once.
+			s.Close()
+			mustExec(t, ctx, reader, `BEGIN`)
+			must(t, reader.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay`).Scan(&n))
+			s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour})
+			if first, err := s.Claim(ctx, "a-1", until); !first || err != nil {
+				t.Fatalf("Claim after a restart beside a reader = %v, %v; want first", first, err)
+			}
+			mustExec(t, ctx, reader, `ROLLBACK`)
 		})
 	})
 }
