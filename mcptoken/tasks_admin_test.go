@@ -68,8 +68,8 @@ func TestRerunHandler(t *testing.T) {
 	must(t, err)
 	<-started
 	dying.Cut.Store(true)
-	if st := settled(t, b, first.ID, nil); st.Status != taskFailed || st.effect != effectUnknown {
-		t.Fatalf("the stopped run: %+v", st)
+	if st := settled(t, b, first.ID, nil); st.Status != taskFailed || st.effect != effectUnknown || !strings.Contains(st.ErrorMessage, "operator to allow a rerun") {
+		t.Fatalf("the stopped run, whose message names no next step: %+v", st)
 	}
 	stuck := func(t *testing.T) {
 		t.Helper()

@@ -358,8 +358,10 @@ type rpcError struct {
 
 // Messages of a task whose instance stopped while it ran.
 const (
-	msgStoppedUnknown = "the server running the task stopped: whether the task took effect is unknown"
-	msgStoppedNone    = "the server running the task stopped mid-transaction"
+	msgStoppedUnknown = "the server running the task stopped: whether the task took effect is unknown; " +
+		"check where the tool acts whether it did, and if not, ask the server's operator to allow a rerun " +
+		"of the idempotency key (mcptoken Tasks.RerunHandler), then call again under the same key, never a new one"
+	msgStoppedNone = "the server running the task stopped mid-transaction"
 )
 
 // taskFP is the fingerprint of every task entry: it tells a task's entry
