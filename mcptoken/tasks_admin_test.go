@@ -178,6 +178,27 @@ func TestRerunHandler(t *testing.T) {
 		stuck(t)
 	})
 
+	t.Run("a record that does not open is answered 500 and changes nothing", func(t *testing.T) {
+		other, err := ctoken.NewKeyring(ctoken.RandomKey()) // not the ring that sealed the record
+		must(t, err)
+		c, err := NewTasks(TasksConfig{Keys: other, Store: mem, Logger: cfg.Logger})
+		must(t, err)
+		h, err := c.RerunHandler(func(*http.Request) (string, error) { return "ops-2", nil })
+		must(t, err)
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		resp, err := http.Post(srv.URL, formType, strings.NewReader(stuckForm))
+		must(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		must(t, err)
+		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(logs.String(), "does not open") {
+			t.Fatalf("answered %d %q; want 500, logged", resp.StatusCode, body)
+		}
+		bodies = append(bodies, string(body))
+		stuck(t)
+	})
+
 	t.Run("a stuck key is answered 204 and its next call runs the task again", func(t *testing.T) {
 		if code, body := post(t, "POST", formType, stuckForm, nil); code != http.StatusNoContent {
 			t.Fatalf("answered %d %q; want 204", code, body)
