@@ -69,7 +69,9 @@ func (t *Tasks) rerun(w http.ResponseWriter, r *http.Request, authorize func(*ht
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(code)
-		_, _ = io.WriteString(w, msg+"\n")
+		if code != http.StatusNoContent {
+			_, _ = io.WriteString(w, msg+"\n")
+		}
 		return operator, tool, code
 	}
 	if crossOrigin(r) {
@@ -112,7 +114,7 @@ func (t *Tasks) rerun(w http.ResponseWriter, r *http.Request, authorize func(*ht
 	tool = f["tool"]
 	switch err := t.AllowRerun(r.Context(), f["caller"], tool, f["key"]); {
 	case err == nil:
-		return answer(http.StatusNoContent, "")
+		return answer(http.StatusNoContent, "") // no body
 	case errors.Is(err, errNoRerun):
 		return answer(http.StatusConflict, "no rerun: the key's latest run did not fail, still runs, or was its last")
 	case errors.Is(err, ErrTaskInvalid):
