@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,8 +47,9 @@ type taskParams struct {
 	Name           string
 	Arguments      json.RawMessage
 	InputResponses map[string]json.RawMessage
-	decl           bool // the client declared the extension
-	key            any  // _meta's idempotency key (MetaKeyOf)
+	decl           bool   // the client declared the extension
+	key            any    // _meta's idempotency key (MetaKeyOf)
+	version        string // _meta's protocol version, if a string
 }
 
 func (p *taskParams) declared() bool { return p.decl }
@@ -187,6 +189,7 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 				}
 			}
 			p.key = MetaKeyOf(meta)
+			_ = json.Unmarshal(mm[metaProtocolVersion], &p.version) // not a string: none, as both SDKs read it
 			var caps map[string]json.RawMessage
 			if json.Unmarshal(mm["io.modelcontextprotocol/clientCapabilities"], &caps) == nil {
 				var ext map[string]json.RawMessage
@@ -210,9 +213,13 @@ func decodeParams(raw json.RawMessage) (taskParams, error) {
 // key, as [Idempotency] keys a call: a retry with the same arguments gets
 // the task the first created (under another ID, which names the same
 // task) without running it again, and one with other arguments is refused
-// with -32602 and data {"ctokenCode": [CodeKeyReused]}. A task method whose
-// Mcp-Method or Mcp-Name header disagrees with its body is refused with
-// HTTP 400 and [CodeHeaderMismatch]. A POST whose Content-Type is not
+// with -32602 and data {"ctokenCode": [CodeKeyReused]}. A task request
+// is refused with HTTP 400 as both SDKs refuse a tools/call: with
+// [CodeHeaderMismatch] when its _meta names a protocol version and its
+// MCP-Protocol-Version header does not (or names another), when a
+// 2026-07-28 request lacks its Mcp-Method or Mcp-Name header, or when
+// either disagrees with its body; with -32602 when the header names
+// 2026-07-28 and _meta no version. A POST whose Content-Type is not
 // application/json goes to the SDK, which refuses it. So that no reading
 // of a body takes a call past it to the SDK that it would have refused,
 // it reads keys exactly, and refuses a body over 4 MiB (413), one that is not exactly
@@ -283,8 +290,8 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 				writeRPC(w, http.StatusOK, req.ID, nil, &rpcError{Code: codeInvalid, Message: "invalid params"}, nil)
 				return
 			}
-			if !headersMatch(r, req.Method, p.TaskID) {
-				writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcHeaders, nil)
+			if rerr := headersRefuse(r, req.Method, p.TaskID, p.version); rerr != nil {
+				writeRPC(w, http.StatusBadRequest, req.ID, nil, rerr, nil)
 				return
 			}
 			if !p.declared() {
@@ -323,16 +330,17 @@ func (t *Tasks) Handler(next http.Handler) http.Handler {
 			if !ok {
 				break
 			}
+			if rerr := headersRefuse(r, req.Method, p.Name, p.version); rerr != nil {
+				// Before the capability, as the SDK's transport refuses it.
+				writeRPC(w, http.StatusBadRequest, req.ID, nil, rerr, nil)
+				return
+			}
 			if !p.declared() {
 				if tool.Required {
 					writeMissing(w, req.ID)
 					return
 				}
 				break
-			}
-			if !headersMatch(r, req.Method, p.Name) {
-				writeRPC(w, http.StatusBadRequest, req.ID, nil, rpcHeaders, nil)
-				return
 			}
 			caller, ok := t.callerOf(r)
 			if !ok {
@@ -364,6 +372,8 @@ var (
 	rpcNoCaller  = &rpcError{Code: codeInvalidRequest, Message: "no authenticated caller"}
 	rpcDuplicate = &rpcError{Code: codeInvalidRequest, Message: "a JSON key is named twice"}
 	rpcHeaders   = &rpcError{Code: CodeHeaderMismatch, Message: "the Mcp-Method or Mcp-Name header is missing or does not match the body"}
+	rpcNoVersion = &rpcError{Code: CodeHeaderMismatch, Message: "MCP-Protocol-Version header is required for requests carrying " + metaProtocolVersion + ": send it with the version _meta names"}
+	rpcNoMeta    = &rpcError{Code: codeInvalid, Message: "missing or invalid _meta field " + metaProtocolVersion + ": send the version the MCP-Protocol-Version header names"}
 	rpcClosed    = &rpcError{Code: codeInternal, Message: "the server is shutting down: no task was created; call again"}
 	rpcBatch     = &rpcError{Code: CodeMissingCapability, Message: "a batch may not call a tool that requires the " + TasksExtension + " extension"}
 )
@@ -417,21 +427,39 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// headersMatch reports whether the Mcp-Method and Mcp-Name headers match
-// the body (after trimming the whitespace HTTP allows): where present, and
-// present on a request of protocol 2026-07-28 or later (its
-// MCP-Protocol-Version header), which must carry both, as both SDKs
-// require of a tools/call and the extension of a task method.
-func headersMatch(r *http.Request, method, name string) bool {
-	required := r.Header.Get("Mcp-Protocol-Version") >= standardHeadersVersion
+// headersRefuse returns the refusal of a task request whose headers do not
+// match its body, as both SDKs' transports refuse a tools/call (HTTP 400):
+// a request whose _meta names a protocol version (go-sdk: any version;
+// mcp-go: 2026-07-28 or later, the only one the extension is sent with) or
+// whose MCP-Protocol-Version header names 2026-07-28 or later must state
+// the same version in both; one of 2026-07-28 or later must carry the
+// Mcp-Method and Mcp-Name headers, and each present (after trimming the
+// whitespace HTTP allows) must match the body; nil when it may be served.
+func headersRefuse(r *http.Request, method, name, metaVersion string) *rpcError {
+	version := r.Header.Get("Mcp-Protocol-Version")
+	if metaVersion != "" || version >= standardHeadersVersion {
+		switch {
+		case version == "":
+			return rpcNoVersion
+		case metaVersion == "":
+			return rpcNoMeta
+		case version != metaVersion:
+			return &rpcError{Code: CodeHeaderMismatch, Message: "MCP-Protocol-Version header " + strconv.Quote(version) + " does not match request " + metaProtocolVersion + " " + strconv.Quote(metaVersion)}
+		}
+	}
+	required := version >= standardHeadersVersion
 	for _, h := range [...]struct{ key, want string }{{"Mcp-Method", method}, {"Mcp-Name", name}} {
 		v := r.Header.Values(h.key)
 		if len(v) == 0 && required || len(v) > 0 && strings.TrimSpace(v[0]) != h.want {
-			return false
+			return rpcHeaders
 		}
 	}
-	return true
+	return nil
 }
+
+// metaProtocolVersion is the _meta key of a request's protocol version
+// (2026-07-28), which over HTTP its MCP-Protocol-Version header repeats.
+const metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 
 // standardHeadersVersion is the first protocol revision whose requests
 // carry the Mcp-Method and Mcp-Name headers.

@@ -88,6 +88,9 @@ func must(t testing.TB, err error) {
 
 var declared = map[string]any{"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}
 
+// declaredModern is declared as a 2026-07-28 client sends it.
+var declaredModern = map[string]any{metaProtocolVersion: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": declared["io.modelcontextprotocol/clientCapabilities"]}
+
 // rpc posts one request and returns the HTTP status and the decoded body.
 func (s *taskServer) rpc(method string, params map[string]any, header map[string]string) (int, map[string]any) {
 	s.t.Helper()
@@ -340,7 +343,7 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			for _, missing := range []string{"Mcp-Method", "Mcp-Name"} {
 				h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": c.method, "Mcp-Name": c.name}
 				delete(h, missing)
-				code, out := s.rpc(c.method, with(c.params, declared), h)
+				code, out := s.rpc(c.method, with(c.params, declaredModern), h)
 				if code != http.StatusBadRequest || errCode(out) != CodeHeaderMismatch {
 					t.Fatalf("%s without %s: answer %d %v", c.method, missing, code, out)
 				}
@@ -415,6 +418,69 @@ func TestTasksHandlerRefuses(t *testing.T) {
 			t.Fatalf("status %d, SDK saw %d", w.Code, s.sdk)
 		}
 	})
+}
+
+// TestTasksHandlerRefusesAVersionOnlyInMeta: a 2026-07-28 task request
+// whose headers do not state what its _meta does is refused with HTTP 400
+// as both SDKs refuse a plain tool's (mcp/sdk_test.go and
+// mcpgo/sdk_test.go compare the two): -32020 for a version only in _meta
+// or two versions, -32602 for a version only in the header; the task goes
+// on, and a refused tools/call creates none (its key is still free).
+func TestTasksHandlerRefusesAVersionOnlyInMeta(t *testing.T) {
+	const v = "2026-07-28"
+	cases := []struct {
+		name   string
+		meta   map[string]any
+		header map[string]string
+		code   int
+	}{
+		{"with no MCP-Protocol-Version, Mcp-Method or Mcp-Name", declaredModern, nil, CodeHeaderMismatch},
+		{"with Mcp-Method and Mcp-Name but no MCP-Protocol-Version", declaredModern, map[string]string{"Mcp-Method": "", "Mcp-Name": ""}, CodeHeaderMismatch},
+		{"whose MCP-Protocol-Version names another version", declaredModern, map[string]string{"Mcp-Protocol-Version": "2025-11-25", "Mcp-Method": "", "Mcp-Name": ""}, CodeHeaderMismatch},
+		{"whose MCP-Protocol-Version names 2026-07-28 and _meta none", declared, map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": "", "Mcp-Name": ""}, codeInvalid},
+	}
+	keyed := func(meta map[string]any) map[string]any {
+		m := map[string]any{MetaIdempotencyKey: "k1"}
+		for k, val := range meta {
+			m[k] = val
+		}
+		return m
+	}
+	for _, m := range []string{"tools/call", "tasks/get", "tasks/update", "tasks/cancel"} {
+		t.Run("refuses "+m, func(t *testing.T) {
+			s := newTaskServer(t)
+			id := s.create("slow")
+			params, name := map[string]any{"taskId": id, "inputResponses": map[string]any{}}, id
+			if m == "tools/call" {
+				params, name = map[string]any{"name": "slow", "arguments": map[string]any{"n": 1}}, "slow"
+			}
+			for _, c := range cases {
+				h := map[string]string{}
+				for k, val := range c.header {
+					if val == "" { // the body's
+						val = map[string]string{"Mcp-Method": m, "Mcp-Name": name}[k]
+					}
+					h[k] = val
+				}
+				code, out := s.rpc(m, with(params, keyed(c.meta)), h)
+				if code != http.StatusBadRequest || errCode(out) != c.code || out["id"] != float64(7) || out["result"] != nil {
+					t.Fatalf("%s: answer %d %v", c.name, code, out)
+				}
+			}
+			if got := s.await2(id); got != "working" || s.sdk != 0 {
+				t.Fatalf("task %s after the refusals; the SDK saw %d", got, s.sdk)
+			}
+			// Served with its headers; a tools/call under the same key
+			// with other arguments too: no refused call took the key.
+			if m == "tools/call" {
+				params["arguments"] = map[string]any{"n": 2}
+			}
+			code, out := s.rpc(m, with(params, keyed(declaredModern)), map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": m, "Mcp-Name": name})
+			if code != http.StatusOK || errCode(out) != 0 {
+				t.Fatalf("with its headers: answer %d %v", code, out)
+			}
+		})
+	}
 }
 
 // await2 returns the task's status once, as its owner reads it.
