@@ -1,7 +1,9 @@
 package ctokenmcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -219,4 +221,95 @@ func aliceTasks(t *testing.T) *mcptoken.Tasks {
 		t.Fatal(err)
 	}
 	return ts
+}
+
+// TestTasksHandlerRefusesAVersionOnlyInMetaAsGoSDK: a task request whose
+// headers do not state the protocol version its _meta states (none of
+// MCP-Protocol-Version, Mcp-Method, Mcp-Name; another version; the header's
+// 2026-07-28 and no version in _meta) gets from Tasks.Handler, for a task
+// tool's call and for each task method, the HTTP status and JSON-RPC error
+// code go-sdk answers a plain tool's call with, and runs nothing.
+func TestTasksHandlerRefusesAVersionOnlyInMetaAsGoSDK(t *testing.T) {
+	ts := aliceTasks(t)
+	var ran atomic.Int32
+	h := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ran.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	for _, name := range []string{"job", "plain"} {
+		server.AddTool(&mcp.Tool{Name: name, InputSchema: &jsonschema.Schema{Type: "object"}}, h)
+	}
+	if err := ts.Add(TaskTool("job", h, false)); err != nil {
+		t.Fatal(err)
+	}
+	handler := ts.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}))
+	for _, c := range sdkVersionCases {
+		want := c.post(t, handler, "tools/call", "plain")
+		if want.status != http.StatusBadRequest || want.code == 0 || want.id != "1" || ran.Load() != 0 {
+			t.Fatalf("%s: go-sdk answered a plain tool's call %+v (the tool ran %d times): the case no longer provokes its refusal", c.name, want, ran.Load())
+		}
+		for _, m := range [...]string{"tools/call", "tasks/get", "tasks/update", "tasks/cancel"} {
+			if got := c.post(t, handler, m, "job"); got.status != want.status || got.code != want.code || got.id != want.id || ran.Load() != 0 {
+				t.Errorf("%s: %s answered %+v, go-sdk a plain tool's call %+v", c.name, m, got, want)
+			}
+		}
+	}
+}
+
+// sdkVersionCase is a request whose headers and _meta disagree on its
+// protocol version.
+type sdkVersionCase struct {
+	name    string
+	meta    string // _meta's protocol version, or ""
+	version string // the MCP-Protocol-Version header, or ""
+	named   bool   // Mcp-Method and Mcp-Name sent, naming the body's
+}
+
+var sdkVersionCases = []sdkVersionCase{
+	{"a version only in _meta", "2026-07-28", "", false},
+	{"another version in the header", "2026-07-28", "2025-11-25", true},
+	{"a version only in the header", "", "2026-07-28", true},
+}
+
+// sdkAnswer is what a refusal says.
+type sdkAnswer struct {
+	status int
+	code   int64
+	id     string
+}
+
+// post sends method (a tools/call of tool, or a task method for an ID) as
+// c says, declaring the Tasks extension.
+func (c sdkVersionCase) post(t *testing.T, h http.Handler, method, tool string) sdkAnswer {
+	t.Helper()
+	meta := map[string]any{"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{mcptoken.TasksExtension: map[string]any{}}}}
+	if c.meta != "" {
+		meta["io.modelcontextprotocol/protocolVersion"] = c.meta
+	}
+	params, name := map[string]any{"taskId": "t1", "inputResponses": map[string]any{}, "_meta": meta}, "t1"
+	if method == "tools/call" {
+		params, name = map[string]any{"name": tool, "arguments": map[string]any{}, "_meta": meta}, tool
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "application/json, text/event-stream")
+	if c.version != "" {
+		r.Header.Set("Mcp-Protocol-Version", c.version)
+	}
+	if c.named {
+		r.Header.Set("Mcp-Method", method)
+		r.Header.Set("Mcp-Name", name)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var out struct {
+		ID    json.RawMessage
+		Error struct{ Code int64 }
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%s %s: answer %d %q is not JSON", c.name, method, w.Code, w.Body.String())
+	}
+	return sdkAnswer{w.Code, out.Error.Code, string(out.ID)}
 }
