@@ -46,6 +46,13 @@ type counters struct {
 	// lacks them.
 	resets, resetUsec, role int64
 	witness                 bool
+	// errs is the count of the key space's own error code in INFO
+	// errorstats (errorstat_<witnessCode>), which only this key space's
+	// checks answer, one per check (see [Store.readWitness]), and which a
+	// reset zeroes: 0 when not read or not counted. bumped reports that
+	// this read's own bump was answered before it.
+	errs   int64
+	bumped bool
 }
 
 // baseline is what the checks saw of one server (one run_id).
@@ -61,8 +68,9 @@ type baseline struct {
 const maxServers = 32
 
 // encode writes b for <prefix>servers, with the time it was written
-// (version 3; version 2 had no reset witnesses, version 1 no commands).
-// Version 2 is written for a baseline without witnesses.
+// (version 4; version 3 had no errs, version 2 no reset witnesses,
+// version 1 no commands). Version 2 is written for a baseline without
+// witnesses.
 func (b baseline) encode(now time.Time) string {
 	bit := func(v bool) int {
 		if v {
@@ -75,19 +83,20 @@ func (b baseline) encode(now time.Time) string {
 	if !b.witness {
 		return "2 " + v2
 	}
-	return fmt.Sprintf("3 %s %d %d %d", v2, b.resets, b.resetUsec, b.role)
+	return fmt.Sprintf("4 %s %d %d %d %d", v2, b.resets, b.resetUsec, b.role, b.errs)
 }
 
 // kept is the part of b that <prefix>servers keeps, as commit compares
 // it: the most replicas and the markers are this Store's own (another
 // Store's count of replicas would outlive the replicas themselves), and
-// commands and role count only to their highest power of two, so the
+// commands, role and errs count only to their highest power of two, so the
 // baseline is written again when one doubled, not at every check (a
 // stored count lower than the server's is still a sound witness: only a
 // reset brings the server's below it).
 func (b baseline) kept() baseline {
 	b.replicas, b.markers = 0, -1
-	b.commands, b.role = floorPow2(b.commands), floorPow2(b.role)
+	b.commands, b.role, b.errs = floorPow2(b.commands), floorPow2(b.role), floorPow2(b.errs)
+	b.bumped = false
 	return b
 }
 
@@ -99,15 +108,15 @@ func floorPow2(n int64) int64 {
 	return 1 << (bits.Len64(uint64(n)) - 1)
 }
 
-// decodeBaseline reads what encode wrote (version 3, version 2 without
-// the reset witnesses, or version 1 without commands either), and when it
-// was written.
+// decodeBaseline reads what encode wrote (version 4, version 3 without
+// errs, version 2 without the reset witnesses, or version 1 without
+// commands either), and when it was written.
 func decodeBaseline(s string) (baseline, int64, bool) {
 	f := strings.Fields(s)
-	if len(f) == 0 || !(f[0] == "1" && len(f) == 9 || f[0] == "2" && len(f) == 10 || f[0] == "3" && len(f) == 13) {
+	if len(f) == 0 || !(f[0] == "1" && len(f) == 9 || f[0] == "2" && len(f) == 10 || f[0] == "3" && len(f) == 13 || f[0] == "4" && len(f) == 14) {
 		return baseline{}, 0, false
 	}
-	var n [12]int64
+	var n [13]int64
 	for i := range f[1:] {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil || v < 0 {
@@ -116,7 +125,7 @@ func decodeBaseline(s string) (baseline, int64, bool) {
 		n[i] = v
 	}
 	return baseline{counters: counters{evicted: n[0], swapdb: n[1], flushall: n[2], flushdb: n[3], commands: n[8],
-		resets: n[9], resetUsec: n[10], role: n[11], witness: f[0] == "3"},
+		resets: n[9], resetUsec: n[10], role: n[11], witness: f[0] == "3" || f[0] == "4", errs: n[12]},
 		evictable: n[4] == 1, aof: n[5] == 1, fsyncAlways: n[6] == 1, markers: -1}, n[7], true
 }
 
@@ -151,7 +160,8 @@ type servers struct {
 	running, again atomic.Bool
 	// guard is, per master key, the loss counters of its last committed
 	// baseline as the guarded scripts that can take a free ID compare
-	// them (see countersLua); replaced whole by commit.
+	// them, with the reset witness (see countersLua); replaced whole by
+	// commit.
 	guard atomic.Pointer[map[string]*string]
 }
 
@@ -298,7 +308,7 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 			if s.opts.AllowEviction {
 				evicted = "-"
 			}
-			arg = evicted + " " + strconv.FormatInt(b.commands, 10)
+			arg = evicted + " " + strconv.FormatInt(b.commands, 10) + " " + strconv.FormatInt(b.errs, 10) + " " + s.witnessCode()
 		}
 		guard[o.master] = &arg
 	}

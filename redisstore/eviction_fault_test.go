@@ -400,6 +400,84 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 	}
 }
 
+// Eviction while the store is idle, then CONFIG RESETSTAT, then more
+// commands than the server had run before the reset (another client's
+// PINGs), on a young server and within one RecheckInterval (an hour
+// here: no check runs unless a script asks for one): evicted_keys is back
+// at its baseline and total_commands_processed above it, so only the key
+// space's own witness (INFO errorstats, see readWitness) shows the reset.
+// The first claim of an evicted ID is refused by its script
+// (whyCountersMoved), the check that refusal starts fences, and no ID is
+// accepted twice (issue 105: 4 732 of 15 000 and 6 000 of 6 000 before),
+// on redis-server and valkey-server; with another application's store
+// (another prefix) checking every 50 ms through the reset and the traffic,
+// whose bumps and ROLE calls do not regrow this key space's witness.
+func TestEvictionWhileIdleThenResetStatAndMoreCommandsIsRefused(t *testing.T) {
+	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
+	if bin := valkeyBinary(); bin != "" && bin != flavors[0].bin {
+		flavors = append(flavors, struct{ name, bin string }{"valkey", bin})
+	}
+	for _, fl := range flavors {
+		for _, neighbour := range []bool{false, true} {
+			name := fl.name
+			if neighbour {
+				name += ", another application's store checking"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServerBin(t, fl.bin)
+				c := srv.client()
+				ctx := context.Background()
+				if neighbour {
+					n := provisioned(t, c, Options{Prefix: "neighbour:", Logger: quietLogger(), RecheckInterval: 50 * time.Millisecond})
+					wantClaim(t, n, "a", time.Now().Add(time.Minute), true)
+				}
+				s := provisioned(t, c, Options{Prefix: "young:", Logger: quietLogger(), RecheckInterval: time.Hour, Timeout: idleTimeout})
+				old, _ := claimOld(t, s, 500)
+				before := infoInt(t, c, "stats", "total_commands_processed")
+				evicted := evictWhileIdleThenResetStat(t, c)
+				sendTraffic(t, c, 2*before+1000)
+				if now := infoInt(t, c, "stats", "total_commands_processed"); now <= before {
+					t.Fatalf("total_commands_processed %d after the traffic, %d before the reset; the case needs more", now, before)
+				}
+				lost := len(old) - countKeys(t, []*redis.Client{c}, s.Prefix()+"{*}:old-*")
+				if lost == 0 {
+					t.Fatal("no claim was evicted: the test did not test their loss")
+				}
+				twice, fenced := 0, 0
+				var firstRefusal error
+				until := time.Now().Add(10 * time.Minute)
+				for _, id := range old {
+					first, err := s.Claim(ctx, id, until)
+					switch {
+					case first:
+						twice++
+					case err != nil && firstRefusal == nil:
+						firstRefusal = err
+					}
+					if errors.Is(err, ErrFenced) {
+						fenced++
+					}
+				}
+				t.Logf("%d keys evicted (%d of %d claims); the replay: %d accepted twice, %d fenced, the first refusal %v", evicted, lost, len(old), twice, fenced, firstRefusal)
+				if twice != 0 {
+					t.Fatalf("%d of %d IDs accepted twice after eviction, CONFIG RESETSTAT and more commands than before", twice, len(old))
+				}
+				if Reason(firstRefusal) != whyCountersMoved {
+					t.Fatalf("the first claim after the reset = %v; want its script's refusal (%q)", firstRefusal, whyCountersMoved)
+				}
+				waitChecks(t, s)
+				if !lossNoted(t, s) {
+					t.Fatal("no loss entry in the ledger")
+				}
+				if first, err := s.Claim(ctx, "brand-new", until); first || !errors.Is(err, ErrFenced) {
+					t.Fatalf("a new ID after the check = %v, %v; want ErrFenced (every shard fenced)", first, err)
+				}
+			})
+		}
+	}
+}
+
 // evictableBaselines gives the key space's baselines (<prefix>servers)
 // and ledger a lifetime, so that evictWhileIdle's volatile-lru evicts
 // them with the claims and keeps the fence markers: the keys an allkeys

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -150,9 +151,71 @@ func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, err
 		c.resetUsec = cmdStat(text, "config|resetstat", "usec")
 		c.role = cmdCalls(text, "role")
 		c.witness = true
+		if c.errs, c.bumped, err = s.readWitness(ctx, do); err != nil {
+			return c, false, err
+		}
 	}
 	return c, true, nil
 }
+
+// witnessScript answers ARGV[1] as an error reply: a check's bump of the
+// key space's reset witness (see [Store.readWitness]).
+const witnessScript = `return redis.error_reply(ARGV[1])`
+
+// witnessCode is the key space's own error code: the name under which
+// INFO errorstats counts the bumps of its checks (errorstat_<code>). It
+// is one word, the same for every Store of the prefix (a hash of it:
+// two prefixes sharing one only share a count).
+func (s *Store) witnessCode() string {
+	h := fnv.New32a()
+	h.Write([]byte(s.prefix))
+	return fmt.Sprintf("CTOKEN-WITNESS-%08x", h.Sum32())
+}
+
+// readWitness bumps the key space's reset witness on the server do
+// reaches, then reads it: one error reply with the key space's own code
+// (witnessScript), whose count INFO errorstats keeps, and which CONFIG
+// RESETSTAT zeroes with every other statistic. Only the checks of this
+// key space's Stores answer that code, one per check and after judging
+// the counters, so what follows a reset regrows it only by their bumps:
+// the first check after a reset finds it below its baseline plus its
+// own bump (resetWitnesses), whatever traffic ran since, and so does
+// every script of this store that can take a free ID (countersLua),
+// before any check has run. It is what lets the scripts see a reset
+// that more commands than the server had run since have hidden from
+// total_commands_processed (issue 105). n is 0 when the count is absent
+// (a server that counts no error reply of a script, or errorstats full:
+// 128 codes on Valkey 8 and Redis 7.2); bumped reports that the bump was
+// answered.
+func (s *Store) readWitness(ctx context.Context, do func(args ...any) (any, error)) (n int64, bumped bool, err error) {
+	code := s.witnessCode()
+	_, err = do("EVAL", witnessScript, 0, code+" the CONFIG RESETSTAT witness of a ctoken redisstore key space, answered on purpose")
+	var re redis.Error
+	switch {
+	case err != nil && errors.As(err, &re):
+		bumped = strings.HasPrefix(err.Error(), code+" ")
+	case err != nil:
+		return 0, false, s.wrapErr(ctx, err)
+	}
+	v, err := do("INFO", "errorstats")
+	switch {
+	case err != nil && isRefused(err):
+		return 0, bumped, nil
+	case err != nil:
+		return 0, false, s.wrapErr(ctx, err)
+	}
+	text, _ := v.(string)
+	n, _ = strconv.ParseInt(strings.TrimPrefix(infoValue(text, "errorstat_"+code), "count="), 10, 64)
+	if n == 0 {
+		s.warnOnce(warnWitness, "redisstore: INFO errorstats does not count the key space's reset witness (errorstat_"+code+"), so the scripts see a CONFIG RESETSTAT only until the commands after it outnumber those before it; on Valkey 8 and Redis 7.2 errorstats counts at most 128 error codes: CONFIG RESETSTAT clears them (the store fences once for it)")
+	} else {
+		s.warned.And(^uint32(warnWitness))
+	}
+	return max(n, 0), bumped, nil
+}
+
+// warnWitness: warnOnce has warned that the reset witness is not counted.
+const warnWitness = warnResetStat << 1
 
 // cmdCalls reads calls=N of cmdstat_<name> in INFO commandstats; 0 when
 // the command never ran.
@@ -319,6 +382,11 @@ const hidByReset = "CONFIG RESETSTAT zeroed the loss counters, hiding any evicti
 //     reset (another store's checks) can make up for it, so a reset is
 //     missed only when they ran ROLE at least as often as the server had
 //     until old was read.
+//   - the key space's own error count (errs, see [Store.readWitness]) is
+//     below old's plus this check's own bump (when ownRole is not 0: its
+//     ROLE and its bump were answered after old was read): only the
+//     bumps of this key space's checks regrow it, and the first of them
+//     after a reset finds it so and fences.
 //
 // A witness is judged only where both reads have it (a baseline an older
 // store wrote has none but total_commands_processed).
@@ -330,6 +398,13 @@ func resetWitnesses(old, now counters, ownRole int64) []string {
 	}
 	if !old.witness || !now.witness {
 		return ev
+	}
+	own := int64(0)
+	if ownRole > 0 && now.bumped {
+		own = 1
+	}
+	if old.errs > 0 && now.errs < old.errs+own {
+		ev = append(ev, fmt.Sprintf("the key space's reset witness (INFO errorstats) went from %d to %d although this store bumped it %d times since: %s", old.errs, now.errs, own, hid))
 	}
 	switch {
 	case old.resets == 0 && now.resets > 0:

@@ -126,7 +126,7 @@ if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
-	acquireRecordLua = script{acquireRecordScript, "248cf622362f5230add9a7e9e7f25d6bfe8194a9"}
+	acquireRecordLua = script{acquireRecordScript, "60ef3df50a71abe3a82d57796275e1000f5794a2"}
 	confirmRecordLua = script{confirmRecordScript, "b08e96566da11a18b24910ecd9dad1c14944f943"}
 )
 

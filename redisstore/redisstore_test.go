@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,6 +160,8 @@ func answerChecks(f clientFunc) clientFunc { return answerChecksInfo(f, false) }
 // commandstats go to f (a test of the loss counters), else they answer a
 // clean server.
 func answerChecksInfo(f clientFunc, info bool) clientFunc {
+	var bumps atomic.Int64 // the reset witness (readWitness): counted as a server counts it
+	var code atomic.Pointer[string]
 	return func(ctx context.Context, args ...any) *redis.Cmd {
 		cmd := redis.NewCmd(ctx, args...)
 		switch args[0] {
@@ -189,6 +192,15 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 				cmd.SetVal("# Commandstats\r\ncmdstat_get:calls=1,usec=1\r\n")
 			case "persistence": // read where CONFIG GET cannot be
 				cmd.SetVal("# Persistence\r\nrdb_saves:0\r\naof_enabled:0\r\n")
+			case "errorstats":
+				if info {
+					return f(ctx, args...)
+				}
+				if c := code.Load(); c != nil {
+					cmd.SetVal(fmt.Sprintf("# Errorstats\r\nerrorstat_%s:count=%d\r\n", *c, bumps.Load()))
+				} else {
+					cmd.SetVal("# Errorstats\r\n")
+				}
 			default:
 				return f(ctx, args...)
 			}
@@ -202,13 +214,19 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 			default:
 				cmd.SetVal("O")
 			}
-		case "EVAL": // the lifetime record (lifetime.go): recorded as asked; every right there
+		case "EVAL": // the lifetime record (lifetime.go): recorded as asked; every right there; the reset witness's bump
 			switch src, _ := args[1].(string); src {
 			case lifetimeScript:
 				want, _ := args[4].(int64)
 				cmd.SetVal(want)
 			case rightsScript:
 				cmd.SetVal([]any{})
+			case witnessScript:
+				msg, _ := args[3].(string)
+				c := strings.Fields(msg)[0]
+				code.Store(&c)
+				bumps.Add(1)
+				cmd.SetErr(replyError(msg))
 			default:
 				return f(ctx, args...)
 			}

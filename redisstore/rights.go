@@ -68,6 +68,7 @@ func (s *Store) rights() []right {
 		{rule: "+info", cmd: []any{"info", "replication"}},
 		{rule: "+info", cmd: []any{"info", "stats"}},
 		{rule: "+info", cmd: []any{"info", "commandstats"}},
+		{rule: "+info", cmd: []any{"info", "errorstats"}}, // the key space's reset witness (readWitness), in the checks and the scripts
 		{rule: "+info", cmd: []any{"info", "persistence"}},
 		{rule: "+exists", cmd: []any{"exists", marker}},
 		{rule: "+hget", cmd: []any{"hget", s.serversKey(), "r"}},

@@ -92,43 +92,57 @@ if m ~= 'O' then
   local f = tonumber(string.sub(m, 2))
   if string.sub(m, 1, 1) ~= 'F' or not f then return {-4, 0} end
   if now < f then
-    local r = tonumber(redis.call('GET', KEYS[1] .. 'f'))
+` + lengthenLua + `    return {-2, f}
+  end
+  redis.call('SET', KEYS[1], 'O')
+end
+`
+
+// lengthenLua lengthens the running fence f (ms) of the marker KEYS[1]
+// to when it was raised (<marker>f) plus ARGV[3], the caller's bound,
+// when that is later: the longer lifetime wins. It is the guard's, and
+// lengthenScript's (lifetime.go).
+const lengthenLua = `    local r = tonumber(redis.call('GET', KEYS[1] .. 'f'))
     if r and r + tonumber(ARGV[3]) > f then
       f = r + tonumber(ARGV[3])
       redis.call('SET', KEYS[1], string.format('F%.0f', f))
     end
-    return {-2, f}
-  end
-  redis.call('SET', KEYS[1], 'O')
-end
 `
 
 // countersLua defines moved(cb), the guard of the steps that can take a
 // free ID (a claim, an acquisition), called only where they would take
 // one: cb, an ARGV, is the loss counters the store's last check read on
 // the master that serves the key, "<evicted_keys>
-// <total_commands_processed>" ("-" for evicted_keys under
-// AllowEviction), or "-" when the store has none. It reads them again
-// (INFO stats, each field found by a plain search, cheaper than a pattern
-// tried at every position; Redis evicts before a command runs, never
-// inside a script)
-// and reports true when evicted_keys differs or the commands went down
-// (CONFIG RESETSTAT, another server): the script then answers -8, so an
-// ID that eviction took since that check is never answered free before
-// the check that fences for it has run. The store then refuses every
-// step that can take a free ID until a check has run, at once (see
-// [Store.holdForCheck]); the check takes the counters as the new
-// baseline only after fencing for them.
+// <total_commands_processed> <errs> <code>" ("-" for evicted_keys under
+// AllowEviction; errs the count of the key space's reset witness, the
+// error code <code> in INFO errorstats, 0 when the server does not count
+// it: see [Store.readWitness]), or "-" when the store has none. It reads
+// them again (INFO stats and INFO errorstats, each field found by a plain
+// search, cheaper than a pattern tried at every position; Redis evicts
+// before a command runs, never inside a script) and reports true when
+// evicted_keys differs, or the witness went down (CONFIG RESETSTAT,
+// another server: only the checks of this key space bump it), or, where
+// the witness is not counted, the commands went down: the script then
+// answers -8, so an ID that eviction took since that check is never
+// answered free before the check that fences for it has run, even after a
+// reset and more commands than the server had run before it (issue 105).
+// INFO stats is read only where evicted_keys is compared or the witness
+// is not counted. The store then refuses every step that can take a free
+// ID until a check has run, at once (see [Store.holdForCheck]); the check
+// takes the counters as the new baseline only after fencing for them.
 const countersLua = `local function field(i, name)
   local p = string.find(i, name, 1, true)
   return p and string.match(i, '^%d+', p + #name)
 end
 local function moved(cb)
   if cb == '-' then return false end
-  local be, bc = string.match(cb, '^(%S+) (%d+)$')
-  if not bc then return true end
-  local i = redis.call('INFO', 'stats')
-  return (be ~= '-' and field(i, '\nevicted_keys:') ~= be) or (tonumber(field(i, '\ntotal_commands_processed:')) or 0) < tonumber(bc)
+  local be, bc, bw, code = string.match(cb, '^(%S+) (%d+) (%d+) (%S+)$')
+  if not code then return true end
+  if be ~= '-' or bw == '0' then
+    local i = redis.call('INFO', 'stats')
+    if (be ~= '-' and field(i, '\nevicted_keys:') ~= be) or (tonumber(field(i, '\ntotal_commands_processed:')) or 0) < tonumber(bc) then return true end
+  end
+  return bw ~= '0' and (tonumber(field(redis.call('INFO', 'errorstats'), '\nerrorstat_' .. code .. ':count=')) or 0) < tonumber(bw)
 end
 `
 
@@ -246,8 +260,8 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "8962ecaa8690ee43993fdae267906561db3f5fea"}
-	acquireLua = script{acquireScript, "5a369b0030cea0f91cdf2db3253740b5e15734c1"}
+	claimLua   = script{claimScript, "58aa016403c8226d7791cd711696d23bc99edb1e"}
+	acquireLua = script{acquireScript, "ccc5a5e2c83db6757aa28fcc9a30686d6ce55f86"}
 	confirmLua = script{confirmScript, "8cc16be5696e0640f980b1c4edc79b0bfcd3667f"}
 	renewLua   = script{renewScript, "f41ed12b68a87e1400924f30f1d379e8ffbdf654"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}

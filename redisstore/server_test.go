@@ -251,9 +251,11 @@ type fakeServer struct {
 	mu                                 sync.Mutex
 	runID                              string // "": INFO server gives none
 	evicted, swapdb, flushall, flushdb int64
-	commands                           int64 // total_commands_processed: every Do counts
-	roles                              int64 // ROLE's calls: every ROLE counts
-	resets, resetUsec                  int64 // cmdstat_config|resetstat
+	commands                           int64  // total_commands_processed: every Do counts
+	roles                              int64  // ROLE's calls: every ROLE counts
+	resets, resetUsec                  int64  // cmdstat_config|resetstat
+	errs                               int64  // the reset witness's count (errorstat_<code>): every bump counts
+	code                               string // the reset witness's code, as the last bump named it
 	policy, maxmemory                  string
 	appendonly, appendfsync, save      string
 	markers                            int64
@@ -263,6 +265,12 @@ type fakeServer struct {
 	fenceErr                           error // the fence script's answer, when set
 }
 
+// replyError is an error reply of the fake server (a redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
 func newFake() *fakeServer {
 	return &fakeServer{runID: "run-a", policy: "noeviction", maxmemory: "0", appendonly: "no", appendfsync: "everysec",
 		markers: Shards, servers: map[string]string{}}
@@ -271,7 +279,7 @@ func newFake() *fakeServer {
 // resetStat is CONFIG RESETSTAT, which took usec µs: every counter
 // zeroed, then the reset counted.
 func (f *fakeServer) resetStat(usec int64) {
-	f.evicted, f.swapdb, f.flushall, f.flushdb, f.commands, f.roles = 0, 0, 0, 0, 1, 0
+	f.evicted, f.swapdb, f.flushall, f.flushdb, f.commands, f.roles, f.errs = 0, 0, 0, 0, 1, 0, 0
 	f.resets, f.resetUsec = 1, usec
 }
 
@@ -342,6 +350,13 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 				fmt.Fprintf(&b, "cmdstat_config|resetstat:calls=%d,usec=%d,usec_per_call=%d.00,rejected_calls=0,failed_calls=0\r\n", f.resets, f.resetUsec, f.resetUsec)
 			}
 			cmd.SetVal(b.String())
+		case "errorstats":
+			var b strings.Builder
+			b.WriteString("# Errorstats\r\n")
+			if f.errs > 0 {
+				fmt.Fprintf(&b, "errorstat_%s:count=%d\r\n", f.code, f.errs)
+			}
+			cmd.SetVal(b.String())
 		}
 	case "CONFIG":
 		v := map[string]string{"maxmemory-policy": f.policy, "maxmemory": f.maxmemory, "appendonly": f.appendonly, "appendfsync": f.appendfsync, "save": f.save}[arg(2)]
@@ -371,6 +386,12 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	case "EVAL":
 		if arg(1) == rightsScript { // every right there
 			cmd.SetVal([]any{})
+			break
+		}
+		if arg(1) == witnessScript {
+			f.errs++
+			f.code = strings.Fields(arg(3))[0]
+			cmd.SetErr(replyError(arg(3)))
 			break
 		}
 		if f.fenceErr != nil {
@@ -450,10 +471,18 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 		{"a second CONFIG RESETSTAT, then more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(31); f.commands = 1 << 20 }, false, true, false, nil},
 		{"a second CONFIG RESETSTAT as long as the first, then more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, false, true, false, nil},
 		{"app restart, then a second CONFIG RESETSTAT as long as the first, and more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, true, true, false, nil},
+		// Issue 105: the key space's own witness (INFO errorstats) shows
+		// it, whatever others ran.
+		{"a second CONFIG RESETSTAT as long as the first, then more commands and ROLE calls than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands, f.roles = 1<<20, 1<<10 }, false, true, false, nil},
 		// Not seen: the reset took as long as the one before, and others
 		// ran more commands and ROLE calls after it than the server had
-		// run before (docs/fleet-reference.md).
-		{"a second CONFIG RESETSTAT as long as the first, then more commands and ROLE calls than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands, f.roles = 1<<20, 1<<10 }, false, false, false, nil},
+		// run before, and other checks of the key space bumped its
+		// witness as often (docs/fleet-reference.md).
+		{"a second CONFIG RESETSTAT as long as the first, then more commands, ROLE calls and witness bumps than before", resetBefore, Options{}, func(f *fakeServer) {
+			errs := f.errs
+			f.resetStat(28)
+			f.commands, f.roles, f.errs = 1<<20, 1<<10, errs+1
+		}, false, false, false, nil},
 		{"others' ROLE calls", nil, Options{}, func(f *fakeServer) { f.roles += 5 }, false, false, false, nil},
 		{"app restart on a server reset before, its baseline from an older store", func(f *fakeServer) {
 			// Version 2: no reset witness; the reset before it is not
