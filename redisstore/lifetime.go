@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -152,7 +153,64 @@ func (s *Store) learnRecordedLifetime(ctx context.Context) {
 			s.log.Warn("redisstore: could not record the key space's lifetime again", "prefix", s.prefix, "error", err)
 		}
 	}
+	s.lengthenFences(ctx)
 }
+
+// lengthenFences lengthens every running fence of the key space to when
+// it was raised plus the lifetime this store knows, where that is later,
+// at each server check: two applications on one prefix fence for the
+// longest lifetime either knows. A loss met first by a store of the
+// shorter lifetime is fenced for that lifetime (its script on a missing
+// marker, or its check, whose baseline then consumes the evidence for
+// every other store: issue 105), and the record of the longer one may be
+// lost with the data (FLUSHALL, a restart without persistence) before
+// the shorter one read it; the store that knows the longer lifetime, if
+// it runs, lengthens those fences here, whether or not its own steps
+// meet them, within one RecheckInterval of the loss. The markers are
+// read in one pipeline; a shard is sent lengthenScript only when its
+// fence, or this store's bound, changed since this store last judged it.
+// Best effort: a shard it cannot read or lengthen is judged again at the
+// next check, and each guarded step lengthens its own shard's fence too.
+func (s *Store) lengthenFences(ctx context.Context) {
+	markers, err := s.getMarkers(ctx)
+	if err != nil {
+		return
+	}
+	s.judgedMu.Lock()
+	defer s.judgedMu.Unlock()
+	bound := *s.boundArg.Load()
+	for i, m := range markers {
+		if m == nil || !strings.HasPrefix(*m, "F") {
+			s.judged[i] = ""
+			continue
+		}
+		if s.judged[i] == *m+" "+bound {
+			continue
+		}
+		v, err := s.call(ctx, "EVAL", lengthenScript, 1, s.tags[i], "", "", bound)
+		if err != nil {
+			continue
+		}
+		switch f, ok := v.(int64); {
+		case ok && f > 0:
+			s.judged[i] = fmt.Sprintf("F%d %s", f, bound)
+		case ok: // not fenced, or ended: nothing to lengthen until it changes
+			s.judged[i] = *m + " " + bound
+		}
+	}
+}
+
+// lengthenScript lengthens the running fence of the marker KEYS[1] to
+// when it was raised plus ARGV[3] (ms; ARGV[1] and ARGV[2] unused, as the
+// guard's clock arguments), where that is later (lengthenLua), and
+// returns the fence's end (ms); 0 when the shard is not fenced, or its
+// fence has ended.
+const lengthenScript = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('GET', KEYS[1])
+local f = m and string.sub(m, 1, 1) == 'F' and tonumber(string.sub(m, 2))
+if not f or now >= f then return 0 end
+` + lengthenLua + `return f`
 
 // Lifetime is the longest lifetime this store knows the key space's
 // claims, leases and records to have (its own, and what the key space

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -164,6 +165,7 @@ func TestLifetime(t *testing.T) {
 		{"fence ends after the longest claim", fenceEndsWhenTheKeySpaceLongestClaimHasExpired},
 		{"longer lifetime of two applications wins", twoApplicationsOnOneKeySpaceTheLongerLifetimeWins},
 		{"record outlasting a shorter horizon fences", recordOutlastingAShorterHorizonStillFences},
+		{"loss before the short one read the record fences for the longer", lossBeforeTheShortOneReadTheRecordFencesForTheLonger},
 		{"recorded only when it grows", lifetimeIsRecordedOnlyWhenItGrows},
 		{"step past it by redis clock refused", stepPastTheKeySpaceLifetimeByRedisClockIsRefused},
 		{"unexpected recorded value refused", recordedLifetimeHoldingAnUnexpectedValueIsRefused},
@@ -320,6 +322,101 @@ func twoApplications(t *testing.T, recheck, horizon, life time.Duration) {
 	}
 	if n := before.acceptedTwice(t, short, time.Second, long.Lifetime()); n != 0 {
 		t.Fatalf("%d of %d IDs accepted twice", n, len(before))
+	}
+}
+
+// lossBeforeTheShortOneReadTheRecordFencesForTheLonger: two applications
+// on one key space, a short one (claims of 1 s, lifetime 2 s; no periodic
+// check, so it has not read the record before the loss) and a long one
+// (claims of 8 or 20 s, then idle), and a loss right after both opened
+// (FLUSHALL, or a restart without persistence: the record is lost with
+// the data), which the short one meets first on every shard and fences
+// for its own lifetime, its check's baseline then consuming the evidence
+// for the long one: the long one's next check lengthens every fence to
+// its lifetime (lengthenFences), so the short one refuses the long one's
+// IDs after its own fence would have ended, accepts none of them twice,
+// and serves again once the longer fence ends (issue 105: 300 of 300
+// accepted twice after FLUSHALL, 5 of 300 after a restart).
+func lossBeforeTheShortOneReadTheRecordFencesForTheLonger(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		loss func(t *testing.T, srv *server, c *redis.Client)
+		// life is the long application's claims': past the loss, its
+		// meeting and the short fence (a restart takes seconds on a
+		// loaded machine).
+		life time.Duration
+	}{
+		{"FLUSHALL", func(t *testing.T, srv *server, c *redis.Client) { must(t, c.FlushAll(context.Background()).Err()) }, 8 * time.Second},
+		{"restart without persistence", func(t *testing.T, srv *server, c *redis.Client) { srv.restart(syscall.SIGKILL) }, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			ctx := context.Background()
+			short := provisioned(t, c, lifetimeOpts("mix:", time.Hour))
+			if first, err := claim(ctx, short, "short-0", time.Now().Add(time.Second)); !first || err != nil {
+				t.Fatalf("short claim: %v, %v", first, err)
+			}
+			long := closing(t, mustNew(t, c, lifetimeOpts("mix:", time.Hour)))
+			before := claimMany(t, long, "long-", 20, tc.life)
+			if short.Lifetime() >= long.Lifetime() {
+				t.Fatalf("the short application knows %v before the loss; the case needs it shorter than %v", short.Lifetime(), long.Lifetime())
+			}
+			tc.loss(t, srv, c)
+			meetEveryShard(short)
+			found := time.Now()
+			shortEnd := found.Add(short.Lifetime())
+			// The short application's check, which its first claim after
+			// the loss asked for, fenced and took the server's counters as
+			// the key space's baseline; then the long application's next
+			// check (due within its RecheckInterval) finds that baseline,
+			// so the loss is no evidence to it, and lengthens every
+			// shard's fence past its claims.
+			waitChecks(t, short)
+			if err := long.checkServer(ctx); err != nil {
+				t.Fatalf("the long application's check: %v", err)
+			}
+			waitFor(t, 10*time.Second, "every fence to outlast the long application's claims", func() bool {
+				for _, m := range short.tags {
+					v, err := c.Get(ctx, m).Result()
+					end, perr := strconv.ParseInt(strings.TrimPrefix(v, "F"), 10, 64)
+					if err != nil || !strings.HasPrefix(v, "F") || perr != nil || time.UnixMilli(end).Before(before.latest()) {
+						return false
+					}
+				}
+				return true
+			})
+			// Inside the longer fence, after the short one's own would
+			// have ended: refused.
+			waitUntil(shortEnd)
+			if !time.Now().Before(before.latest().Add(-time.Second)) {
+				t.Fatalf("past the short fence only %v before the long claims expire; the machine was too slow for the case", before.latest().Sub(time.Now()))
+			}
+			for id := range before {
+				first, err := claim(ctx, short, id, time.Now().Add(time.Second))
+				if first || !errors.Is(err, ErrFenced) {
+					t.Fatalf("claim of %s %v after the loss (the short lifetime %v) = %v, %v; want ErrFenced until the long one's %v", id, time.Since(found).Round(time.Millisecond), short.Lifetime(), first, err, long.Lifetime())
+				}
+			}
+			if n := before.acceptedTwice(t, short, time.Second, long.Lifetime()); n != 0 {
+				t.Fatalf("%d of %d IDs accepted twice", n, len(before))
+			}
+			// Served again once the longer fence ended (acceptedTwice
+			// waited it out): a fresh ID on every shard.
+			for i := range Shards {
+				var id string
+				for j := 0; ; j++ {
+					if id = fmt.Sprintf("fresh-%d", j); shardOf(id) == i {
+						break
+					}
+				}
+				if first, err := claim(ctx, short, id, time.Now().Add(time.Second)); !first || err != nil {
+					t.Fatalf("fresh claim on shard %d after the longer fence = %v, %v; want served", i, first, err)
+				}
+			}
+			t.Logf("the short application refused for %v after the loss (its own lifetime %v, the long one's %v)", time.Since(found).Round(time.Millisecond), short.Lifetime(), long.Lifetime())
+		})
 	}
 }
 

@@ -443,6 +443,10 @@ type Store struct {
 	life     atomic.Int64
 	boundArg atomic.Pointer[string]
 	lifeMu   sync.Mutex
+	// judged is, per shard, the fence marker and bound the last
+	// lengthenFences judged (see lifetime.go), under judgedMu.
+	judged   [Shards]string
+	judgedMu sync.Mutex
 
 	logged  [replay.EventClaimResent + 1]atomic.Int64 // unix ms of the last log line per kind (the store reports no kind above)
 	cancels cancels
