@@ -168,17 +168,24 @@ func (s *Store) learnRecordedLifetime(ctx context.Context) {
 // it runs, lengthens those fences here, whether or not its own steps
 // meet them, within one RecheckInterval of the loss. The markers are
 // read in one pipeline; a shard is sent lengthenScript only when its
-// fence, or this store's bound, changed since this store last judged it.
-// Best effort: a shard it cannot read or lengthen is judged again at the
-// next check, and each guarded step lengthens its own shard's fence too.
+// fence, or this store's lifetime, changed since this store last judged
+// it. A store that knows no lifetime (it has claimed nothing and read no
+// record) has nothing to protect and lengthens nothing: its Horizon, what
+// its own fences last, would hold others' fences for the Horizon. Best
+// effort: a shard it cannot read or lengthen is judged again at the next
+// check, and each guarded step lengthens its own shard's fence too.
 func (s *Store) lengthenFences(ctx context.Context) {
+	life := s.life.Load()
+	if life <= 0 {
+		return // no lifetime known: no claim of this store's to protect
+	}
 	markers, err := s.getMarkers(ctx)
 	if err != nil {
 		return
 	}
 	s.judgedMu.Lock()
 	defer s.judgedMu.Unlock()
-	bound := *s.boundArg.Load()
+	bound := strconv.FormatInt(life, 10)
 	for i, m := range markers {
 		if m == nil || !strings.HasPrefix(*m, "F") {
 			s.judged[i] = ""

@@ -391,7 +391,7 @@ func lossBeforeTheShortOneReadTheRecordFencesForTheLonger(t *testing.T) {
 			// have ended: refused.
 			waitUntil(shortEnd)
 			if !time.Now().Before(before.latest().Add(-time.Second)) {
-				t.Fatalf("past the short fence only %v before the long claims expire; the machine was too slow for the case", before.latest().Sub(time.Now()))
+				t.Fatalf("past the short fence only %v before the long claims expire; the machine was too slow for the case", time.Until(before.latest()))
 			}
 			for id := range before {
 				first, err := claim(ctx, short, id, time.Now().Add(time.Second))
