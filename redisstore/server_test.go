@@ -613,6 +613,7 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 		{"counters and flags", baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 5}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
 		{"reset witnesses", baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 5, resets: 1, resetUsec: 28, role: 64, witness: true}, markers: -1}},
 		{"no reset yet", baseline{counters: counters{commands: 5, witness: true}, markers: -1}},
+		{"the key space's witness", baseline{counters: counters{commands: 5, role: 8, witness: true, errs: 9}, markers: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -629,15 +630,21 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
 		}
 	})
+	t.Run("version 3, without the key space's witness", func(t *testing.T) {
+		want := baseline{counters: counters{commands: 64, resets: 1, resetUsec: 28, role: 8, witness: true}, markers: -1}
+		if got, ms, ok := decodeBaseline("3 0 0 0 0 0 0 0 1700000000123 64 1 28 8"); !ok || got != want || ms != 1700000000123 {
+			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
+		}
+	})
 	t.Run("version 2, without reset witnesses", func(t *testing.T) {
 		want := baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 64}, evictable: true, aof: true, markers: -1}
 		if got, ms, ok := decodeBaseline("2 1 2 3 4 1 1 0 1700000000123 64"); !ok || got != want || ms != 1700000000123 {
 			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
 		}
 	})
-	t.Run("kept rounds commands and ROLE calls down to a power of two", func(t *testing.T) {
-		b := baseline{counters: counters{commands: 1000, role: 100, resets: 1, resetUsec: 28, witness: true}, replicas: 2, markers: 5}
-		want := baseline{counters: counters{commands: 512, role: 64, resets: 1, resetUsec: 28, witness: true}, markers: -1}
+	t.Run("kept rounds commands, ROLE calls and the witness down to a power of two", func(t *testing.T) {
+		b := baseline{counters: counters{commands: 1000, role: 100, resets: 1, resetUsec: 28, witness: true, errs: 33, bumped: true}, replicas: 2, markers: 5}
+		want := baseline{counters: counters{commands: 512, role: 64, resets: 1, resetUsec: 28, witness: true, errs: 32}, markers: -1}
 		if got := b.kept(); got != want {
 			t.Fatalf("kept = %+v; want %+v", got, want)
 		}
