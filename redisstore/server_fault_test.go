@@ -437,6 +437,7 @@ func evidenceKind(detail string) string {
 		{"resetstat usec", "cmdstat_config|resetstat changed"},
 		{"ROLE calls", "ROLE calls went"},
 		{"total_commands_processed", "total_commands_processed went down"},
+		{"the key space's witness", "reset witness (INFO errorstats)"},
 		{"evicted_keys", "evicted_keys"},
 	} {
 		if strings.Contains(detail, k.text) {
