@@ -200,8 +200,10 @@ func (s *Store) rewriteFile(ctx context.Context) error {
 }
 
 // rewritePages rewrites every page, repairPages per transaction, each
-// followed by a pause as long as it held the write lock, and a PASSIVE
-// checkpoint every repairWAL bytes.
+// followed by a pause half as long as it held the write lock, and a
+// PASSIVE checkpoint every repairWAL bytes. Each page is looked up by its
+// number: sqlite_dbpage serves a range of them by reading every page of
+// the file, which made a pass's cost grow with the square of its size.
 func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
 	every := max(repairWAL/pageSize/repairPages, 1) * repairPages
 	start, logged := time.Now(), time.Now()
@@ -227,16 +229,18 @@ func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
 				return err
 			}
 			next = min(pgno+repairPages, total)
-			_, err := q.exec(`UPDATE sqlite_dbpage SET data = data WHERE pgno > ? AND pgno <= ?`, pgno, next)
+			_, err := q.exec(`WITH RECURSIVE p(n) AS (SELECT ? + 1 UNION ALL SELECT n + 1 FROM p WHERE n < ?)
+				INSERT INTO sqlite_dbpage (pgno, data) SELECT n, (SELECT data FROM sqlite_dbpage WHERE pgno = n) FROM p`, pgno, next)
 			return err
 		}, &took)
+		pause := took / 2
 		if err == nil {
 			pgno = next
 		} else if strings.Contains(err.Error(), "database is locked") {
 			// The application's writers held the lock for busy_timeout:
 			// the same pages again, after as long a pause.
 			s.log.Warn("sqlitestore: the repair after an I/O error waited for the write lock for busy_timeout; trying again", "table", unquote(s.table), "pages", pgno, "of", total)
-			took = max(took, time.Second)
+			pause = max(took, time.Second)
 		} else {
 			return err
 		}
@@ -247,7 +251,7 @@ func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(took):
+		case <-time.After(pause):
 		}
 	}
 	return nil
