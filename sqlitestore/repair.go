@@ -209,15 +209,15 @@ func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
 	start, logged := time.Now(), time.Now()
 	for pgno := int64(0); pgno < total; {
 		if pgno%every == 0 {
-			if err := s.waitForRoom(ctx, func() (int64, error) {
+			if err := s.waitForRoom(ctx, func() (need, unheld int64, err error) {
 				// The WAL restarts after a checkpoint that copied it whole;
 				// else it grows by every page left.
-				left := total - pgno
 				frames, err := s.checkpointWAL(ctx)
+				stretch := s.walGrowth(0, min(total-pgno, every), pageSize)
 				if frames == 0 {
-					left = min(left, every)
+					return stretch, stretch, err
 				}
-				return s.walGrowth(frames, left, pageSize), err
+				return s.walGrowth(frames, total-pgno, pageSize), stretch, err
 			}, pgno == 0); err != nil {
 				return err
 			}
@@ -260,9 +260,9 @@ func (s *Store) rewritePages(ctx context.Context, pageSize, total int64) error {
 // vacuum is the repair where SQLite lacks sqlite_dbpage: one VACUUM,
 // which holds the write lock until it ends and grows the WAL by the file.
 func (s *Store) vacuum(ctx context.Context, pageSize, total int64) error {
-	if err := s.waitForRoom(ctx, func() (int64, error) {
+	if err := s.waitForRoom(ctx, func() (need, unheld int64, err error) {
 		frames, err := s.checkpointWAL(ctx)
-		return s.walGrowth(frames, total, pageSize), err
+		return s.walGrowth(frames, total, pageSize), s.walGrowth(0, total, pageSize), err
 	}, true); err != nil {
 		return err
 	}
@@ -363,17 +363,21 @@ func (s *Store) walGrowth(frames, pages, pageSize int64) int64 {
 
 // waitForRoom returns once the database's directory has the free space
 // the next writes need (need's bytes, and an eighth more for the
-// application's writes meanwhile), refusing
-// meanwhile with both figures and trying again up to 30 s apart. When the
-// space cannot be measured it goes on, logged when first.
-func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), first bool) error {
+// application's writes meanwhile), refusing meanwhile with both figures
+// and trying again up to 30 s apart. need also returns what the writes
+// would need were the WAL copied whole (unheld): when that would fit, a
+// read transaction holding the checkpoint back is what keeps the repair
+// from starting, so the refusal names it and the repair tries again
+// every second, to start as soon as the read ends. When the space cannot
+// be measured it goes on, logged when first.
+func (s *Store) waitForRoom(ctx context.Context, need func() (need, unheld int64, err error), first bool) error {
 	dir := filepath.Dir(s.path)
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		n, err := need()
+		n, unheld, err := need()
 		if err != nil {
 			return err
 		}
-		n += n / 8
+		n, unheld = n+n/8, unheld+unheld/8
 		free, err := freeSpace(dir)
 		if err != nil && first {
 			s.log.Warn("sqlitestore: the repair after an I/O error cannot measure the free space beside the database: it goes on, and may fill the disk", "table", unquote(s.table), "dir", dir, "needed", n, "err", err)
@@ -382,9 +386,21 @@ func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), fir
 			s.repairShort.Store(nil)
 			return nil
 		}
-		refusal := fmt.Errorf("%w; the repair needs %.1f MiB free in %s and finds %.1f MiB: free space there (it tries again, up to 30 s apart)", errRepairing, mib(n), dir, mib(free))
+		var refusal error
+		switch {
+		case free >= unheld:
+			wait = time.Second
+			refusal = fmt.Errorf("%w; %s, so no checkpoint can restart the WAL and the repair would grow it by every page left: it needs %.1f MiB free in %s and finds %.1f MiB, %.1f MiB once the read ends: end the read (the repair tries again every second), or free space there", errRepairing, heldReader, mib(n), dir, mib(free), mib(unheld))
+			s.log.Warn("sqlitestore: the repair after an I/O error waits for a read transaction that holds the WAL, or for free space beside the database", "table", unquote(s.table), "dir", dir, "needed", n, "needed once the read ends", unheld, "free", free, "in", wait)
+		default:
+			also := ""
+			if n > unheld {
+				also = fmt.Sprintf(" (%s: %.1f MiB once the read ends)", heldReader, mib(unheld))
+			}
+			refusal = fmt.Errorf("%w; the repair needs %.1f MiB free in %s and finds %.1f MiB%s: free space there (it tries again, up to 30 s apart)", errRepairing, mib(n), dir, mib(free), also)
+			s.log.Warn("sqlitestore: the repair after an I/O error waits for free space beside the database", "table", unquote(s.table), "dir", dir, "needed", n, "free", free, "in", wait)
+		}
 		// Logged first: whoever reads the refusal finds the line written.
-		s.log.Warn("sqlitestore: the repair after an I/O error waits for free space beside the database", "table", unquote(s.table), "dir", dir, "needed", n, "free", free, "in", wait)
 		s.repairShort.Store(&refusal)
 		select {
 		case <-ctx.Done():
@@ -393,5 +409,8 @@ func (s *Store) waitForRoom(ctx context.Context, need func() (int64, error), fir
 		}
 	}
 }
+
+// heldReader names what holds a WAL's checkpoint back.
+const heldReader = "a read transaction holds the WAL (an unclosed *sql.Rows or transaction on the database, or another program reading the file: litestream, a backup, a sqlite3 shell)"
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }

@@ -372,6 +372,25 @@ func (h *logRecords) count(level slog.Level, substr string) int {
 	return n
 }
 
+// attr returns the value of attribute key of the last record of level
+// whose message holds substr, "" when none has it.
+func (h *logRecords) attr(level slog.Level, substr, key string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := ""
+	for _, r := range h.records {
+		if r.Level == level && strings.Contains(r.Message, substr) {
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == key {
+					v = a.Value.String()
+				}
+				return true
+			})
+		}
+	}
+	return v
+}
+
 // allowNormalSync: synchronous=NORMAL in WAL mode is accepted only
 // with Options.AllowNormalSync, and New then logs a Warn naming the
 // option; the store serves.

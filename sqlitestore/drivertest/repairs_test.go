@@ -442,6 +442,70 @@ func TestRepairWaitsForFreeSpace(t *testing.T) {
 	})
 }
 
+// TestRepairNamesAHeldReader: a read transaction held open (an unclosed
+// *sql.Rows) on a disk with room for the repair's WAL bound (16 MiB and
+// an eighth) but not for the whole file: the checkpoint the reader holds
+// back would let the WAL grow by every page, so the repair waits, and the
+// refusal names the reader as the cause, with the space needed once it
+// ends; the repair looks again every second. Once the read ends the
+// repair runs and the store serves, every claim acknowledged before still
+// refused.
+func TestRepairNamesAHeldReader(t *testing.T) {
+	boot := repairBoot(t)
+	eachDriver(t, func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		mnt := smallDisk(t, "64m")
+		path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
+		db := d.Open(t, path)
+		requireDBPage(t, db)
+		must(t, sqlitestore.Migrate(ctx, db, ""))
+		appPages(t, db, 6000) // 24 MiB: more than the 16 MiB between two of the repair's checkpoints
+		ids, until := claimThenMark(t, db, path, 50, boot)
+		fillDisk(t, filler, 22<<20) // room for 16 MiB of the WAL and an eighth, not for 24 MiB
+		rows, err := db.QueryContext(ctx, `SELECT id FROM app`)
+		must(t, err)
+		defer rows.Close()
+		if !rows.Next() {
+			t.Fatal(rows.Err())
+		}
+
+		logs := &logRecords{}
+		rep := newRepairs()
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe, Logger: slog.New(logs)})
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			_, err := s.Claim(ctx, "fresh", until)
+			if !errors.Is(err, sqlitestore.ErrUnavailable) {
+				t.Fatalf("Claim while a reader holds the repair back = %v; want ErrUnavailable", err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "MiB free in "+mnt) {
+				if !strings.Contains(msg, "a read transaction holds the WAL") || !strings.Contains(msg, "once the read ends: end the read") {
+					t.Fatalf("the refusal while a reader holds the WAL = %q; want it to name the reader as the cause", msg)
+				}
+				t.Logf("the refusal: %s", msg)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the refusal never named what holds the repair back: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := logs.count(slog.LevelWarn, "waits for a read transaction that holds the WAL"); n == 0 {
+			t.Fatal("no Warn logged for the reader the repair waits for")
+		}
+		if w := logs.attr(slog.LevelWarn, "waits for a read transaction", "in"); w != time.Second.String() {
+			t.Fatalf("the repair waiting for a reader looks again in %s; want 1s", w)
+		}
+		ended := time.Now()
+		must(t, rows.Close())
+		rep.wait(t)
+		t.Logf("served %v after the read ended", time.Since(ended).Round(time.Millisecond))
+		claimedAll(t, s, ids, until, "after the repair")
+		claimAll(t, s, []string{"fresh"}, until)
+	})
+}
+
 // TestRepairBesideAHeldRead: an application that holds a read open (an
 // unclosed *sql.Rows) from before the repair does not keep the store
 // refusing: the rewritten pages are synced in the WAL at each commit, so
