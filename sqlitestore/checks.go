@@ -282,6 +282,11 @@ func writeSidecar(file string, c sidecar, force bool) error {
 		}
 	}
 	b, _ := json.Marshal(c)
+	return writeSynced(file, append(b, '\n'))
+}
+
+// writeSynced writes b to file atomically, synced with its directory.
+func writeSynced(file string, b []byte) error {
 	dir := filepath.Dir(file)
 	f, err := os.CreateTemp(dir, filepath.Base(file)+".*.tmp")
 	if err != nil {
@@ -289,7 +294,7 @@ func writeSidecar(file string, c sidecar, force bool) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
-	if _, err = f.Write(append(b, '\n')); err == nil {
+	if _, err = f.Write(b); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -301,11 +306,77 @@ func writeSidecar(file string, c sidecar, force bool) error {
 	if err := os.Rename(tmp, file); err != nil {
 		return err
 	}
+	syncDir(dir)
+	return nil
+}
+
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
+}
+
+// A clean stop leaves a record beside the database (stopFile): its
+// file, incarnation and sequence once the WAL was copied whole into it
+// and no other store's WAL was kept beside it. Every New removes it
+// before its first write, so while it matches the file, no store wrote
+// since: should the sidecar be deleted, it proves nothing was lost.
+type stopRecord struct {
+	Incarnation string `json:"incarnation"`
+	Seq         int64  `json:"seq"`
+	File        string `json:"file"` // fileID of the database
+}
+
+// stopFile is the clean stop's record: the sidecar's name and
+// "-stopped" (a table name holds no '-').
+func stopFile(path, table string) string { return sidecarFile(path, table) + "-stopped" }
+
+// recordStop leaves the clean stop's record, unless another store's WAL
+// is kept beside the database (one runs, or crashed).
+func (g *guard) recordStop(s *Store) {
+	if links, err := withPrefix(walLinkPrefix(s.path, s.table)); err != nil || len(links) > 0 {
+		return
+	}
+	info, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(info, g.info) || fileID(info) == "" {
+		return
+	}
+	b, _ := json.Marshal(stopRecord{g.incarnation, g.seq.Load(), fileID(info)})
+	if err := writeSynced(stopFile(s.path, s.table), append(b, '\n')); err != nil {
+		s.log.Warn("sqlitestore: at Close, recording the clean stop failed: should the sidecar be deleted, nothing proves that nothing was lost", "path", stopFile(s.path, s.table), "err", err)
+	}
+}
+
+// removeStop removes the clean stop's record, synced, before a store writes.
+func removeStop(path, table string) error {
+	file := stopFile(path, table)
+	if err := os.Remove(file); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	syncDir(filepath.Dir(file))
 	return nil
+}
+
+// cleanStop reports whether the database at p.path, of incarnation inc at
+// sequence seq, is the file a store last stopped cleanly, with no store
+// since: its record matches, and no WAL is kept beside it.
+func cleanStop(p place, inc string, seq int64) bool {
+	b, err := os.ReadFile(stopFile(p.path, p.table))
+	if err != nil {
+		return false
+	}
+	var r stopRecord
+	if json.Unmarshal(b, &r) != nil || r.Incarnation != inc || r.Seq != seq || r.File == "" {
+		return false
+	}
+	if links, err := withPrefix(walLinkPrefix(p.path, p.table)); err != nil || len(links) > 0 {
+		return false
+	}
+	info, err := os.Stat(p.path)
+	return err == nil && fileID(info) == r.File
 }
 
 // marker reads the marker row's incarnation, fence and sequence.
@@ -356,6 +427,10 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 	g.persisted = side
 	if g.info, err = os.Stat(s.path); err != nil {
 		return false, unavailable(ctx, err)
+	}
+	// The clean stop's record goes before the first write.
+	if err := removeStop(s.path, s.table); err != nil {
+		return false, fmt.Errorf("%w: removing the record of the last clean stop: %w", ErrUnavailable, err)
 	}
 	// One write: a read-only file or a full disk fails here.
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
@@ -444,6 +519,8 @@ func judgeFiles(ctx context.Context, q querier, p place, boot string, now int64,
 		err = fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(p.table))
 	case err != nil:
 		err = unavailable(ctx, err)
+	case !haveSide && seq > 0 && cleanStop(p, inc, seq):
+		err = nothingLost{refuse("a store ran on %s (its marker's sequence is %d) but its sidecar %s is missing (deleted, or the file moved without its hidden files); %s records the last store's clean stop of this very file at this sequence, and no store wrote since", p.path, seq, sidecarFile(p.path, p.table), stopFile(p.path, p.table))}
 	case !haveSide && seq > 0:
 		err = refuse("%s", noSidecar(p.path, p.table, seq))
 	case haveSide && side.Incarnation != inc:
@@ -485,7 +562,7 @@ func lostRefusal(path string, side sidecar) error {
 // noSidecar says why a table a store ran on, at sequence seq, without
 // its sidecar is refused.
 func noSidecar(path, table string, seq int64) string {
-	return fmt.Sprintf("a store ran on %s (its marker's sequence is %d) but its sidecar %s is missing, so what happened to the file since cannot be judged (moved, copied or renamed without its hidden files, which the glob %s* leaves behind, or the sidecar deleted): put the hidden files back beside it, renamed for its name, or re-arm it", path, seq, sidecarFile(path, table), filepath.Base(path))
+	return fmt.Sprintf("a store ran on %s (its marker's sequence is %d) but its sidecar %s is missing, so what happened to the file since cannot be judged (moved, copied or renamed without its hidden files, which the glob %s* leaves behind, or the sidecar deleted), and an older copy looks the same: if the hidden files are where it came from, put them back beside it, renamed for its name (New then judges it, and serves when nothing was lost); else re-arm it", path, seq, sidecarFile(path, table), filepath.Base(path))
 }
 
 // step opens every write transaction, checking the marker. A durable one
@@ -647,6 +724,8 @@ func (g *guard) settle(s *Store) {
 	}
 	if err := os.Remove(s.walLink); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed", "path", s.walLink, "err", err)
+	} else if s.wal {
+		g.recordStop(s)
 	}
 	if normal {
 		g.clearMarks(s, false, "at Close, clearing the mark of synchronous=NORMAL")

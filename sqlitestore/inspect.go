@@ -28,8 +28,17 @@ type lifted struct{ err error }
 func (e lifted) Error() string { return e.err.Error() }
 func (e lifted) Unwrap() error { return e.err }
 
+// nothingLost marks an ErrForgotten refusal whose files prove that
+// nothing was lost: the command it names fences for 0.
+type nothingLost struct{ error }
+
+func (e nothingLost) Unwrap() error { return e.error }
+
 // lift names in an ErrForgotten refusal the hidden files beside the
-// database and the one command that lifts it; other errors pass.
+// database, whether acknowledged claims can have been lost, and the one
+// command that lifts it, with the fence that fits: 0 where the files
+// prove nothing was lost, the stores' Horizon otherwise. Other errors
+// pass.
 func (p place) lift(err error) error {
 	if !errors.Is(err, ErrForgotten) || errors.As(err, new(lifted)) || p.path == "" {
 		return err
@@ -38,12 +47,16 @@ func (p place) lift(err error) error {
 	if files := hiddenFiles(p.path, p.table); len(files) > 0 {
 		found = "found beside it: " + strings.Join(files, ", ")
 	}
-	return lifted{fmt.Errorf("%w; %s; once you have decided, stop every program on the file and run: %s", err, found, p.rearm())}
+	fence, lost := p.fence, fmt.Sprintf("acknowledged claims may be lost, so the fence is the stores' Horizon, %s: nothing is accepted until every claim the lost rows could hold has expired", p.fence)
+	if errors.As(err, new(nothingLost)) {
+		fence, lost = 0, "nothing was lost, so the fence is 0"
+	}
+	return lifted{fmt.Errorf("%w; %s; %s; once you have decided, stop every program on the file and run: %s", err, found, lost, p.rearm(fence))}
 }
 
-// rearm is the command line that re-arms the table with the fence.
-func (p place) rearm() string {
-	return fmt.Sprintf("%s rearm -db %s -table %s -fence %s", command, shellQuote(p.path), unquote(p.table), p.fence)
+// rearm is the command line that re-arms the table with fence.
+func (p place) rearm(fence time.Duration) string {
+	return fmt.Sprintf("%s rearm -db %s -table %s -fence %s", command, shellQuote(p.path), unquote(p.table), fence)
 }
 
 // shellQuote quotes s for a POSIX shell when it holds more than letters,
@@ -62,7 +75,7 @@ func hiddenFiles(path, table string) []string {
 	all, _ := withPrefix(side)
 	var files []string
 	for _, f := range all {
-		if f == side || strings.HasPrefix(f, walLinkPrefix(path, table)) {
+		if f == side || f == stopFile(path, table) || strings.HasPrefix(f, walLinkPrefix(path, table)) {
 			files = append(files, f)
 		}
 	}
@@ -160,6 +173,9 @@ func describe(q querier, f string, p place, inc string, seq, now int64) string {
 			return fmt.Sprintf("a WAL the store kept, at the database's sequence %d, with %d of its %d live rows the database lacks", seq, lacks, total)
 		}
 		return fmt.Sprintf("a WAL the store kept, which the database holds (its sequence %d, the database's %d): New removes it", last, seq)
+	}
+	if f == stopFile(p.path, p.table) {
+		return "the record of a store's clean stop: a sidecar deleted since loses nothing while it matches the database"
 	}
 	c, ok, err := readSidecar(f)
 	switch {

@@ -13,9 +13,11 @@ import (
 
 // TestRefusalNamesHiddenFilesAndTheCommandThatLiftsIt: a loss's refusal
 // names the store's hidden files beside the database (not another
-// table's, not the database's own) and the command line, its path quoted
-// for a shell when it must be; other errors, and a refusal already
-// named, pass unchanged.
+// table's, not the database's own), that claims may be lost, and the
+// command line with the stores' Horizon, its path quoted for a shell when
+// it must be; a refusal whose files prove nothing was lost says so and
+// fences for 0; other errors, and a refusal already named, pass
+// unchanged.
 func TestRefusalNamesHiddenFilesAndTheCommandThatLiftsIt(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "it's here")
 	must(t, os.Mkdir(dir, 0o755))
@@ -27,6 +29,7 @@ func TestRefusalNamesHiddenFilesAndTheCommandThatLiftsIt(t *testing.T) {
 	loss := fmt.Errorf("%w: gone", ErrForgotten)
 	err := p.lift(loss)
 	want := "found beside it: " + filepath.Join(dir, ".app.db-ctoken") + ", " + filepath.Join(dir, ".app.db-ctoken.wal-1") +
+		"; acknowledged claims may be lost, so the fence is the stores' Horizon, 1h30m0s: nothing is accepted until every claim the lost rows could hold has expired" +
 		"; once you have decided, stop every program on the file and run: ctoken-sqlite rearm -db '" +
 		strings.ReplaceAll(path, "'", `'\''`) + "' -table ctoken_replay -fence 1h30m0s"
 	if !errors.Is(err, ErrForgotten) || !strings.HasSuffix(err.Error(), want) {
@@ -34,6 +37,9 @@ func TestRefusalNamesHiddenFilesAndTheCommandThatLiftsIt(t *testing.T) {
 	}
 	if again := p.lift(err); again.Error() != err.Error() {
 		t.Fatalf("a second lift = %v; want it unchanged", again)
+	}
+	if kept := p.lift(nothingLost{loss}); !errors.Is(kept, ErrForgotten) || !strings.Contains(kept.Error(), "; nothing was lost, so the fence is 0;") || !strings.HasSuffix(kept.Error(), "-table ctoken_replay -fence 0s") {
+		t.Fatalf("lift of a refusal that lost nothing = %v; want it to say so and fence for 0", kept)
 	}
 	orders := place{path, `main."orders"`, time.Hour}.lift(loss)
 	if !strings.Contains(orders.Error(), "found beside it: "+filepath.Join(dir, ".app.db-ctoken.orders")+";") || !strings.HasSuffix(orders.Error(), "-table orders -fence 1h0m0s") {

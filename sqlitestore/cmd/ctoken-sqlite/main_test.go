@@ -157,7 +157,7 @@ func TestRefusalAfterARestoredCopyNamesTheCommandThatLiftsIt(t *testing.T) {
 
 // TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar: a user who
 // deleted app.db* to reset a database meets a refusal naming the hidden
-// sidecar that survived; status shows it; the printed command lifts it;
+// sidecar and clean stop's record that survived; status shows it; the printed command lifts it;
 // a second rearm with -fence 0 ends the fence, and claims are accepted.
 func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 	dir := t.TempDir()
@@ -171,7 +171,7 @@ func TestRefusalAfterDeletingTheFilesNamesTheHiddenSidecar(t *testing.T) {
 	db := openApp(t, path)
 	_, err := start(t, db)
 	side := filepath.Join(dir, ".app.db-ctoken")
-	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "found beside it: "+side+";") {
+	if !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "found beside it: "+side+", "+side+"-stopped;") {
 		t.Fatalf("the start after rm app.db* = %v; want ErrForgotten naming %s", err, side)
 	}
 	db.Close()
