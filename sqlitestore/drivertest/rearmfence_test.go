@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,5 +123,59 @@ func TestRearmFenceFitsTheLoss(t *testing.T) {
 			removeFiles(t, sidecarOf(path))
 			refusal(t, d, path, horizon, "acknowledged claims may be lost")
 		})
+	})
+}
+
+// TestDirectoryBackupWithoutHiddenFilesIsRefused: the directory backed up
+// with tar leaving the hidden files out (docs/sqlitestore.md, "Backing up
+// the directory"), then restored after claims made since, is refused
+// whether the directory was lost (no sidecar: the Horizon) or its hidden
+// files stayed (an older copy); the claims made before the backup are
+// refused after the printed rearm.
+func TestDirectoryBackupWithoutHiddenFilesIsRefused(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("tar is not installed")
+	}
+	ctx := context.Background()
+	opts := sqlitestore.Options{SweepInterval: -1}
+	eachDriver(t, func(t *testing.T, d Driver) {
+		for _, lost := range []bool{true, false} {
+			t.Run(map[bool]string{true: "the directory lost", false: "its hidden files kept"}[lost], func(t *testing.T) {
+				db, path := openMigrated(t, d)
+				dir, until := filepath.Dir(path), time.Now().Add(time.Hour)
+				s := mustStore(t, db, opts)
+				claimAll(t, s, idList("before-", 5), until)
+				s.Close()
+				db.Close()
+				backup := filepath.Join(plainTempDir(t), "backup.tar")
+				tar := func(args ...string) {
+					t.Helper()
+					if out, err := exec.Command("tar", args...).CombinedOutput(); err != nil {
+						t.Fatalf("tar %v: %v: %s", args, err, out)
+					}
+				}
+				tar("-C", dir, "--exclude=.replay.db-ctoken*", "-cf", backup, ".")
+				db = d.Open(t, path)
+				s = mustStore(t, db, opts)
+				claimAll(t, s, idList("after-", 5), until)
+				s.Close()
+				db.Close()
+				ents, err := os.ReadDir(dir)
+				must(t, err)
+				for _, e := range ents {
+					if lost || !strings.HasPrefix(e.Name(), ".") {
+						must(t, os.Remove(filepath.Join(dir, e.Name())))
+					}
+				}
+				tar("-C", dir, "-xf", backup)
+				db = d.Open(t, path)
+				err = wantForgotten(t, db, opts, nil, "New after the backup was restored", "-fence 25h0m0s")
+				t.Logf("New: %v", err)
+				must(t, sqlitestore.Rearm(ctx, db, "", time.Hour))
+				s = mustStore(t, db, opts)
+				defer s.Close()
+				everyCallRefuses(t, s, "after-0", sqlitestore.ErrUnavailable)
+			})
+		}
 	})
 }
