@@ -9,7 +9,8 @@
 // status opens the database read-only and changes nothing: it prints the
 // table's marker (incarnation, sequence, fence), each hidden file the
 // store keeps beside the database (its sidecar, the WALs it kept) and what
-// it records, and whether sqlitestore.New would serve or refuse, and why
+// it records, a read transaction of another process that holds the WAL,
+// and whether sqlitestore.New would serve or refuse, and why
 // (sqlitestore.Inspect; -table and -horizon are the applications' Options).
 //
 // rearm runs sqlitestore.Rearm with the fence: claims are refused until it
@@ -160,6 +161,11 @@ func status(ctx context.Context, path string, opts sqlitestore.Options, stdout, 
 		return fail(stderr, "status", err)
 	}
 	report(stdout, st, time.Now())
+	// Read once this process holds no connection on the file.
+	db.Close()
+	if r := heldWAL(st.Path); r != "" {
+		fmt.Fprintf(stdout, "reader    %s\n", r)
+	}
 	if st.Refusal != nil {
 		return 1
 	}

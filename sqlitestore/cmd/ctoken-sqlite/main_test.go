@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"database/sql"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -435,5 +439,48 @@ func TestARunningStoresRefusalSurvivesARestart(t *testing.T) {
 	}
 	if first, err := s.Claim(t.Context(), "b", time.Now().Add(time.Minute)); first {
 		t.Fatalf("Claim(b) after rearm = %v, %v; want refused (fenced)", first, err)
+	}
+}
+
+// TestStatusNamesAReaderThatHoldsTheWAL: after the application claimed
+// while another process (the sqlite3 shell) held a read transaction
+// open, status names the reader that holds the WAL; once the read ends,
+// it names none.
+func TestStatusNamesAReaderThatHoldsTheWAL(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("the sqlite3 shell is not installed (.ci/sqlite.sh installs it)")
+	}
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := openApp(t, path)
+	s, err := start(t, db)
+	must(t, err)
+	shell := exec.Command("sqlite3", path)
+	in, err := shell.StdinPipe()
+	must(t, err)
+	out, err := shell.StdoutPipe()
+	must(t, err)
+	must(t, shell.Start())
+	t.Cleanup(func() { in.Close(); shell.Wait() })
+	if _, err := io.WriteString(in, "BEGIN;\nSELECT 'reading', count(*) FROM ctoken_replay;\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "reading") {
+		t.Fatalf("the sqlite3 shell's read = %q, %v", line, err)
+	}
+	for i := range 20 {
+		if first, err := s.Claim(t.Context(), fmt.Sprint("c-", i), time.Now().Add(time.Hour)); err != nil || !first {
+			t.Fatalf("Claim = %v, %v; want first", first, err)
+		}
+	}
+	// status runs in this process: no connection of it stays on the file.
+	s.Close()
+	must(t, db.Close())
+	if code, stdout, _ := runCmd("status", "-db", path); code != 0 || !strings.Contains(stdout, "reader    a read transaction of another process holds the WAL") {
+		t.Fatalf("status while another process reads = %d:\n%s\nwant 0 and a line naming the reader", code, stdout)
+	}
+	must(t, in.Close())
+	must(t, shell.Wait())
+	if code, stdout, _ := runCmd("status", "-db", path); code != 0 || strings.Contains(stdout, "reader ") {
+		t.Fatalf("status once the read ended = %d:\n%s\nwant 0 and no reader", code, stdout)
 	}
 }
