@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -62,6 +63,7 @@ func (s *Store) Durability() Durability {
 type checks struct {
 	asyncCommit, asyncStandby, requireStandby, rollback bool
 	maxSkew                                             time.Duration
+	horizon                                             time.Duration // Options.Horizon: see [judgeHistory]
 	now                                                 func() time.Time
 }
 
@@ -76,10 +78,11 @@ type serverState struct {
 	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	functions        bool          // the table's functions are this version's (see functionsCheckSQL)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
+	readOnly         bool          // the session's transactions are read-only (default_transaction_read_only: a write freeze)
 	behind           time.Duration // how far the instance's clock is behind now()
 
 	// The server's history (see [judgeHistory]): its timeline (0 in
-	// recovery), the marker row's record, the physical standbys
+	// recovery), its cluster's system identifier, the marker row's record, the physical standbys
 	// streaming, the name it streamed under if it was a standby, the
 	// longest remaining lifetime of a live row (seconds), and how long
 	// the marker's fence still lasts (0: none). fencedFor is measured by
@@ -88,13 +91,15 @@ type serverState struct {
 	// read's answer arrived, to which [Store.keepHistory] adds it: the
 	// fence's end as well as this instance knows it (not before the end
 	// when the two clocks agree, as now() was read before the answer).
-	timeline  int64
-	record    string
-	standbys  []standby
-	self      self
-	longest   float64
-	fencedFor time.Duration
-	readAt    time.Time
+	timeline      int64
+	sys           int64
+	record        string
+	standbys      []standby
+	self          self
+	longest       float64
+	fencedFor     time.Duration
+	fencedForever bool
+	readAt        time.Time
 }
 
 // resolve finds, at New, the schema of the table named name (quoted, as
@@ -165,7 +170,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
 			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
 			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical' AND NOT temporary),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
+			pg_is_in_recovery(), current_setting('transaction_read_only')::bool, `+sysSQL+`, now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
@@ -184,7 +189,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			(SELECT extract(epoch FROM max(until) - now())::float8 FROM `+s.table+` WHERE until > now() AND until < 'infinity' AND state <> 'm'),
 			(SELECT CASE WHEN until = 'infinity' THEN 'Infinity'::float8 WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END
 			  FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm')`, s.table, s.fnSigs, s.fnSrcs, s.fnCfgs).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable, &r.st.functions,
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.st.readOnly, &r.st.sys, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable, &r.st.functions,
 			&r.st.timeline, &r.record, &r.standbys, &r.slot, &r.cluster, &r.conninfo, &r.longest, &r.fencedFor)
 		return r, err
 	})
@@ -201,6 +206,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	}
 	if r.fencedFor != nil {
 		r.st.fencedFor = time.Duration(min(*r.fencedFor, maxFence.Seconds()) * float64(time.Second))
+		r.st.fencedForever = math.IsInf(*r.fencedFor, 1)
 	}
 	if json.Unmarshal([]byte(r.standbys), &r.st.standbys) != nil {
 		r.st.standbys = nil
@@ -235,6 +241,8 @@ func (c checks) judge(st serverState) ([]risk, error) {
 	switch {
 	case st.recovery:
 		return accepted, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case st.readOnly:
+		return accepted, fmt.Errorf("%w: the session is read-only (transaction_read_only on: default_transaction_read_only set by ALTER SYSTEM, DATABASE or ROLE, a write freeze): claims cannot be written until it is lifted; the store then serves again by itself", ErrUnavailable)
 	case !st.writable:
 		return accepted, fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case !st.permanent:
@@ -270,20 +278,47 @@ const howToCoverStandby = "To cover the standbys, make commits wait for them: se
 	"since a standby without a slot that is not streaming when a Store starts cannot be seen and is not covered. " +
 	"Or set Options.AllowAsyncStandby to accept the risk"
 
-// newSessionCommit reads synchronous_commit in a new session, opened with
-// the pool's connection settings and closed at once: what the next
-// connection the pool opens will have.
-func (s *Store) newSessionCommit(ctx context.Context) (string, error) {
-	return call(s, ctx, func(ctx context.Context) (string, error) {
+// newSession reads synchronous_commit and transaction_read_only in a new
+// session, opened with the pool's connection settings and closed at once:
+// what the next connection the pool opens will have.
+func (s *Store) newSession(ctx context.Context) (commit string, readOnly bool, err error) {
+	type read struct {
+		commit   string
+		readOnly bool
+	}
+	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
 		c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 		if err != nil {
-			return "", err
+			return read{}, err
 		}
 		defer c.Close(context.Background())
-		var v string
-		err = c.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v)
-		return v, err
+		var r read
+		err = c.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('transaction_read_only')::bool`).Scan(&r.commit, &r.readOnly)
+		return r, err
 	})
+	return r.commit, r.readOnly, err
+}
+
+// closeReadOnly closes the pool's idle connections whose sessions are
+// read-only: opened during a write freeze (ALTER DATABASE or ALTER ROLE
+// ... SET default_transaction_read_only = on) that has been lifted since,
+// they keep it for their lifetime, and every claim on them would fail.
+// A connection in use is checked at a later recheck, once idle.
+func (s *Store) closeReadOnly(ctx context.Context) {
+	timeout := s.timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		var ro bool
+		err := c.QueryRow(cctx, `SELECT current_setting('transaction_read_only')::bool`, pgx.QueryExecModeSimpleProtocol).Scan(&ro)
+		if err != nil || ro {
+			c.Conn().Close(cctx) // the pool destroys a closed connection at its release
+		}
+		cancel()
+		c.Release()
+	}
 }
 
 // commitRank orders synchronous_commit values from the weakest (off).
@@ -323,8 +358,16 @@ func (s *Store) recheck(ctx context.Context) {
 	}
 	// The pool's sessions keep the settings they started with; a session
 	// the pool opens next gets what ALTER ROLE or ALTER DATABASE set since.
-	if c, err := s.newSessionCommit(ctx); err == nil && commitRank(c) < commitRank(st.durable.SynchronousCommit) {
-		st.durable.SynchronousCommit = c
+	if c, ro, err := s.newSession(ctx); err == nil {
+		if commitRank(c) < commitRank(st.durable.SynchronousCommit) {
+			st.durable.SynchronousCommit = c
+		}
+		if st.readOnly && !ro {
+			// A write freeze lifted: the pooled sessions opened during
+			// it are still read-only. This check refuses; the next one
+			// reads a writable session.
+			s.closeReadOnly(ctx)
+		}
 	}
 	s.noteStandby(st.durable)
 	st.sawStandby = s.sawStandby.Load()
@@ -332,7 +375,7 @@ func (s *Store) recheck(ctx context.Context) {
 	accepted, err := s.checks.judge(st)
 	// The history is kept whatever the other checks say: a fence is the
 	// table's, for every Store on it, and the one reason that counts.
-	if fenced := s.keepHistory(ctx, st, judgeHistory(st)); fenced != nil {
+	if fenced := s.keepHistory(ctx, st, judgeHistory(st, s.checks.horizon)); fenced != nil {
 		err = fenced
 	}
 	if err != nil {

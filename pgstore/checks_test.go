@@ -19,7 +19,40 @@ func TestChecks(t *testing.T) {
 		{"standby fails closed", standbyFailsClosed},
 		{"standby refusal names how to cover it", judgeStandbyRefusalNamesHowToCoverIt},
 		{"recheck runs every second, not every sweep", recheckRunsEverySecondNotEverySweep},
+		{"write freeze refuses until lifted", writeFreezeRefusesUntilLifted},
 	})
+}
+
+// writeFreezeRefusesUntilLifted: a write freeze (ALTER DATABASE ... SET
+// default_transaction_read_only = on, the sessions replaced) makes New
+// refuse and a running store refuse with a reason naming it; once lifted,
+// the pool's sessions opened during it are still read-only (they keep the
+// setting for their lifetime), and the recheck closes them: 20 of 20
+// claims are served again without a reconnect by hand.
+func writeFreezeRefusesUntilLifted(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	admin := p.pool(t, "default_transaction_read_only", "off") // may lift the freeze
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	mustClaim(t, s, "before the freeze", until)
+	mustExec(t, admin, `ALTER DATABASE postgres SET default_transaction_read_only = on`)
+	t.Cleanup(func() { admin.Exec(bg(), `ALTER DATABASE postgres RESET default_transaction_read_only`) })
+	pool.Reset() // the freeze's sessions: every connection from now on is read-only
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		first, err := s.Claim(bg(), uniquePrefix(), until)
+		return !first && errors.Is(err, ErrUnavailable) && strings.Contains(fmt.Sprint(err), "default_transaction_read_only"),
+			fmt.Sprintf("Claim during the freeze = %v, %v; want refused naming default_transaction_read_only", first, err)
+	})
+	if n, err := New(bg(), p.pool(t), Options{SweepInterval: -1}); n != nil || !errors.Is(err, ErrUnavailable) || !strings.Contains(fmt.Sprint(err), "read-only") {
+		t.Fatalf("New during the freeze = %v, %v; want ErrUnavailable naming the read-only session", n, err)
+	}
+	mustExec(t, admin, `ALTER DATABASE postgres RESET default_transaction_read_only`)
+	waitForClaim(t, s, "after the freeze was lifted", nil)
+	for i := range 20 {
+		mustClaim(t, s, fmt.Sprint("after-", i), until)
+	}
 }
 
 // forgottenTableRefusesEveryClaim: a table that lost its rows (TRUNCATE,

@@ -147,6 +147,9 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := checkID(id); err != nil {
 		return false, err
 	}
+	if err := s.beyondHorizon(until); err != nil {
+		return false, err
+	}
 	if err := s.refused(); err != nil {
 		return false, err
 	}
@@ -239,6 +242,24 @@ func checkID(id string) error {
 		return fmt.Errorf("%w: empty id", ErrInvalidClaim)
 	case len(id) > MaxIDBytes:
 		return fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
+	}
+	return nil
+}
+
+// beyondHorizon refuses an until more than Options.Horizon past the
+// instance's clock (nil without a horizon).
+func (s *Store) beyondHorizon(until time.Time) error {
+	if s.checks.horizon > 0 && until.Sub(s.checks.now()) > s.checks.horizon {
+		return fmt.Errorf("%w: until lies more than Options.Horizon (%v) ahead", ErrInvalidClaim, s.checks.horizon)
+	}
+	return nil
+}
+
+// leaseBeyondHorizon refuses a lease longer than Options.Horizon (nil
+// without a horizon).
+func (s *Store) leaseBeyondHorizon(lease time.Duration) error {
+	if s.checks.horizon > 0 && lease > s.checks.horizon {
+		return fmt.Errorf("%w: lease longer than Options.Horizon (%v)", ErrInvalidClaim, s.checks.horizon)
 	}
 	return nil
 }

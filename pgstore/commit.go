@@ -205,6 +205,9 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// nothing escaped, and the transaction is rolled back.
 		return refuse(fmt.Errorf("%w: %w: %w", ErrUnavailable, replay.ErrRolledBack, w.refusal))
 	}
+	if err := w.s.beyondHorizon(until); err != nil {
+		return refuse(fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
+	}
 	if fingerprint != nil || result != nil {
 		if err := replay.CheckRecord(fingerprint, result); err != nil {
 			return refuse(fmt.Errorf("%w: %w: %w", ErrInvalidClaim, replay.ErrRolledBack, err))

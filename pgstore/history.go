@@ -33,24 +33,35 @@ var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (pr
 // fail anyway).
 const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
 
+// sysSQL is the server's system identifier: the cluster it belongs to
+// (initdb chose it; a physical copy of the data directory, such as a
+// standby, keeps it; a logical replica, a restore into another cluster
+// or a pg_dump loaded elsewhere has another). Reading it reads
+// pg_control, a few microseconds.
+const sysSQL = `(SELECT system_identifier FROM pg_control_system())`
+
 // historyGuardSQL, in the statements' lookup of the marker row, makes the
-// marker count only on the timeline its history record was written on
-// (without a record, only on timeline 1, where [judgeHistory] accepts a
-// table without one): on a promoted server, every claim, lease and record
-// step finds no marker, and refuses, until a Store's check has judged the
-// server's history and written a record for its timeline (and the fence,
-// if its history is unknown). Without it a running Store would accept
-// claims on the promoted server until its next recheck there.
-// The record's text starts with its version and timeline ([history.encode]
-// writes the fields in order), so the guard compares a prefix rather than
-// parsing JSON.
-const historyGuardSQL = `(starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ',') OR token = '' AND ` + timelineSQL + ` = 1)`
+// marker count only on the cluster and timeline its history record was
+// written on (a record of an earlier version, without the cluster: only
+// on its timeline; without a record, only on timeline 1, where
+// [judgeHistory] accepts a table without one): on a promoted server or
+// another cluster (a logical replica switched to, whose marker row came
+// from the publisher), every claim, lease and record step finds no
+// marker, and refuses, until a Store's check has judged the server's
+// history and written a record for its cluster and timeline (and the
+// fence, if its history is unknown). Without it a running Store would
+// accept claims there until its next recheck.
+// The record's text starts with its version, timeline and cluster
+// ([history.encode] writes the fields in order), so the guard compares a
+// prefix rather than parsing JSON.
+const historyGuardSQL = `(starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ',"sys":' || ` + sysSQL + ` || ',')
+	OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ',"longest":') OR token = '' AND ` + timelineSQL + ` = 1)`
 
 // freshRecordSQL is the first record of a table, written with its marker
-// by [Migrate], [Schema] and [Rearm]: the timeline of the server that
-// writes it, no standby and no lifetime yet (the text [history.encode]
-// writes for it).
-const freshRecordSQL = `'{"v":1,"tl":' || ` + timelineSQL + ` || ',"longest":0}'`
+// by [Migrate], [Schema] and [Rearm]: the timeline and cluster of the
+// server that writes it, no standby and no lifetime yet (the text
+// [history.encode] writes for it).
+const freshRecordSQL = `'{"v":1,"tl":' || ` + timelineSQL + ` || ',"sys":' || ` + sysSQL + ` || ',"longest":0}'`
 
 // maxFence bounds a fence (100 years): a claim held longer (or forever)
 // keeps its table fenced that long.
@@ -61,7 +72,9 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // it changes and replicated with everything else: a standby that is
 // promoted reads in it the last state it received. [Migrate], [Schema]
 // and [Rearm] write the first record, of the timeline the marker is
-// written on. TL is the timeline it was written on; Sync the physical
+// written on. TL is the timeline it was written on, Sys the system
+// identifier of the cluster (0 in a record of an earlier version, which
+// is judged by its timeline alone and rewritten with it); Sync the physical
 // standbys whose sync_state was "sync" or "quorum", Other every other
 // standby then streaming; Potential how many of those were "potential"
 // (under priority commit, a standby that takes the synchronous role when
@@ -77,6 +90,7 @@ const maxFence = 100 * 365 * 24 * time.Hour
 type history struct {
 	V         int      `json:"v"`
 	TL        int64    `json:"tl"`
+	Sys       int64    `json:"sys"`
 	Longest   int64    `json:"longest"`
 	Sync      []member `json:"sync,omitempty"`
 	Other     []member `json:"other,omitempty"`
@@ -377,16 +391,27 @@ func away(cfg syncConfig, h history, slots int) int {
 
 // verdict is what [judgeHistory] decides.
 type verdict struct {
-	write string        // the record to write ("" when unchanged)
-	fence time.Duration // > 0: fence the table this long (with write)
-	why   string        // why the fence
+	write   string        // the record to write ("" when unchanged)
+	fence   time.Duration // > 0: fence the table this long (with write)
+	forever bool          // fence the table until Rearm names its end (with write)
+	why     string        // why the fence
 }
 
+// fenced reports whether the verdict fences the table.
+func (v verdict) fenced() bool { return v.fence > 0 || v.forever }
+
 // judgeHistory decides, for a primary in state st, whether its history is
-// known: the record it holds was written on its own timeline, or the
-// record names it a confirmed synchronous standby of the old primary. It
-// returns the record to write, and the fence when the history is unknown.
-func judgeHistory(st serverState) verdict {
+// known: the record it holds was written on its own cluster and timeline,
+// or on its own cluster and the record names it a confirmed synchronous
+// standby of the old primary. It returns the record to write, and the
+// fence when the history is unknown: claims may be missing that any Store
+// of the table made, for as long as any Store could hold one, which no
+// copy of the record can show (it may be older than the fleet's: a
+// standby that was away, another cluster's). So the fence lasts the
+// horizon (the longest lifetime the Stores may use, [Options.Horizon]),
+// or the longest lifetime seen if that is longer, plus
+// [replay.SkewMargin]; without a horizon, until [Rearm] names its end.
+func judgeHistory(st serverState, horizon time.Duration) verdict {
 	if st.recovery || st.timeline <= 0 {
 		return verdict{}
 	}
@@ -394,7 +419,7 @@ func judgeHistory(st serverState) verdict {
 	if st.longest > 0 {
 		longest = ceilLongest(st.longest)
 	}
-	now := history{V: 1, TL: st.timeline, Longest: longest}
+	now := history{V: 1, TL: st.timeline, Sys: st.sys, Longest: longest}
 	cfg, cfgOK := parseSyncNames(st.durable.SynchronousStandbyNames)
 	for _, sb := range st.standbys {
 		m := member{}
@@ -442,19 +467,26 @@ func judgeHistory(st serverState) verdict {
 		v.why = fmt.Sprintf("the server is primary on timeline %d, and the table has no history record", st.timeline)
 	case !ok:
 		v.why = "the table's history record is unreadable"
+	case old.Sys != 0 && old.Sys != st.sys:
+		v.why = fmt.Sprintf("the table's history record was written on another cluster (system identifier %d; this server's is %d): "+
+			"a logical replica switched to, or a table restored from another cluster's dump, may lack the claims made there", old.Sys, st.sys)
 	case old.TL != st.timeline && !old.names(st.self):
 		v.why = fmt.Sprintf("the server is primary on timeline %d, and the last state it received (timeline %d) does not name it a synchronous standby", st.timeline, old.TL)
 	}
 	if ok {
 		now.Longest = min(max(now.Longest, old.Longest), int64(maxFence/time.Second))
-		if old.TL == st.timeline {
+		if old.TL == st.timeline && (old.Sys == 0 || old.Sys == st.sys) {
 			now.Fence = old.Fence
 		}
 	}
 	if v.why != "" {
 		now.Fence = v.why
-		v.fence = time.Duration(now.Longest)*time.Second + replay.SkewMargin
-		v.fence = min(v.fence, maxFence)
+		if horizon > 0 {
+			v.fence = max(time.Duration(now.Longest)*time.Second, horizon) + replay.SkewMargin
+			v.fence = min(v.fence, maxFence)
+		} else {
+			v.forever = true
+		}
 	}
 	if w := now.encode(); w != st.record {
 		v.write = w
@@ -474,18 +506,22 @@ func (s *Store) keepHistory(ctx context.Context, st serverState, v verdict) (fen
 		secs := v.fence.Seconds()
 		n, err := call(s, ctx, func(ctx context.Context) (int64, error) {
 			tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET token = $1,
-	until = CASE WHEN $2::float8 > 0 THEN GREATEST(until, now() + $2::float8 * interval '1 second') ELSE until END
-	WHERE key = `+markerSQL+` AND state = 'm' AND token = $3`, v.write, secs, st.record)
+	until = CASE WHEN $4 THEN 'infinity' WHEN $2::float8 > 0 THEN GREATEST(until, now() + $2::float8 * interval '1 second') ELSE until END
+	WHERE key = `+markerSQL+` AND state = 'm' AND token = $3`, v.write, secs, st.record, v.forever)
 			return tag.RowsAffected(), err
 		})
 		switch {
-		case err != nil && v.fence > 0:
+		case err != nil && v.fenced():
 			// The fence could not be written: refuse until a recheck
 			// writes it (a server that cannot be written refuses
 			// claims anyway).
 			return fencedError(time.Time{}, "%s; writing the fence failed", v.why)
+		case err == nil && n == 1 && v.forever:
+			s.log.Error("pgstore: the server's history is unknown: fencing the table until Rearm", "table", s.tableName(),
+				"reason", v.why)
+			return fencedError(time.Time{}, "%s; %s", v.why, s.untilRearm())
 		case err == nil && n == 1 && v.fence > 0:
-			s.log.Error("pgstore: the server's history is unknown: fencing the table", "table", strings.ReplaceAll(s.table, `"`, ""),
+			s.log.Error("pgstore: the server's history is unknown: fencing the table", "table", s.tableName(),
 				"reason", v.why, "fence", v.fence.String())
 			// The fence ends v.fence after the statement's now(), which
 			// the database read before it answered: by the instance's
@@ -499,15 +535,27 @@ func (s *Store) keepHistory(ctx context.Context, st serverState, v verdict) (fen
 		case err == nil && n == 0:
 			// Another Store changed the record first: the next check
 			// reads what it wrote.
-			if v.fence > 0 {
+			if v.fenced() {
 				return fencedError(time.Time{}, "%s", v.why)
 			}
 		}
+	}
+	if old, ok := parseHistory(st.record); ok && old.Fence != "" && st.fencedForever {
+		return fencedError(time.Time{}, "%s; %s", old.Fence, s.untilRearm())
 	}
 	if old, ok := parseHistory(st.record); ok && old.Fence != "" && st.fencedFor > 0 {
 		return fencedError(st.readAt.Add(st.fencedFor), "%s; %v left", old.Fence, st.fencedFor.Round(time.Second))
 	}
 	return nil
+}
+
+// tableName is the store's table as a message names it (unquoted).
+func (s *Store) tableName() string { return strings.ReplaceAll(s.table, `"`, "") }
+
+// untilRearm says how a fence without end is lifted.
+func (s *Store) untilRearm() string {
+	return fmt.Sprintf("fenced until an operator runs pgstore.Rearm(ctx, pool, %q, fence) with fence the longest lifetime "+
+		"any Store of the table gives a claim, lease or record, plus replay.SkewMargin (set Options.Horizon for a fence that ends by itself)", s.tableName())
 }
 
 // fencedRefusal is a refusal of a fenced table: it matches [ErrFenced]

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ func strp(s string) *string { return &s }
 func TestHistory(t *testing.T) {
 	subtests(t, []subtest{
 		{"judge", judgeHistoryCases},
+		{"unknown history is fenced for the horizon, never a stale copy's", unknownHistoryIsFencedForTheHorizon},
 		{"longest rounds up by at most an eighth", longestRoundsUpByAtMostAnEighth},
 		{"records who could acknowledge", historyRecordsWhoCouldAcknowledge},
 		{"parse synchronous standby names", parseSyncNamesCases},
@@ -57,7 +60,7 @@ func judgeHistoryCases(t *testing.T) {
 		{"a standby writes nothing", serverState{recovery: true, record: rec(none)}, false, 0, false},
 		{"no record on timeline 1: written, not fenced", serverState{timeline: 1, self: self{app: "a"}}, false, 0, true},
 		{"no record on a later timeline: fenced", serverState{timeline: 3, self: self{app: "a"}, longest: 100}, true, 104*time.Second + replay.SkewMargin, true},
-		{"a fresh record of another timeline: fenced", serverState{timeline: 2, record: `{"v":1,"tl":1,"longest":0}`}, true, replay.SkewMargin, true},
+		{"a fresh record of another timeline: fenced", serverState{timeline: 2, record: `{"v":1,"tl":1,"longest":0}`}, true, time.Second + replay.SkewMargin, true},
 		{"new timeline, named sync beside a potential one: fenced", serverState{timeline: 2, record: rec(syncPotential), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"new timeline, named in a quorum as large as ANY n: not fenced", serverState{timeline: 2, record: rec(quorum2), self: self{app: "a"}}, false, 0, true},
 		{"new timeline, named in a quorum larger than ANY n: fenced", serverState{timeline: 2, record: rec(quorum1), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
@@ -73,12 +76,17 @@ func judgeHistoryCases(t *testing.T) {
 		{"new timeline, its name twice in the record: fenced", serverState{timeline: 2, record: rec(twoA), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"new timeline, longer live rows than recorded: the longer wins", serverState{timeline: 2, record: rec(none), longest: 1000}, true, 1024*time.Second + replay.SkewMargin, true},
 		{"a recorded lifetime past any fence: the longest fence", serverState{timeline: 2, record: rec(history{V: 1, TL: 1, Longest: 1 << 60})}, true, maxFence, true},
-		{"unreadable record: fenced", serverState{timeline: 1, record: "{not json"}, true, replay.SkewMargin, true},
-		{"a record of another version: fenced", serverState{timeline: 1, record: `{"v":2,"tl":1}`}, true, replay.SkewMargin, true},
+		{"unreadable record: fenced", serverState{timeline: 1, record: "{not json"}, true, time.Second + replay.SkewMargin, true},
+		{"a record of another version: fenced", serverState{timeline: 1, record: `{"v":2,"tl":1}`}, true, time.Second + replay.SkewMargin, true},
+		{"a record of another cluster: fenced", serverState{timeline: 1, sys: 7, record: rec(history{V: 1, TL: 1, Sys: 8, Longest: 64})}, true, 64*time.Second + replay.SkewMargin, true},
+		{"a record of another cluster naming it sync: fenced", serverState{timeline: 2, sys: 7, record: rec(history{V: 1, TL: 1, Sys: 8, Longest: 64, Sync: []member{{App: "a"}}}), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"a record of its own cluster: nothing", serverState{timeline: 1, sys: 7, record: rec(history{V: 1, TL: 1, Sys: 7, Longest: 2})}, false, 0, false},
+		{"a record without the cluster (an earlier version's) on its timeline: rewritten with it, not fenced", serverState{timeline: 1, sys: 7, record: `{"v":1,"tl":1,"longest":2}`}, false, 0, true},
+		{"a record without the cluster on another timeline: judged by the timeline", serverState{timeline: 2, sys: 7, record: `{"v":1,"tl":1,"longest":2}`}, true, 2*time.Second + replay.SkewMargin, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := judgeHistory(c.st)
+			v := judgeHistory(c.st, time.Second)
 			if (v.fence > 0) != c.fence || c.fence && v.fence != c.wantFence || (v.write != "") != c.write {
 				t.Fatalf("judgeHistory = fence %v (%q), write %q; want fence %v %v, write %v", v.fence, v.why, v.write, c.fence, c.wantFence, c.write)
 			}
@@ -86,8 +94,39 @@ func judgeHistoryCases(t *testing.T) {
 				return
 			}
 			h, ok := parseHistory(v.write)
-			if !ok || h.TL != c.st.timeline || (h.Fence != "") != c.fence {
+			if !ok || h.TL != c.st.timeline || h.Sys != c.st.sys || (h.Fence != "") != c.fence {
 				t.Fatalf("record written = %q (%v); want timeline %d, fence %v", v.write, ok, c.st.timeline, c.fence)
+			}
+		})
+	}
+}
+
+// unknownHistoryIsFencedForTheHorizon: a promoted standby whose copy of
+// the record knows only 60 s claims (it was away while the fleet claimed
+// for an hour), or another cluster's record, is fenced for the Stores'
+// Horizon when it is longer than what the copy shows, for the copy's
+// longest lifetime when that is longer, and without a horizon until
+// Rearm: never for the stale copy's 60 s alone.
+func unknownHistoryIsFencedForTheHorizon(t *testing.T) {
+	stale := history{V: 1, TL: 1, Sys: 7, Longest: 60}.encode()
+	for _, c := range []struct {
+		name    string
+		st      serverState
+		horizon time.Duration
+		fence   time.Duration
+		forever bool
+	}{
+		{"promoted, stale copy, horizon of 2 h", serverState{timeline: 2, sys: 7, record: stale}, 2 * time.Hour, 2*time.Hour + replay.SkewMargin, false},
+		{"promoted, stale copy, no horizon: until Rearm", serverState{timeline: 2, sys: 7, record: stale}, 0, 0, true},
+		{"another cluster, horizon of 2 h", serverState{timeline: 1, sys: 9, record: stale}, 2 * time.Hour, 2*time.Hour + replay.SkewMargin, false},
+		{"another cluster, no horizon: until Rearm", serverState{timeline: 1, sys: 9, record: stale}, 0, 0, true},
+		{"live rows longer than the horizon: the longer", serverState{timeline: 2, sys: 7, record: stale, longest: 3 * 3600}, time.Hour, 11264*time.Second + replay.SkewMargin, false},
+		{"known history: no fence, whatever the horizon", serverState{timeline: 1, sys: 7, record: stale}, 0, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := judgeHistory(c.st, c.horizon)
+			if v.fence != c.fence || v.forever != c.forever || (v.why != "") != (c.forever || c.fence > 0) {
+				t.Fatalf("judgeHistory = fence %v, forever %v (%q); want %v, %v", v.fence, v.forever, v.why, c.fence, c.forever)
 			}
 		})
 	}
@@ -134,7 +173,7 @@ func longestRoundsUpByAtMostAnEighth(t *testing.T) {
 			t.Fatalf("%d values between %d and %d; want at most 8 record rewrites per doubling", len(values[octave]), 1<<(octave-1), 1<<octave)
 		}
 	}
-	h := judgeHistory(serverState{timeline: 2, record: history{V: 1, TL: 1}.encode(), longest: 86400})
+	h := judgeHistory(serverState{timeline: 2, record: history{V: 1, TL: 1}.encode(), longest: 86400}, time.Second)
 	if want := 90112*time.Second + replay.SkewMargin; h.fence != want {
 		t.Fatalf("fence for a day's window = %v; want %v (25.0 h, not 36.4 h)", h.fence, want)
 	}
@@ -183,7 +222,7 @@ func historyRecordsWhoCouldAcknowledge(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := judgeHistory(c.st)
+			v := judgeHistory(c.st, time.Second)
 			if v.write != c.want.encode() {
 				t.Fatalf("record = %s; want %s", v.write, c.want.encode())
 			}
@@ -440,6 +479,8 @@ func TestPromotion(t *testing.T) {
 		{"claim on another timeline is refused", claimOnAnotherTimelineThanTheRecordIsRefused},
 		{"under quorum and priority commit", promotionUnderQuorumAndPriorityCommit},
 		{"promoted table without record is fenced", promotedTableWithoutRecordIsFenced},
+		{"logical replica is fenced", logicalReplicaIsFenced},
+		{"promoted standby that was away is fenced for the fleet", promotedStandbyThatWasAwayIsFencedForTheFleet},
 	})
 }
 
@@ -462,7 +503,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			const lifetime = 10 * time.Minute
 			until := time.Now().Add(lifetime)
 			pool, port := primary.pool(t), freePort()
-			opts := func(o *Options) { o.Timeout = 2 * time.Second }
+			opts := func(o *Options) { o.Timeout = 2 * time.Second; o.Horizon = lifetime }
 			if running {
 				// The running store's pool names both servers; the
 				// standby's port is chosen before it exists.
@@ -471,6 +512,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 					o.Timeout = 2 * time.Second
 					o.RecheckInterval = 100 * time.Millisecond
 					o.Observer = observe
+					o.Horizon = lifetime
 				}
 			}
 			s := storeOn(t, pool, opts)
@@ -497,7 +539,7 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 						fmt.Sprintf("the running store does not refuse with ErrFenced: %v", err)
 				})
 			} else {
-				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Observer = observe })
+				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Observer = observe; o.Horizon = lifetime })
 			}
 			twice, fenced := acceptedAgain(t, p, acked, until, false)
 			fence := markerFence(t, standby.pool(t))
@@ -661,7 +703,7 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	}
 	fence, slack := 64*time.Second+replay.SkewMargin, time.Second
 	before := time.Now()
-	n := storeOn(t, pool)
+	n := storeOn(t, pool, func(o *Options) { o.Horizon = 64 * time.Second })
 	_, err = n.Claim(bg(), "fresh", until)
 	after := time.Now()
 	wantIs(t, err, ErrFenced, "Claim on a store made after = %v; want ErrFenced")
@@ -765,7 +807,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			}
 			promoteStandby(t, a)
 			missing := missingOn(t, a, s, acked)
-			p := storeOn(t, a.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+			p := storeOn(t, a.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Horizon = lifetime })
 			twice, fenced := acceptedAgain(t, p, acked, until, false)
 			fence := markerFence(t, a.pool(t))
 			t.Logf("%s: %d claims acknowledged, %d missing from the promoted a; %d accepted twice, %d refused as fenced; fence %v",
@@ -822,7 +864,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 		t.Fatalf("the running store's Claim of a fresh ID on the promoted server = %v, %v; want refused", first, err)
 	}
 	missing := missingOn(t, standby, s, acked)
-	p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix(); o.Horizon = 10 * time.Minute })
 	twice, fenced := acceptedAgain(t, p, acked, until, false)
 	fence := markerFence(t, pool)
 	t.Logf("%d claims acknowledged, %d missing from the promoted server; %d accepted twice, %d fenced; fence %v", len(acked), missing, twice, fenced, fence.Round(time.Second))
@@ -834,4 +876,194 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
 		mustClaim(t, n, "fresh", until)
 	})
+}
+
+// recordOn is the history record of the marker row on pool.
+func recordOn(t *testing.T, pool *pgxpool.Pool) history {
+	t.Helper()
+	var token string
+	must(t, pool.QueryRow(bg(), `SELECT token FROM ctoken_replay WHERE key = `+markerSQL).Scan(&token))
+	h, _ := parseHistory(token)
+	return h
+}
+
+// fencedUntilRearm fails t unless the marker row on pool is fenced
+// without an end (until = 'infinity').
+func fencedUntilRearm(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var forever bool
+	must(t, pool.QueryRow(bg(), `SELECT until = 'infinity' FROM ctoken_replay WHERE key = `+markerSQL).Scan(&forever))
+	if !forever {
+		t.Fatalf("the marker is not fenced until Rearm (%v left)", markerFence(t, pool))
+	}
+}
+
+// wantRearmNamed fails t unless err is a fence of unknown history whose
+// end is unknown and whose text names Rearm and what it saw.
+func wantRearmNamed(t *testing.T, err error, what string) {
+	t.Helper()
+	if _, ok := replay.RetryAt(err); !errors.Is(err, ErrFenced) || ok || !strings.Contains(err.Error(), "pgstore.Rearm(ctx, pool, ") || !strings.Contains(err.Error(), what) {
+		t.Fatalf("Claim on the fenced table = %v (RetryAt known: %v); want ErrFenced naming pgstore.Rearm and %q, no end", err, ok, what)
+	}
+}
+
+// freshServer starts a server on a data directory of its own initdb (the
+// servers of startServer are copies of one, and share its system
+// identifier), without the store's table, killed when t ends.
+func freshServer(t *testing.T) *pgServer {
+	t.Helper()
+	needServer(t)
+	bin, err := pgBin()
+	must(t, err)
+	dir := filepath.Join(tmpRoot, "fresh-"+strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":"))
+	must(t, mkdirOwned(dir))
+	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	for range 5 {
+		p := &pgServer{dir: dir, port: freePort()}
+		if err = p.start(); err == nil {
+			t.Cleanup(p.kill)
+			return p
+		}
+	}
+	t.Fatal(err)
+	return nil
+}
+
+// logicalReplicaIsFenced: a cutover to a logical replica (blue/green, an
+// upgrade by logical replication). The subscriber's marker row is the
+// publisher's, whose record names the publisher's cluster; 100 claims
+// acknowledged on the publisher after the apply stopped are refused on
+// the subscriber: by a running store before any recheck there (the
+// marker counts only on its record's cluster), and by New, which fences
+// until Rearm (no Horizon); Rearm then names the fence's end. 0 accepted
+// twice.
+func logicalReplicaIsFenced(t *testing.T) {
+	t.Parallel() // servers of its own
+	pub := ownServer(t, "-c", "wal_level=logical")
+	sub := freshServer(t) // initdb of its own: another system identifier
+	subPool := sub.pool(t)
+	stmts, err := schema("")
+	must(t, err)
+	for _, q := range []string{stmts[0], stmts[1], stmts[3]} { // the table without its marker: the publisher's comes
+		mustExec(t, subPool, q)
+	}
+	mustExec(t, pub.pool(t), `CREATE PUBLICATION ctoken FOR TABLE ctoken_replay`)
+	mustExec(t, subPool, `CREATE SUBSCRIPTION ctoken CONNECTION 'host=127.0.0.1 port=`+pub.port+` user=postgres dbname=postgres' PUBLICATION ctoken`)
+	// The initial copy's walsender has no active logical slot (it would
+	// count as a standby): the store starts once the copy is done.
+	waitFor(t, 20*time.Second, func() (bool, string) {
+		var marker, syncing int
+		err := subPool.QueryRow(bg(), `SELECT (SELECT count(*) FROM ctoken_replay WHERE key = `+markerSQL+`),
+			(SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r')`).Scan(&marker, &syncing)
+		return err == nil && marker == 1 && syncing == 0, fmt.Sprintf("the subscriber's initial copy: marker %d, %d tables syncing (%v)", marker, syncing, err)
+	})
+	s := storeOn(t, multiHostPoolPorts(t, pub.port, sub.port), func(o *Options) {
+		o.Timeout = 2 * time.Second
+		o.RecheckInterval = time.Hour // no recheck on the subscriber below
+	})
+	until := time.Now().Add(time.Hour)
+	mustClaim(t, s, "applied", until)
+	waitFor(t, 20*time.Second, func() (bool, string) {
+		var n int
+		err := subPool.QueryRow(bg(), `SELECT count(*) FROM ctoken_replay WHERE key = ANY ($1)`, [][]byte{s.key("applied"), {0, 0}}).Scan(&n)
+		return n == 2, fmt.Sprintf("the subscriber holds %d of the marker and the first claim (%v)", n, err)
+	})
+	if h := recordOn(t, subPool); h.Sys == 0 || h.Sys != recordOn(t, pub.pool(t)).Sys {
+		t.Fatalf("the subscriber's record %+v; want the publisher's cluster", h)
+	}
+	mustExec(t, subPool, `ALTER SUBSCRIPTION ctoken DISABLE`) // what was acknowledged from now on is not applied
+	var acked []string
+	for i := range 100 {
+		id := fmt.Sprint("acked-", i)
+		mustClaim(t, s, id, until)
+		acked = append(acked, id)
+	}
+	pub.kill() // the cutover: the running store's pool reaches the subscriber
+	waitForClaim(t, s, "the running store on the subscriber, before a recheck", ErrForgotten)
+	if twice, _ := acceptedAgain(t, s, acked, until, true); twice != 0 {
+		t.Fatalf("the running store accepted %d of %d acknowledged claims twice on the subscriber; want 0", twice, len(acked))
+	}
+	n := storeOn(t, subPool, func(o *Options) { o.Prefix = s.Prefix() })
+	twice, fenced := acceptedAgain(t, n, acked, until, false)
+	t.Logf("%d claims acknowledged on the publisher and not applied; on the subscriber %d accepted twice, %d fenced", len(acked), twice, fenced)
+	if twice != 0 || fenced != len(acked) {
+		t.Fatalf("%d of %d acknowledged claims accepted twice on the subscriber (%d fenced); want 0, all fenced", twice, len(acked), fenced)
+	}
+	fencedUntilRearm(t, subPool)
+	wantRearmNamed(t, errOf(n.Claim(bg(), "fresh", until)), "another cluster")
+	var subSys int64
+	must(t, subPool.QueryRow(bg(), `SELECT system_identifier FROM pg_control_system()`).Scan(&subSys))
+	if h := recordOn(t, subPool); h.Sys != subSys || h.Fence == "" {
+		t.Fatalf("the subscriber's record after the fence: %+v; want its own cluster (%d) and the fence", h, subSys)
+	}
+	must(t, Rearm(bg(), subPool, "", 2*time.Hour))
+	if f := markerFence(t, subPool); f < 2*time.Hour-time.Minute || f > 2*time.Hour {
+		t.Fatalf("after Rearm with 2 h the fence lasts %v; want 2 h", f)
+	}
+	wantIs(t, errOf(n.Claim(bg(), "fresh", until)), ErrFenced, "Claim after Rearm = %v; want ErrFenced (for 2 h)")
+}
+
+// promotedStandbyThatWasAwayIsFencedForTheFleet: an asynchronous standby
+// whose copy of the record knows only 60 s claims (it was stopped before
+// the fleet claimed for an hour), promoted after the primary is lost: New
+// fences until Rearm names the fence (no Horizon), never for the copy's
+// 60 s: 0 of 200 one-hour claims accepted again; with a Horizon the fence
+// lasts it.
+func promotedStandbyThatWasAwayIsFencedForTheFleet(t *testing.T) {
+	t.Parallel() // servers of its own
+	for _, horizon := range []time.Duration{0, 2 * time.Hour} {
+		t.Run(fmt.Sprint("horizon ", horizon), func(t *testing.T) {
+			primary := ownServer(t)
+			standby := addStandby(t, primary, false, "away", freePort())
+			s := storeOn(t, primary.pool(t), func(o *Options) {
+				o.AllowAsyncStandby = true
+				o.RecheckInterval = 50 * time.Millisecond
+				o.Horizon = horizon
+			})
+			for i := range 10 {
+				mustClaim(t, s, fmt.Sprint("short-", i), time.Now().Add(time.Minute))
+			}
+			waitFor(t, 20*time.Second, func() (bool, string) {
+				h := recordOn(t, standby.pool(t))
+				return h.Longest >= 50, fmt.Sprintf("the standby's record %+v; want the 60 s claims' lifetime", h)
+			})
+			standby.kill() // away from now on
+			until := time.Now().Add(time.Hour)
+			var acked []string
+			for i := range 200 {
+				id := fmt.Sprint("long-", i)
+				mustClaim(t, s, id, until)
+				acked = append(acked, id)
+			}
+			waitFor(t, 10*time.Second, func() (bool, string) {
+				h := recordOn(t, primary.pool(t))
+				return h.Longest >= 3500, fmt.Sprintf("the primary's record %+v; want the hour's claims", h)
+			})
+			primary.kill()
+			must(t, standby.restart())
+			promoteStandby(t, standby)
+			pool := standby.pool(t)
+			if h := recordOn(t, pool); h.Longest > 120 {
+				t.Fatalf("the promoted standby's record %+v; want its stale copy (60 s claims)", h)
+			}
+			p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix(); o.Horizon = horizon })
+			twice, fenced := acceptedAgain(t, p, acked, until, false)
+			t.Logf("horizon %v: %d one-hour claims acknowledged while the standby was away; %d accepted twice, %d fenced", horizon, len(acked), twice, fenced)
+			if twice != 0 || fenced != len(acked) {
+				t.Fatalf("%d of %d acknowledged claims accepted twice (%d fenced); want 0, all fenced", twice, len(acked), fenced)
+			}
+			if horizon == 0 {
+				fencedUntilRearm(t, pool)
+				wantRearmNamed(t, errOf(p.Claim(bg(), "fresh", until)), "does not name it a synchronous standby")
+				return
+			}
+			if f := markerFence(t, pool); f < horizon || f > horizon+replay.SkewMargin {
+				t.Fatalf("fence %v; want the Horizon %v plus replay.SkewMargin", f, horizon)
+			}
+		})
+	}
 }

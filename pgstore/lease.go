@@ -144,6 +144,9 @@ func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fin
 	if lease <= 0 {
 		return replay.Record{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
 	}
+	if err := s.leaseBeyondHorizon(lease); err != nil {
+		return replay.Record{}, err
+	}
 	if err := replay.CheckFingerprint(fingerprint); err != nil {
 		return replay.Record{}, fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}
@@ -231,6 +234,9 @@ func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, 
 	if !validToken(token) {
 		return replay.ErrLeaseLost
 	}
+	if err := s.beyondHorizon(until); err != nil {
+		return err
+	}
 	if err := s.refused(); err != nil {
 		return err
 	}
@@ -283,6 +289,9 @@ func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Dur
 	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	}
+	if err := s.leaseBeyondHorizon(lease); err != nil {
+		return err
 	}
 	if !validToken(token) {
 		return replay.ErrLeaseLost

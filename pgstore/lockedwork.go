@@ -167,6 +167,9 @@ func (s *Store) AcquireWork(ctx context.Context, id string, lease time.Duration,
 	if lease <= 0 {
 		return replay.Record{}, nil, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
 	}
+	if err := s.leaseBeyondHorizon(lease); err != nil {
+		return replay.Record{}, nil, err
+	}
 	if err := replay.CheckFingerprint(fingerprint); err != nil {
 		return replay.Record{}, nil, fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}

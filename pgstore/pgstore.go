@@ -267,6 +267,25 @@ type Options struct {
 	// SweepBatch is how many expired rows one sweeper statement deletes at
 	// most. Zero means DefaultSweepBatch.
 	SweepBatch int
+
+	// Horizon is the longest lifetime any Store of the table gives a
+	// claim, lease or record: the fleet's, so set the same on every
+	// instance. A Claim, ConfirmLease, ConfirmRecord or Work's Commit
+	// whose until lies more than Horizon past the instance's clock, and a
+	// lease longer than Horizon, is refused with ErrInvalidClaim before
+	// anything is sent. It bounds the fence of unknown history (a
+	// promoted standby that cannot show it has every acknowledged claim,
+	// another cluster such as a logical replica switched to: see [New]):
+	// that fence lasts Horizon, or the longest lifetime the table's
+	// history record or live rows show if longer, plus
+	// [replay.SkewMargin] (which also covers an instance clock that far
+	// ahead of the database's), and then ends by itself. Zero means no
+	// horizon: claims of any lifetime are accepted, and such a fence
+	// lasts until an operator runs [Rearm] with the fence that covers
+	// the fleet's longest lifetime (no copy of the record can show it:
+	// a standby that was away, or another cluster, holds an older one).
+	// Negative is refused with ErrConfig.
+	Horizon time.Duration
 }
 
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
@@ -400,6 +419,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if err != nil {
 		return nil, err
 	}
+	if opts.Horizon < 0 {
+		return nil, fmt.Errorf("%w: negative Horizon", ErrConfig)
+	}
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
 	}
@@ -433,6 +455,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	s.checks = checks{
 		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
 		requireStandby: opts.RequireSynchronousStandby, rollback: opts.AllowRollback, maxSkew: opts.MaxSkew, now: now,
+		horizon: opts.Horizon,
 	}
 	if s.checks.maxSkew == 0 {
 		s.checks.maxSkew = DefaultMaxSkew
@@ -460,7 +483,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	s.durable.Store(&st.durable)
 	// A fence of unknown history does not fail New: the Store refuses
 	// until it has passed, and then serves without a restart.
-	fenced := s.keepHistory(ctx, st, judgeHistory(st))
+	fenced := s.keepHistory(ctx, st, judgeHistory(st, s.checks.horizon))
 	if fenced != nil {
 		s.refusal.Store(&fenced)
 	}

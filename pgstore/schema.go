@@ -39,6 +39,7 @@ const maxIdentBytes = 48
 //	INSERT INTO "ctoken_replay" (key, state, token, until)
 //		VALUES (decode('0000', 'hex'), 'm', '{"v":1,"tl":' ||
 //		  ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+//		  || ',"sys":' || (SELECT system_identifier FROM pg_control_system())
 //		  || ',"longest":0}', '-infinity');
 //	DO $ctoken_migrate$ ... $ctoken_migrate$;
 //
@@ -49,8 +50,9 @@ const maxIdentBytes = 48
 // [Store.ConfirmRecord] (NULL for rows without one). The last statement
 // writes the marker row (key: two zero bytes), whose until is the instant
 // from which the table accepts claims (here: always), and whose token is
-// the table's history record, here the timeline of the server it is
-// written on (a promoted standby's Store judges by it whether the table's
+// the table's history record, here the timeline and cluster (system
+// identifier) of the server it is written on (a promoted standby's, or
+// another cluster's, Store judges by it whether the table's
 // history is known: docs/pgstore-reference.md, "Unknown history"). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
 // on, so a table that was truncated or emptied refuses everything. The DO
@@ -196,16 +198,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 }
 
 // Rearm writes the marker row of a table that lost it (truncated or
-// emptied), with a history record of the server's timeline (as [Schema]
-// does), fenced for the given duration: Stores refuse every call with
-// [ErrForgotten] until fence has passed by the database's clock, and then
-// accept claims again. The table has forgotten which IDs were claimed, so
-// fence must cover every claim it could have held: the longest until your
-// callers use past the loss (a one-time token's or request state's TTL
-// plus [replay.SkewMargin], a webhook's confirmation period). A shorter
-// fence lets an ID claimed before the loss be accepted a second time.
-// Rearming a table that has its marker (of either key layout) changes
-// nothing; a negative fence
+// emptied), with a history record of the server's cluster and timeline
+// (as [Schema] does), fenced for the given duration: Stores refuse every
+// call with [ErrForgotten] until fence has passed by the database's
+// clock, and then accept claims again. The table has forgotten which IDs
+// were claimed, so fence must cover every claim it could have held: the
+// longest until your callers use past the loss (a one-time token's or
+// request state's TTL plus [replay.SkewMargin], a webhook's confirmation
+// period). A shorter fence lets an ID claimed before the loss be accepted
+// a second time.
+//
+// On a table fenced for unknown history without an end (a Store without
+// [Options.Horizon] on a promoted standby or another cluster: [ErrFenced],
+// "until an operator runs pgstore.Rearm"), Rearm sets the fence's end to
+// now plus fence, the same duration. Rearming a table that has its marker
+// (of either key layout) otherwise changes nothing; a negative fence
 // is refused with ErrConfig, and a database that cannot be reached or
 // refuses the statement with [ErrUnavailable].
 func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Duration) error {
@@ -227,7 +234,7 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Dur
 	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
 	SELECT `+markerSQL+`, 'm', `+freshRecordSQL+`, now() + $1::bigint * interval '1 microsecond'
 	WHERE NOT EXISTS (SELECT 1 FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm')
-	ON CONFLICT (key) DO NOTHING`, us)
+	ON CONFLICT (key) DO UPDATE SET until = EXCLUDED.until WHERE `+t+`.state = 'm' AND `+t+`.until = 'infinity'`, us)
 	if err != nil {
 		return fmt.Errorf("%w: rearm: %w", ErrUnavailable, err)
 	}
