@@ -378,6 +378,9 @@ func (s *Store) recheck(ctx context.Context) {
 	if fenced := s.keepHistory(ctx, st, judgeHistory(st, s.checks.horizon)); fenced != nil {
 		err = fenced
 	}
+	if !st.marker && !st.legacy {
+		err = forgottenRefusal(s.tableName())
+	}
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -78,8 +78,24 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 				return // a dropped table is a missing one: New refuses with ErrConfig
 			}
 			wantIs(t, errOf(s.Claim(bg(), "claimed", until)), ErrForgotten, "Claim after %s: %v; want ErrForgotten", forget)
-			wantIs(t, errOf(New(bg(), pool, Options{Table: name})), ErrForgotten, "New on a forgotten table: %v; want ErrForgotten")
-			wantIs(t, Migrate(bg(), pool, name), ErrForgotten, "Migrate of a forgotten table: %v; want ErrForgotten")
+			// Every refusal names the one way out, Rearm, and that a
+			// restore from a dump needs it too: the recheck's, New's and
+			// Migrate's.
+			namesRearm := func(what string, err error) {
+				t.Helper()
+				for _, want := range []string{"pgstore.Rearm(ctx, pool, ", name, "restore", "dump", "delete its marker row"} {
+					if !errors.Is(err, ErrForgotten) || !strings.Contains(fmt.Sprint(err), want) {
+						t.Fatalf("%s after %s = %v; want ErrForgotten naming %q", what, forget, err, want)
+					}
+				}
+			}
+			waitFor(t, 10*time.Second, func() (bool, string) {
+				_, err := s.Claim(bg(), "claimed", until)
+				return strings.Contains(fmt.Sprint(err), "pgstore.Rearm"), fmt.Sprintf("Claim after %s: %v; want the recheck's refusal naming pgstore.Rearm", forget, err)
+			})
+			namesRearm("Claim", errOf(s.Claim(bg(), "never-seen", until)))
+			namesRearm("New", errOf(New(bg(), pool, Options{Table: name})))
+			namesRearm("Migrate", Migrate(bg(), pool, name))
 			wantIs(t, Rearm(bg(), pool, name, -time.Second), ErrConfig, "Rearm with a negative fence: %v; want ErrConfig")
 			// Rearmed with a fence: refused until it passes, then served.
 			// A claim that returned before rearmed+fence ran within the

@@ -121,9 +121,11 @@ var (
 	// truncated or emptied, so it no longer remembers which IDs were
 	// claimed. Every call then refuses (the error also matches
 	// ErrUnavailable) until an operator runs [Rearm] and its fence has
-	// passed. It also reports a [Migrate] or [New] that finds such a
-	// table.
-	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
+	// passed; the refusals of New, Migrate and the recheck name the call.
+	// A statement also reports it while Rearm's fence lasts, and on a
+	// server of another timeline or cluster than the table's history
+	// record until a check has judged it.
+	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing, fenced by Rearm, or of another server's history)")
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
 	// pool, an invalid table name, a missing, unlogged or temporary table
@@ -472,7 +474,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	case !st.marker && st.legacy:
 		return nil, fmt.Errorf("%w: table %s has the key layout of pgstore before v2: run pgstore.Migrate (stores of earlier versions then refuse it)", ErrConfig, opts.Table)
 	case !st.marker:
-		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
+		return nil, forgottenRefusal(s.tableName())
 	}
 	s.noteStandby(st.durable)
 	st.sawStandby = s.sawStandby.Load()

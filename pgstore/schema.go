@@ -253,7 +253,7 @@ func upgrade(ctx context.Context, tx pgx.Tx, t, table string) error {
 	switch {
 	case marker:
 	case !legacy:
-		return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
+		return forgotten(table)
 	case clash:
 		return fmt.Errorf("%w: table %s (key layout 1) holds keys starting with byte 0x00 or 0x01 (a prefix starting with a control byte), which key layout 2 could confuse with its own: delete those rows once they expired, then run Migrate", ErrConfig, table)
 	default:
@@ -263,6 +263,23 @@ func upgrade(ctx context.Context, tx pgx.Tx, t, table string) error {
 		}
 	}
 	return addRecordColumns(ctx, tx, t, table)
+}
+
+// forgottenRefusal is the refusal of a table that lost its marker row
+// (by New and the recheck): it names the one way out ([Rearm]), and warns
+// that restoring the table from a dump or backup is not one.
+func forgottenRefusal(table string) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, forgotten(table))
+}
+
+// forgotten is [forgottenRefusal] as Migrate reports it (not matching
+// ErrUnavailable: retrying changes nothing).
+func forgotten(table string) error {
+	return fmt.Errorf("%w: table %s lost its marker row (TRUNCATE, DELETE, or dropped and made again): "+
+		"run pgstore.Rearm(ctx, pool, %q, fence) with fence the longest lifetime a claim may have had, plus replay.SkewMargin. "+
+		"Restoring the table from a dump or backup instead would bring back a marker without the claims made after it: "+
+		"after a restore, delete its marker row and Rearm it before it serves (docs/pgstore.md, Operator steps)",
+		ErrForgotten, table, table)
 }
 
 // recordColumnsSQL counts the columns fingerprint and result of table $1
