@@ -6,7 +6,8 @@
 #                      # backend, lost replies, paused server, standbys (also
 #                      # one stopped after New, or away with its slot), settings
 #                      # weakened after New (refused within ~1 s), key layout 1
-#                      # upgraded by Migrate, and a
+#                      # upgraded by Migrate, a logical replica switched
+#                      # to, New behind PgBouncer, and a
 #                      # 64-client load with a server restart, 10 s; the
 #                      # Recorder's contract, and effects once through the
 #                      # transactional middlewares while the server is
@@ -20,9 +21,10 @@
 # each listens on 127.0.0.1 on a free port (no Unix socket), lives in a
 # temporary directory, and is stopped by PID. Under root they run as the
 # "postgres" user (PostgreSQL refuses to run as root). This script only
-# makes sure the binaries exist: it installs Debian's postgresql package
-# with apt-get when no /usr/lib/postgresql/*/bin/postgres (or CTOKEN_PG_BIN)
-# is found. It runs with CI=true: a missing server fails, never skips.
+# makes sure the binaries exist: it installs Debian's postgresql and
+# pgbouncer packages with apt-get when no /usr/lib/postgresql/*/bin/postgres
+# (or CTOKEN_PG_BIN) or no pgbouncer is found. It runs with CI=true: a
+# missing server fails, never skips.
 #
 # CTOKEN_PG_LOAD_DURATION (Go duration, default 10s) sizes the load test; a
 # soak is e.g.  CTOKEN_PG_LOAD_DURATION=15m .ci/pg.sh load
@@ -46,13 +48,17 @@ have_pg() {
 	fi
 	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || command -v postgres >/dev/null 2>&1
 }
-if ! have_pg; then
+have_pgbouncer() {
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]
+}
+if ! have_pg || ! have_pgbouncer; then
 	sudo=""
 	if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-	echo "pg.sh: installing postgresql" >&2
+	echo "pg.sh: installing postgresql and pgbouncer" >&2
 	$sudo apt-get update -qq
-	# The package may start a cluster of its own on 5432; the tests never use it.
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+	# The packages may start a cluster (5432) and a pooler (6432) of their
+	# own; the tests never use them.
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql pgbouncer >/dev/null
 fi
 
 if [ "$what" = install ]; then exit 0; fi

@@ -449,6 +449,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	}
 	s.direct = honoursContext(pool)
 	s.simple = pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol
+	if err := s.checkPooler(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.resolve(ctx, opts.Table); err != nil {
 		return nil, err
 	}
