@@ -43,7 +43,36 @@ func TestClaim(t *testing.T) {
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
 		{"refusals write nothing", refusalsWriteNothing},
+		{"beyond the horizon refused", beyondTheHorizonRefused},
 	})
+}
+
+// beyondTheHorizonRefused: with Options.Horizon, a claim, confirmation or
+// work's commit whose until lies past it and a lease longer than it are
+// refused with ErrInvalidClaim before anything is sent (a fence of
+// unknown history lasts the Horizon: a longer claim would outlive it);
+// within it they are served.
+func beyondTheHorizonRefused(t *testing.T) {
+	const horizon = time.Hour
+	s := newTestStore(t, func(o *Options) { o.Horizon = horizon })
+	past, within := time.Now().Add(horizon+time.Minute), time.Now().Add(horizon-time.Minute)
+	wantClaim(t, s, "past", past, false, ErrInvalidClaim)
+	wantClaim(t, s, "past", within, true, nil) // the refusal consumed nothing
+	for name, err := range map[string]error{
+		"AcquireLease":  errOf(s.AcquireLease(bg(), "lease", horizon+time.Second)),
+		"AcquireRecord": errOf(s.AcquireRecord(bg(), "record", horizon+time.Second, []byte("fp"))),
+		"RenewLease":    s.RenewLease(bg(), "lease", strings.Repeat("0", tokenLen), horizon+time.Second),
+		"AcquireWork":   func() error { _, _, err := s.AcquireWork(bg(), "work", horizon+time.Second, []byte("fp")); return err }(),
+	} {
+		wantIs(t, err, ErrInvalidClaim, name+" longer than the horizon = %v; want ErrInvalidClaim")
+	}
+	l := mustLease(t, s, "confirmed", time.Minute)
+	wantIs(t, s.ConfirmLease(bg(), "confirmed", l.Token, past), ErrInvalidClaim, "ConfirmLease past the horizon = %v; want ErrInvalidClaim")
+	must(t, s.ConfirmLease(bg(), "confirmed", l.Token, within))
+	r := mustRecord(t, s, "work", time.Minute, []byte("fp"))
+	w, err := s.BeginWork(bg(), "work", r.Token)
+	must(t, err)
+	wantIs(t, w.Commit(bg(), past, []byte("fp"), []byte("r")), ErrInvalidClaim, "a Work's Commit past the horizon = %v; want ErrInvalidClaim")
 }
 
 // concurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation

@@ -84,6 +84,7 @@ func newRefusesBadConfiguration(t *testing.T) {
 		{"too long", pool, Options{Table: strings.Repeat("a", maxIdentBytes+1)}},
 		{"negative batch", pool, Options{SweepBatch: -1}},
 		{"negative recheck interval", pool, Options{RecheckInterval: -time.Second}},
+		{"negative horizon", pool, Options{Horizon: -time.Second}},
 		{"prefix too long", pool, Options{Prefix: strings.Repeat("p", MaxPrefixBytes+1)}},
 	}
 	for _, tc := range tests {
