@@ -76,6 +76,7 @@ var KnownPackages = map[string]string{
 	"mcptoken":    "github.com/ctoken/ctoken/mcptoken",
 	"redisstore":  "github.com/ctoken/ctoken/redisstore",
 	"pgstore":     "github.com/ctoken/ctoken/pgstore",
+	"pgx":         "github.com/jackc/pgx/v5",
 	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
 	"sqlitestore": "github.com/ctoken/ctoken/sqlitestore",
 	"ctokenmcp":   "github.com/ctoken/ctoken/mcp",
