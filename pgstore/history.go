@@ -15,17 +15,20 @@ import (
 )
 
 // ErrFenced reports that the table is fenced because the server's history
-// is unknown: it is now a primary on another timeline than the one the
-// table's history record was written on (a promoted standby), and the
-// last record it received from the old primary does not name it a
-// confirmed synchronous standby (see docs/pgstore-reference.md for what confirms
-// one, quorum commit included), or it is on a timeline after a promotion
-// and the table has no record at all; so claims the old primary
-// acknowledged may be missing from it. Claim, AcquireLease,
-// ConfirmLease and transactional work refuse (the error also matches
-// [ErrUnavailable]) until the fence has passed by the database's clock:
-// as long as the longest claim the table's users made, plus
-// [replay.SkewMargin] (docs/pgstore-reference.md, "Unknown history").
+// is unknown: the table's history record was written on another cluster
+// (a logical replica switched to, another cluster's dump), or the server
+// is now a primary on another timeline than the one the record was
+// written on (a promoted standby), and the last record it received from
+// the old primary does not name it a confirmed synchronous standby (see
+// docs/pgstore-reference.md for what confirms one, quorum commit
+// included), or it is on a timeline after a promotion and the table has
+// no record at all; so claims acknowledged elsewhere may be missing from
+// it. Claim, AcquireLease, ConfirmLease and transactional work refuse
+// (the error also matches [ErrUnavailable]) until the fence has passed
+// by the database's clock: [Options.Horizon] (or the longest lifetime the
+// record shows, if longer) plus [replay.SkewMargin]; without a Horizon,
+// until [Rearm] names its end (docs/pgstore-reference.md, "Unknown
+// history").
 var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not a confirmed synchronous one)")
 
 // timelineSQL is the server's timeline: the first eight hex digits of the

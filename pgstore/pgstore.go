@@ -391,15 +391,23 @@ var (
 // safe. Each change is reported as a [replay.Event] and logged once.
 //
 // New and the checker also keep the table's history record (in the
-// marker row: the server's timeline and which standbys were synchronous),
-// and judge a server that is primary on another timeline than the record
-// names: unless the record names it a confirmed synchronous standby of
-// the old primary, its history is unknown and the table is fenced
-// ([ErrFenced]) for the longest lifetime of a claim the Stores saw, plus
-// [replay.SkewMargin]; New then returns a Store that refuses until the
-// fence has passed, and serves after it. Until a check has judged such a
-// server, every claim, lease and record step on it refuses
-// (docs/pgstore-reference.md, "Unknown history").
+// marker row: the server's cluster and timeline, and which standbys were
+// synchronous), and judge a server of another cluster than the record
+// names (a logical replica switched to), or that is primary on another
+// timeline: unless the record names it a confirmed synchronous standby
+// of the old primary, its history is unknown and the table is fenced
+// ([ErrFenced]) for Options.Horizon plus [replay.SkewMargin], or without
+// a Horizon until [Rearm] names the fence; New then returns a Store that
+// refuses until the fence has passed, and serves after it. Until a check
+// has judged such a server, every claim, lease and record step on it
+// refuses (docs/pgstore-reference.md, "Unknown history").
+//
+// New refuses a session that is read-only (ErrUnavailable: a write
+// freeze, which the checker refuses too until it is lifted), and a pool
+// behind a pooler that does not keep sessions between transactions
+// (PgBouncer's pool_mode = transaction) while its exec mode prepares
+// named statements (pgx's default): ErrConfig naming
+// pgx.QueryExecModeExec or pool_mode = session.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
