@@ -487,7 +487,7 @@ func TestPromotion(t *testing.T) {
 // promotedAsyncStandbyIsFenced: an asynchronous standby attached at run
 // time under load, cut off and promoted, names no synchronous standby in
 // its last state, so a new store there and the running store both fence
-// the table for the longest claim's lifetime plus replay.SkewMargin: 0
+// the table for the Horizon (the claims' lifetime) plus replay.SkewMargin: 0
 // replays accepted twice.
 func promotedAsyncStandbyIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
