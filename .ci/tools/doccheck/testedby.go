@@ -34,6 +34,7 @@ var TestedByPages = []string{
 	"docs/pgstore.md",
 	"docs/request-state.md",
 	"docs/sqlitestore.md",
+	"docs/store-authors.md",
 	"docs/webhooks.md",
 	"docs/wire-format.md",
 	"sqlitestore/drivertest/BENCHMARKS.md",
